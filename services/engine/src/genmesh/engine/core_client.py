@@ -1,0 +1,187 @@
+"""The API process's side of the engine core: spawn it, feed it, route its outputs, watch it die.
+
+The client binds two ZeroMQ sockets in a private temporary folder, spawns the core process,
+and runs one asyncio task that reads a ``StepOutputs`` message per engine step and hands each
+request's new tokens to that request's queue. The core's death is noticed at once through the
+process sentinel (an fd the event loop watches): every request in flight ends with an error
+and ``alive`` turns false.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from . import messages as m
+from .core import CoreConfig, run_core
+
+log = logging.getLogger("genmesh.engine.core_client")
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+@dataclass
+class RequestStream:
+    request_id: int
+    queue: asyncio.Queue[m.RequestOutput] = field(default_factory=asyncio.Queue)
+    finished: bool = False
+
+
+class CoreClient:
+    def __init__(
+        self,
+        config: CoreConfig,
+        log_level: str = "info",
+        on_stats: Callable[[m.Stats], None] | None = None,
+        stats_log_interval_s: float = 10.0,
+    ) -> None:
+        self.config = config
+        self.log_level = log_level
+        self.on_stats = on_stats
+        self.stats_log_interval_s = stats_log_interval_s
+        self.streams: dict[int, RequestStream] = {}
+        self.stats = m.Stats(0, 0, 0.0)
+        self.ready = False
+        self.dead_reason: str | None = None
+        self.core_pid: int | None = None
+        self._ids = itertools.count(1)
+        self._ctx = zmq.asyncio.Context()
+        self._dir = tempfile.mkdtemp(prefix="genmesh-engine-")
+        self._inbox = self._ctx.socket(zmq.PUSH)  # to the core
+        self._outbox = self._ctx.socket(zmq.PULL)  # from the core
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._loaded: asyncio.Future[None] | None = None
+        self._last_stats_log = 0.0
+
+    @property
+    def alive(self) -> bool:
+        return self.ready and self.dead_reason is None
+
+    async def start(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        in_addr = f"ipc://{self._dir}/in"
+        out_addr = f"ipc://{self._dir}/out"
+        self._inbox.bind(in_addr)
+        self._outbox.bind(out_addr)
+        self._loaded = loop.create_future()
+        self._reader = asyncio.create_task(self._read_outputs(), name="engine-core-reader")
+        proc = multiprocessing.get_context("spawn").Process(
+            target=run_core,
+            args=(self.config, in_addr, out_addr, self.log_level),
+            name="genmesh-engine-core",
+            daemon=True,
+        )
+        proc.start()
+        self._proc = proc
+        loop.add_reader(proc.sentinel, self._on_core_exit)
+        await asyncio.wait_for(asyncio.shield(self._loaded), timeout_s)
+
+    def _on_core_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._proc is not None
+        loop.remove_reader(self._proc.sentinel)
+        self._proc.join(0)
+        code = self._proc.exitcode
+        reason = f"engine core process exited (exit code {code})"
+        if self.dead_reason is None:
+            self.dead_reason = reason
+            log.error(reason)
+        if self._loaded is not None and not self._loaded.done():
+            self._loaded.set_exception(EngineDeadError(reason))
+        for stream in list(self.streams.values()):
+            stream.queue.put_nowait(m.RequestOutput(stream.request_id, [], "error", reason))
+        self.streams.clear()
+        self._set_stats(m.Stats(0, 0, 0.0))
+
+    def _set_stats(self, stats: m.Stats) -> None:
+        self.stats = stats
+        if self.on_stats is not None:
+            self.on_stats(stats)
+
+    async def _read_outputs(self) -> None:
+        while True:
+            data = await self._outbox.recv()
+            msg = m.decode_from_core(data)
+            if isinstance(msg, m.StepOutputs):
+                for out in msg.outputs:
+                    stream = self.streams.get(out.request_id)
+                    if stream is None:
+                        continue
+                    stream.queue.put_nowait(out)
+                    if out.finish_reason is not None:
+                        stream.finished = True
+                        del self.streams[out.request_id]
+                self._set_stats(msg.stats)
+                self._maybe_log_stats()
+            elif isinstance(msg, m.Ready):
+                self.core_pid = msg.pid
+                self.ready = True
+                if self._loaded is not None and not self._loaded.done():
+                    self._loaded.set_result(None)
+            elif isinstance(msg, m.LoadFailed):
+                self.dead_reason = f"model failed to load: {msg.error}"
+                if self._loaded is not None and not self._loaded.done():
+                    self._loaded.set_exception(EngineDeadError(self.dead_reason))
+
+    def _maybe_log_stats(self) -> None:
+        if self.stats_log_interval_s <= 0:
+            return
+        now = time.monotonic()
+        if now - self._last_stats_log >= self.stats_log_interval_s:
+            self._last_stats_log = now
+            s = self.stats
+            log.info(
+                "All requests: %d; Scheduled requests: %d; Cache usage %.1f%%",
+                s.running + s.waiting,
+                s.running,
+                s.cache_usage * 100,
+            )
+
+    def add(self, prompt_ids: list[int], params: m.SamplingParams) -> RequestStream:
+        if not self.alive:
+            raise EngineDeadError(self.dead_reason or "engine is not ready")
+        rid = next(self._ids)
+        stream = RequestStream(rid)
+        self.streams[rid] = stream
+        self._inbox.send(m.encode(m.AddRequest(rid, prompt_ids, params)))
+        return stream
+
+    def abort(self, request_id: int) -> None:
+        if self.streams.pop(request_id, None) is not None and self.alive:
+            self._inbox.send(m.encode(m.Abort([request_id])))
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        proc = self._proc
+        if proc is not None and proc.is_alive():
+            try:
+                await self._inbox.send(m.encode(m.Shutdown()))
+            except zmq.ZMQError:
+                pass
+            await asyncio.to_thread(proc.join, timeout_s)
+            if proc.is_alive():
+                proc.kill()
+                await asyncio.to_thread(proc.join, timeout_s)
+        if proc is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(proc.sentinel)
+            except (ValueError, OSError):
+                pass
+        if self._reader is not None:
+            self._reader.cancel()
+        self._inbox.close(linger=0)
+        self._outbox.close(linger=0)
+        self._ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)

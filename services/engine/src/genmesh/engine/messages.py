@@ -1,0 +1,81 @@
+"""Messages between the API process and the engine-core process (msgpack over ZeroMQ).
+
+API → core: ``AddRequest``, ``Abort``, ``Shutdown``.
+core → API: ``Ready`` once the pipeline is loaded, ``LoadFailed`` if it cannot be, then one
+``StepOutputs`` per engine step (new tokens of every request that produced any, plus the
+scheduler gauges) and an idle ``StepOutputs`` whenever the engine runs dry.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SamplingParams(msgspec.Struct, frozen=True):
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+
+class AddRequest(msgspec.Struct, tag="add", frozen=True):
+    request_id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+
+
+class Abort(msgspec.Struct, tag="abort", frozen=True):
+    request_ids: list[int]
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
+    pass
+
+
+class RequestOutput(msgspec.Struct, array_like=True, frozen=True):
+    request_id: int
+    token_ids: list[int]
+    # None while running; "stop" | "length" when done; "error" with ``error`` set.
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class Stats(msgspec.Struct, array_like=True, frozen=True):
+    running: int
+    waiting: int
+    cache_usage: float
+
+
+class StepOutputs(msgspec.Struct, tag="step", frozen=True):
+    outputs: list[RequestOutput]
+    stats: Stats
+
+
+class Ready(msgspec.Struct, tag="ready", frozen=True):
+    pid: int
+
+
+class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):
+    error: str
+
+
+ToCore = AddRequest | Abort | Shutdown
+FromCore = StepOutputs | Ready | LoadFailed
+
+_encoder = msgspec.msgpack.Encoder()
+_to_core = msgspec.msgpack.Decoder(ToCore)
+_from_core = msgspec.msgpack.Decoder(FromCore)
+
+
+def encode(message: ToCore | FromCore) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_to_core(data: bytes) -> ToCore:
+    return _to_core.decode(data)
+
+
+def decode_from_core(data: bytes) -> FromCore:
+    return _from_core.decode(data)

@@ -1,0 +1,1 @@
+"""HTTP routes of the engine, one module per endpoint family."""

@@ -1,0 +1,82 @@
+"""The engine's settings: one typed object, read once at start-up from CLI flags and environment.
+
+Precedence: command-line flag > ``GENMESH_ENGINE_*`` environment variable > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class EngineSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GENMESH_ENGINE_", extra="ignore")
+
+    model: str = DEFAULT_MODEL
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8008, ge=1, le=65535)
+    device: str = "CPU"
+    cache_size: int = Field(default=2, ge=0, description="KV cache size in GB (0: grow on demand)")
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=256, ge=1)
+    dynamic_split_fuse: bool = True
+    enable_prefix_caching: bool = False
+    plugin_config: dict[str, Any] = Field(default_factory=dict)
+    max_tokens_limit: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    log_level: str = "info"
+    stats_log_interval_s: float = Field(default=10.0, ge=0)
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("plugin_config", mode="before")
+    @classmethod
+    def _json_plugin_config(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="genmesh-engine",
+        description="OpenAI-compatible LLM server on OpenVINO GenAI continuous batching.",
+        argument_default=argparse.SUPPRESS,
+    )
+    p.add_argument("--model", help="GGUF file or OpenVINO IR folder (optimum-cli export openvino)")
+    p.add_argument("--served-model-name", help="name clients use in 'model' (default: from the path)")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8008)")
+    p.add_argument("--device", help="OpenVINO device: CPU, GPU, GPU.1, ... (default CPU)")
+    p.add_argument("--cache-size", type=int, help="KV cache size in GB (default 2)")
+    p.add_argument("--max-num-seqs", type=int, help="max sequences processed at once (default 256)")
+    p.add_argument("--max-num-batched-tokens", type=int, help="max tokens per step (default 256)")
+    p.add_argument(
+        "--dynamic-split-fuse",
+        action=argparse.BooleanOptionalAction,
+        help="split long prompts into step-sized chunks (default on)",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        help="reuse KV blocks of repeated prompt prefixes (default off)",
+    )
+    p.add_argument("--plugin-config", help='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}')
+    p.add_argument("--max-tokens-limit", type=int, help="largest max_tokens a request may ask for")
+    p.add_argument("--max-model-len", type=int, help="context length (default: from the model)")
+    p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    p.add_argument("--stats-log-interval-s", type=float, help="seconds between scheduler log lines (0: off)")
+    p.add_argument("--startup-timeout-s", type=float, help="seconds allowed for the model to load")
+    return p
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> EngineSettings:
+    ns = build_parser().parse_args(argv)
+    return EngineSettings(**vars(ns))

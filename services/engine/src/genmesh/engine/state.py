@@ -1,0 +1,73 @@
+"""Everything one engine server holds, built at start-up and torn down at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from genmesh.protocol import model_not_found
+
+from .core import CoreConfig
+from .core_client import CoreClient
+from .generation import Generator
+from .metrics import EngineMetrics
+from .model_source import ModelSource
+from .settings import EngineSettings
+from .tokenizer import PromptTokenizer
+
+log = logging.getLogger("genmesh.engine")
+
+
+@dataclass
+class EngineState:
+    settings: EngineSettings
+    source: ModelSource
+    tokenizer: PromptTokenizer
+    core: CoreClient
+    metrics: EngineMetrics
+    generator: Generator
+
+    @property
+    def model_name(self) -> str:
+        return self.source.served_name
+
+    def check_model(self, model: str | None) -> str:
+        if model is None or model in (self.source.served_name, str(self.source.path), self.settings.model):
+            return self.source.served_name
+        raise model_not_found(model)
+
+    @classmethod
+    async def start(cls, settings: EngineSettings, source: ModelSource) -> EngineState:
+        metrics = EngineMetrics(source.served_name)
+        config = CoreConfig(
+            model_path=str(source.path),
+            device=settings.device,
+            cache_size=settings.cache_size,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            dynamic_split_fuse=settings.dynamic_split_fuse,
+            enable_prefix_caching=settings.enable_prefix_caching,
+            plugin_config=settings.plugin_config,
+        )
+        core = CoreClient(
+            config,
+            log_level=settings.log_level,
+            on_stats=metrics.set_stats,
+            stats_log_interval_s=settings.stats_log_interval_s,
+        )
+        log.info("starting engine core for %s (%s, %s)", source.served_name, source.kind, source.path)
+        # The tokenizer loads in a thread while the core process loads the pipeline.
+        tokenizer_task = asyncio.create_task(asyncio.to_thread(PromptTokenizer, source.path))
+        try:
+            await core.start(settings.startup_timeout_s)
+            tokenizer = await tokenizer_task
+        except BaseException:
+            tokenizer_task.cancel()
+            await core.close()
+            raise
+        log.info("model %s loaded (context %d tokens)", source.served_name, source.context_length)
+        return cls(settings, source, tokenizer, core, metrics, Generator(core, tokenizer, metrics))
+
+    async def close(self) -> None:
+        await self.core.close()

@@ -1,0 +1,68 @@
+"""Prompts in the API process: chat template, tokenising and detokenising, without the pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from genmesh.protocol import ChatMessage, CompletionRequest, OtherPart, invalid_request, unsupported_parameter
+
+# OVMS's default when a model ships no chat template: one message, used as the prompt.
+SINGLE_MESSAGE_TEMPLATE = (
+    "{% if messages|length != 1 %} {{ raise_exception('This servable accepts only single message "
+    "requests') }}{% endif %}{{ messages[0]['content'] }}"
+)
+
+
+class PromptTokenizer:
+    def __init__(self, model_path: Path) -> None:
+        import openvino_genai as ov_genai
+
+        self._tok = ov_genai.Tokenizer(str(model_path))
+        self.has_chat_template = bool(self._tok.chat_template)
+        self.eos_token_id = int(self._tok.get_eos_token_id())
+
+    def chat_prompt(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
+        history: list[dict[str, Any]] = []
+        for i, msg in enumerate(messages):
+            if isinstance(msg.content, list):
+                for j, part in enumerate(msg.content):
+                    if isinstance(part, OtherPart):
+                        raise unsupported_parameter(
+                            f"messages[{i}].content[{j}]", f"content of type '{part.type}' (text only)"
+                        )
+            role = "system" if msg.role == "developer" else msg.role
+            history.append({"role": role, "content": msg.text()})
+        if not self.has_chat_template:
+            if len(history) != 1:
+                raise invalid_request(
+                    "This servable accepts only single message requests (the model has no chat template)",
+                    param="messages",
+                )
+            return str(history[0]["content"])
+        try:
+            return str(self._tok.apply_chat_template(history, add_generation_prompt=add_generation_prompt))
+        except Exception as exc:  # a template that raises on this history is the client's problem
+            raise invalid_request(f"chat template failed on these messages: {exc}", param="messages") from exc
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        ids = self._tok.encode(text, add_special_tokens=add_special_tokens).input_ids.data
+        return [int(t) for t in ids[0]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+    def completion_prompt(self, req: CompletionRequest) -> list[int]:
+        prompt = req.prompt
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            if not prompt:
+                raise invalid_request("'prompt' must not be empty", param="prompt")
+            return self.encode(prompt, add_special_tokens=True)
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt]  # type: ignore[arg-type]
+        if not prompt:
+            raise invalid_request("'prompt' must not be empty", param="prompt")
+        raise unsupported_parameter("prompt", "a batch of several prompts in one request (send one per request)")

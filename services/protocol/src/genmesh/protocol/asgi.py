@@ -1,0 +1,84 @@
+"""ASGI plumbing every genmesh service uses: OpenAI error handlers and the X-Request-ID middleware."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import OpenAIError, from_validation_error, internal_error
+
+REQUEST_ID_HEADER = "x-request-id"
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+log = logging.getLogger("genmesh.http")
+
+
+def error_response(err: OpenAIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_openai_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, OpenAIError)
+        return error_response(exc)
+
+    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(from_validation_error(exc))
+
+    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(OpenAIError(str(exc.detail), status=exc.status_code, type=kind))
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(internal_error(f"internal error: {type(exc).__name__}"))
+
+    app.add_exception_handler(OpenAIError, on_openai_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+class RequestIdMiddleware:
+    """Accept ``X-Request-ID`` or create one; expose it to logs; echo it on the response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = ""
+        for key, value in scope.get("headers", []):
+            if key == b"x-request-id":
+                rid = value.decode("latin-1")[:128]
+                break
+        rid = rid or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        token = request_id_var.set(rid)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", rid.encode("latin-1")))
+                message["headers"] = headers
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)
+
+
+class RequestIdLogFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get()
+        return True

@@ -1,0 +1,50 @@
+"""Pieces shared by the chat and completion wire models."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StrictRequest(BaseModel):
+    """A request body: unknown keys are an error (OpenAI answers 400), never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(StrictRequest):
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "genmesh"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard] = Field(default_factory=list)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "abort", "error"]

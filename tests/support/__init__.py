@@ -1,0 +1,1 @@
+"""Test support: start real genmesh servers as subprocesses and wait for them properly."""

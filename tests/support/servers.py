@@ -1,0 +1,121 @@
+"""Real servers for tests: each runs as a subprocess on a free loopback port, polled until healthy."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> None:
+    """Poll ``check`` until it is true; fail after ``timeout_s`` (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.1f}s waiting for {what}")
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout_s)
+
+
+def start_server(
+    name: str,
+    argv: Sequence[str],
+    port: int,
+    log_dir: Path,
+    health_path: str = "/health",
+    timeout_s: float = 180.0,
+    env: dict[str, str] | None = None,
+) -> Server:
+    log_path = log_dir / f"{name}-{port}.log"
+    log_file = log_path.open("wb")
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    server = Server(name, proc, f"http://127.0.0.1:{port}", log_path)
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"{name} exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            return httpx.get(server.url + health_path, timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, timeout_s, interval_s=0.2, what=f"{name} to become healthy")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_engine(log_dir: Path, *extra: str, port: int | None = None, model: Path = DEFAULT_MODEL) -> Server:
+    port = port or free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "genmesh.engine",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--cache-size",
+        "1",
+        "--stats-log-interval-s",
+        "0",
+        *extra,
+    ]
+    return start_server("engine", argv, port, log_dir)
+
+
+def metric_value(base_url: str, name: str) -> float:
+    """Read one unlabelled sample from a Prometheus /metrics page."""
+    text = httpx.get(base_url + "/metrics", timeout=5.0).text
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"metric {name} not found")
