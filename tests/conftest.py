@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
+from genmesh.engine.tokenizer import PromptTokenizer
 from support.servers import DEFAULT_MODEL, Server, start_engine
 
 
@@ -20,3 +22,8 @@ def engine_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def engine_url(engine_server: Server) -> str:
     return engine_server.url
+
+
+@pytest.fixture(scope="session")
+def engine_tokenizer() -> PromptTokenizer:
+    return PromptTokenizer(DEFAULT_MODEL)

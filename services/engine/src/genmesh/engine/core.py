@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,9 @@ def _generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:
 
 
 class _Loop:
-    def __init__(self, ov_genai: Any, ov: Any, np: Any, pipe: Any, inbox: zmq.Socket[bytes], outbox: zmq.Socket[bytes]) -> None:
+    def __init__(
+        self, ov_genai: Any, ov: Any, np: Any, pipe: Any, inbox: zmq.Socket[bytes], outbox: zmq.Socket[bytes]
+    ) -> None:
         self.ov_genai = ov_genai
         self.ov = ov
         self.np = np
@@ -95,6 +98,8 @@ class _Loop:
             if os.getppid() != self.parent:
                 log.warning("API process is gone; engine core exits")
                 self.stopping = True
+            else:
+                self.outbox.send(m.encode(m.Heartbeat()))
             return
         while True:
             try:
@@ -160,6 +165,8 @@ class _Loop:
 
 def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: str = "info") -> None:
     """Entry point of the engine-core process (multiprocessing, spawn)."""
+    # Ctrl-C reaches the whole process group; the API process decides when the core stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

@@ -10,6 +10,7 @@ and ``alive`` turns false.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import multiprocessing
@@ -46,7 +47,10 @@ class CoreClient:
         log_level: str = "info",
         on_stats: Callable[[m.Stats], None] | None = None,
         stats_log_interval_s: float = 10.0,
+        stall_timeout_s: float = 60.0,
     ) -> None:
+        self.stall_timeout_s = stall_timeout_s
+        self._last_heard = time.monotonic()
         self.config = config
         self.log_level = log_level
         self.on_stats = on_stats
@@ -68,7 +72,18 @@ class CoreClient:
 
     @property
     def alive(self) -> bool:
-        return self.ready and self.dead_reason is None
+        """Loaded, not dead, and heard from recently (a step or an idle heartbeat)."""
+        return self.ready and self.dead_reason is None and self.stalled_for() < self.stall_timeout_s
+
+    def stalled_for(self) -> float:
+        return time.monotonic() - self._last_heard
+
+    def unavailable_reason(self) -> str:
+        if self.dead_reason is not None:
+            return self.dead_reason
+        if not self.ready:
+            return "engine is loading the model"
+        return f"engine loop silent for {self.stalled_for():.0f} s (stalled)"
 
     async def start(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -114,27 +129,33 @@ class CoreClient:
     async def _read_outputs(self) -> None:
         while True:
             data = await self._outbox.recv()
-            msg = m.decode_from_core(data)
-            if isinstance(msg, m.StepOutputs):
-                for out in msg.outputs:
-                    stream = self.streams.get(out.request_id)
-                    if stream is None:
-                        continue
-                    stream.queue.put_nowait(out)
-                    if out.finish_reason is not None:
-                        stream.finished = True
-                        del self.streams[out.request_id]
-                self._set_stats(msg.stats)
-                self._maybe_log_stats()
-            elif isinstance(msg, m.Ready):
-                self.core_pid = msg.pid
-                self.ready = True
-                if self._loaded is not None and not self._loaded.done():
-                    self._loaded.set_result(None)
-            elif isinstance(msg, m.LoadFailed):
-                self.dead_reason = f"model failed to load: {msg.error}"
-                if self._loaded is not None and not self._loaded.done():
-                    self._loaded.set_exception(EngineDeadError(self.dead_reason))
+            self._last_heard = time.monotonic()
+            try:
+                self._dispatch(m.decode_from_core(data))
+            except Exception:  # one bad message must not stop the reader
+                log.exception("bad message from the engine core")
+
+    def _dispatch(self, msg: m.FromCore) -> None:
+        if isinstance(msg, m.StepOutputs):
+            for out in msg.outputs:
+                stream = self.streams.get(out.request_id)
+                if stream is None:
+                    continue
+                stream.queue.put_nowait(out)
+                if out.finish_reason is not None:
+                    stream.finished = True
+                    del self.streams[out.request_id]
+            self._set_stats(msg.stats)
+            self._maybe_log_stats()
+        elif isinstance(msg, m.Ready):
+            self.core_pid = msg.pid
+            self.ready = True
+            if self._loaded is not None and not self._loaded.done():
+                self._loaded.set_result(None)
+        elif isinstance(msg, m.LoadFailed):
+            self.dead_reason = f"model failed to load: {msg.error}"
+            if self._loaded is not None and not self._loaded.done():
+                self._loaded.set_exception(EngineDeadError(self.dead_reason))
 
     def _maybe_log_stats(self) -> None:
         if self.stats_log_interval_s <= 0:
@@ -152,7 +173,7 @@ class CoreClient:
 
     def add(self, prompt_ids: list[int], params: m.SamplingParams) -> RequestStream:
         if not self.alive:
-            raise EngineDeadError(self.dead_reason or "engine is not ready")
+            raise EngineDeadError(self.unavailable_reason())
         rid = next(self._ids)
         stream = RequestStream(rid)
         self.streams[rid] = stream
@@ -166,19 +187,15 @@ class CoreClient:
     async def close(self, timeout_s: float = 10.0) -> None:
         proc = self._proc
         if proc is not None and proc.is_alive():
-            try:
+            with contextlib.suppress(zmq.ZMQError):
                 await self._inbox.send(m.encode(m.Shutdown()))
-            except zmq.ZMQError:
-                pass
             await asyncio.to_thread(proc.join, timeout_s)
             if proc.is_alive():
                 proc.kill()
                 await asyncio.to_thread(proc.join, timeout_s)
         if proc is not None:
-            try:
+            with contextlib.suppress(ValueError, OSError):
                 asyncio.get_running_loop().remove_reader(proc.sentinel)
-            except (ValueError, OSError):
-                pass
         if self._reader is not None:
             self._reader.cancel()
         self._inbox.close(linger=0)

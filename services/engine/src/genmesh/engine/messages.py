@@ -3,7 +3,8 @@
 API → core: ``AddRequest``, ``Abort``, ``Shutdown``.
 core → API: ``Ready`` once the pipeline is loaded, ``LoadFailed`` if it cannot be, then one
 ``StepOutputs`` per engine step (new tokens of every request that produced any, plus the
-scheduler gauges) and an idle ``StepOutputs`` whenever the engine runs dry.
+scheduler gauges), an idle ``StepOutputs`` whenever the engine runs dry, and a ``Heartbeat``
+every second while idle.
 """
 
 from __future__ import annotations
@@ -61,8 +62,12 @@ class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):
     error: str
 
 
+class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
+    """Sent while idle, so the API process can tell a live idle loop from a stuck one."""
+
+
 ToCore = AddRequest | Abort | Shutdown
-FromCore = StepOutputs | Ready | LoadFailed
+FromCore = StepOutputs | Ready | LoadFailed | Heartbeat
 
 _encoder = msgspec.msgpack.Encoder()
 _to_core = msgspec.msgpack.Decoder(ToCore)
@@ -74,8 +79,10 @@ def encode(message: ToCore | FromCore) -> bytes:
 
 
 def decode_to_core(data: bytes) -> ToCore:
-    return _to_core.decode(data)
+    msg: ToCore = _to_core.decode(data)
+    return msg
 
 
 def decode_from_core(data: bytes) -> FromCore:
-    return _from_core.decode(data)
+    msg: FromCore = _from_core.decode(data)
+    return msg

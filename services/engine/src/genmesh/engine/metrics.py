@@ -32,7 +32,10 @@ class EngineMetrics:
             registry=r,
         )
         self.e2e = Histogram(
-            "genmesh_engine_e2e_request_latency_seconds", "End-to-end request latency", buckets=_LATENCY_BUCKETS, registry=r
+            "genmesh_engine_e2e_request_latency_seconds",
+            "End-to-end request latency",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.info = Gauge("genmesh_engine_model_info", "Served model", ["model"], registry=r)
         self.info.labels(model=model).set(1)

@@ -75,8 +75,7 @@ def resolve(model: str, served_name: str | None = None, max_model_len: int | Non
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) != 1:
             raise ModelSourceError(
-                f"folder {str(path)!r} holds neither {IR_MODEL_FILE} (an OpenVINO IR export) "
-                "nor exactly one .gguf file"
+                f"folder {str(path)!r} holds neither {IR_MODEL_FILE} (an OpenVINO IR export) nor exactly one .gguf file"
             )
         return resolve(str(ggufs[0]), served_name or path.name, max_model_len)
     return ModelSource(

@@ -35,6 +35,7 @@ class EngineSettings(BaseSettings):
     log_level: str = "info"
     stats_log_interval_s: float = Field(default=10.0, ge=0)
     startup_timeout_s: float = Field(default=600.0, gt=0)
+    stall_timeout_s: float = Field(default=60.0, gt=0)
 
     @field_validator("plugin_config", mode="before")
     @classmethod
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--stats-log-interval-s", type=float, help="seconds between scheduler log lines (0: off)")
     p.add_argument("--startup-timeout-s", type=float, help="seconds allowed for the model to load")
+    p.add_argument("--stall-timeout-s", type=float, help="engine loop silent this long counts as unhealthy")
     return p
 
 

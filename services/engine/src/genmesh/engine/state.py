@@ -55,6 +55,7 @@ class EngineState:
             log_level=settings.log_level,
             on_stats=metrics.set_stats,
             stats_log_interval_s=settings.stats_log_interval_s,
+            stall_timeout_s=settings.stall_timeout_s,
         )
         log.info("starting engine core for %s (%s, %s)", source.served_name, source.kind, source.path)
         # The tokenizer loads in a thread while the core process loads the pipeline.

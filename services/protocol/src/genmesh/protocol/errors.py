@@ -41,9 +41,7 @@ class OpenAIError(Exception):
         self.headers = headers or {}
 
     def to_response(self) -> ErrorResponse:
-        return ErrorResponse(
-            error=ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
-        )
+        return ErrorResponse(error=ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code))
 
     def body(self) -> dict[str, Any]:
         return self.to_response().model_dump()
@@ -90,6 +88,13 @@ def _loc_to_param(loc: Iterable[int | str]) -> str:
     return param
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "literal"}
+
+
+def _is_type_tag(part: str) -> bool:
+    return part in _TYPE_TAGS or part[:1].isupper() or any(c in part for c in "[-'")
+
+
 def from_validation_error(exc: ValidationError | Any) -> OpenAIError:
     """Turn the first pydantic (or FastAPI) validation error into a 400 naming the parameter."""
     errors = exc.errors() if hasattr(exc, "errors") else []
@@ -97,8 +102,8 @@ def from_validation_error(exc: ValidationError | Any) -> OpenAIError:
         return invalid_request(str(exc))
     first = errors[0]
     loc = [p for p in first.get("loc", ()) if p not in ("body",)]
-    # Union members and tagged models add their own names to the location; keep the request path.
-    loc = [p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+    # Union members add their type names to the location; keep the request path only.
+    loc = [p for p in loc if not (isinstance(p, str) and _is_type_tag(p))]
     param = _loc_to_param(loc) or None
     if first.get("type") == "extra_forbidden":
         return invalid_request(f"Unrecognized request argument supplied: {param}", param=param)

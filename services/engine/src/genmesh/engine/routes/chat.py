@@ -38,7 +38,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     ids = st.tokenizer.encode(prompt, add_special_tokens=False)
     limit_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     budget = completion_budget(
-        body.completion_limit(), len(ids), st.source.context_length, st.settings.max_tokens_limit, limit_param, "messages"
+        body.completion_limit(),
+        len(ids),
+        st.source.context_length,
+        st.settings.max_tokens_limit,
+        limit_param,
+        "messages",
     )
     events = st.generator.start("chat", ids, sampling_params(body, budget), body.stop_list(), arrival)
     rid = new_id("chatcmpl")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -50,10 +51,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watch.cancel()
     if not task.done():
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-        except (asyncio.CancelledError, Exception):
-            pass
         log.info("client disconnected; generation aborted")
         raise ClientDisconnected()
     return task.result()

@@ -18,7 +18,7 @@ async def health(request: Request) -> JSONResponse:
     st = engine(request)
     if st.core.alive:
         return JSONResponse({"status": "ok", "model": st.model_name})
-    reason = st.core.dead_reason or "engine not ready"
+    reason = st.core.unavailable_reason()
     return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
 
 
@@ -38,7 +38,7 @@ async def config(request: Request) -> JSONResponse:
     if st.core.alive:
         state, code, message = "AVAILABLE", "OK", "OK"
     else:
-        state, code, message = "UNKNOWN", "UNAVAILABLE", st.core.dead_reason or "engine not ready"
+        state, code, message = "UNKNOWN", "UNAVAILABLE", st.core.unavailable_reason()
     status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
     return JSONResponse({st.model_name: {"model_version_status": [status]}})
 

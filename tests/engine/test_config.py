@@ -1,0 +1,60 @@
+"""Settings and model sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from genmesh.engine.model_source import ModelSourceError, resolve
+from genmesh.engine.settings import parse_settings
+from support.servers import DEFAULT_MODEL
+
+
+def test_cli_overrides_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GENMESH_ENGINE_CACHE_SIZE", "7")
+    monkeypatch.setenv("GENMESH_ENGINE_MAX_NUM_SEQS", "12")
+    monkeypatch.setenv("GENMESH_ENGINE_ENABLE_PREFIX_CACHING", "true")
+    s = parse_settings(
+        ["--cache-size", "3", "--no-dynamic-split-fuse", "--plugin-config", '{"KV_CACHE_PRECISION":"u8"}']
+    )
+    assert s.cache_size == 3
+    assert s.max_num_seqs == 12
+    assert s.enable_prefix_caching is True
+    assert s.dynamic_split_fuse is False
+    assert s.plugin_config == {"KV_CACHE_PRECISION": "u8"}
+
+
+def test_false_in_environment_is_false(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GENMESH_ENGINE_DYNAMIC_SPLIT_FUSE", "False")
+    assert parse_settings([]).dynamic_split_fuse is False
+
+
+def test_gguf_source_reads_context_and_name() -> None:
+    src = resolve(str(DEFAULT_MODEL))
+    assert src.kind == "gguf"
+    assert src.context_length == 8192
+    assert src.served_name == "SmolLM2-135M-Instruct"
+    assert resolve(str(DEFAULT_MODEL), "custom", 2048).served_name == "custom"
+    assert resolve(str(DEFAULT_MODEL), None, 2048).context_length == 2048
+
+
+def test_openvino_ir_folder_is_recognised(tmp_path: Path) -> None:
+    folder = tmp_path / "Qwen2.5-0.5B-Instruct-int4-ov"
+    folder.mkdir()
+    (folder / "openvino_model.xml").write_text("<net/>")
+    (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 32768}))
+    src = resolve(str(folder))
+    assert (src.kind, src.context_length, src.served_name) == ("openvino_ir", 32768, folder.name)
+
+
+def test_bad_sources_are_explained(tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError, match="does not exist"):
+        resolve(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelSourceError, match="neither"):
+        resolve(str(tmp_path))
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"x")
+    with pytest.raises(ModelSourceError, match=r"not a \.gguf"):
+        resolve(str(other))

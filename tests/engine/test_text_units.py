@@ -1,0 +1,72 @@
+"""Incremental detokenisation and stop strings, on the model's real tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+
+from genmesh.engine.detokenizer import IncrementalDetokenizer
+from genmesh.engine.stop import StopMatcher
+from genmesh.engine.tokenizer import PromptTokenizer
+from support.servers import DEFAULT_MODEL
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PromptTokenizer:
+    return PromptTokenizer(DEFAULT_MODEL)
+
+
+TEXTS = [
+    "Hello world, this is a plain sentence with spaces.",
+    "Grüße aus Köln — naïve café, 你好世界, Ελληνικά and emoji 🚀🔥👍🏽 mixed in.",
+    "  leading spaces\n\nnew lines\ttabs and    runs of spaces  ",
+    "def f(x):\n    return {'a': [1, 2, 3]}  # code",
+    "💡" * 30 + " long run of four-byte characters",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_one_token_at_a_time_equals_whole_decode(tokenizer: PromptTokenizer, text: str) -> None:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tokenizer.decode)
+    deltas = [detok.add([t]) for t in ids]
+    deltas.append(detok.flush())
+    assert "".join(deltas) == tokenizer.decode(ids)
+    assert "\ufffd" not in "".join(deltas)
+
+
+@pytest.mark.parametrize("chunk", [2, 3, 7])
+def test_chunks_of_tokens_equal_whole_decode(tokenizer: PromptTokenizer, chunk: int) -> None:
+    text = TEXTS[1] * 3
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tokenizer.decode)
+    out = "".join(detok.add(ids[i : i + chunk]) for i in range(0, len(ids), chunk)) + detok.flush()
+    assert out == tokenizer.decode(ids)
+
+
+def test_stop_string_cuts_and_holds_back() -> None:
+    m = StopMatcher(["\n\nUser:"])
+    sent = []
+    for piece in ["Hello", " there", "\n", "\nUs", "er:", " more"]:
+        text, hit = m.feed(piece)
+        sent.append(text)
+        if hit:
+            break
+    assert hit
+    assert "".join(sent) == "Hello there"
+
+
+def test_stop_earliest_of_several_wins_and_no_stop_passes_through() -> None:
+    m = StopMatcher(["world", "lo"])
+    text, hit = m.feed("hello world")
+    assert hit
+    assert text == "hel"
+    plain = StopMatcher([])
+    assert plain.feed("abc") == ("abc", False)
+
+
+def test_held_back_text_is_released_at_the_end() -> None:
+    m = StopMatcher(["STOP"])
+    first, hit = m.feed("abcST")
+    assert (first, hit) == ("ab", False)
+    rest, hit = m.feed("", final=True)
+    assert (rest, hit) == ("cST", False)
