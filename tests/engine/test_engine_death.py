@@ -22,7 +22,7 @@ def doomed_engine(tmp_path: Path) -> Iterator[Server]:
 
 def core_process(server: Server) -> psutil.Process:
     children = psutil.Process(server.proc.pid).children(recursive=True)
-    cores = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+    cores = [c for c in children if c.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(c.cmdline())]
     assert len(cores) == 1, [c.cmdline() for c in children]
     return cores[0]
 
@@ -32,12 +32,14 @@ def test_core_death_fails_inflight_and_health(doomed_engine: Server) -> None:
     url = doomed_engine.url
     body = {"prompt": "Tell a long story.", "max_tokens": 4000, "ignore_eos": True, "stream": True}
     payloads: list[str] = []
+    core = core_process(doomed_engine)
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
         for line in r.iter_lines():
-            if line.startswith("data: "):
-                payloads.append(line[6:])
+            if not line.startswith("data: "):
+                continue
+            payloads.append(line[6:])
             if len(payloads) == 3:
-                core_process(doomed_engine).kill()
+                core.kill()
     # the stream ended (did not hang) with an error event and [DONE]
     assert payloads[-1] == "[DONE]"
     err = json.loads(payloads[-2])["error"]

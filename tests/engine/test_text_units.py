@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genmesh.engine.detokenizer import IncrementalDetokenizer
+from genmesh.engine.detokenizer import BatchDetokenizer, IncrementalDetokenizer
 from genmesh.engine.stop import StopMatcher
 from genmesh.engine.tokenizer import PromptTokenizer
 from support.servers import DEFAULT_MODEL
@@ -24,23 +24,46 @@ TEXTS = [
 ]
 
 
+def run_incremental(tokenizer: PromptTokenizer, ids: list[int], chunk: int) -> list[str]:
+    detok = IncrementalDetokenizer()
+    batch = BatchDetokenizer(tokenizer.decode_batch)
+    pieces = [ids[i : i + chunk] for i in range(0, len(ids), chunk)] or [[]]
+    deltas = []
+    for n, piece in enumerate(pieces):
+        deltas += batch.step([(detok, piece, n == len(pieces) - 1)])
+    return deltas
+
+
 @pytest.mark.parametrize("text", TEXTS)
 def test_one_token_at_a_time_equals_whole_decode(tokenizer: PromptTokenizer, text: str) -> None:
     ids = tokenizer.encode(text, add_special_tokens=False)
-    detok = IncrementalDetokenizer(tokenizer.decode)
-    deltas = [detok.add([t]) for t in ids]
-    deltas.append(detok.flush())
+    deltas = run_incremental(tokenizer, ids, 1)
     assert "".join(deltas) == tokenizer.decode(ids)
     assert "\ufffd" not in "".join(deltas)
 
 
 @pytest.mark.parametrize("chunk", [2, 3, 7])
 def test_chunks_of_tokens_equal_whole_decode(tokenizer: PromptTokenizer, chunk: int) -> None:
-    text = TEXTS[1] * 3
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    detok = IncrementalDetokenizer(tokenizer.decode)
-    out = "".join(detok.add(ids[i : i + chunk]) for i in range(0, len(ids), chunk)) + detok.flush()
-    assert out == tokenizer.decode(ids)
+    ids = tokenizer.encode(TEXTS[1] * 3, add_special_tokens=False)
+    assert "".join(run_incremental(tokenizer, ids, chunk)) == tokenizer.decode(ids)
+
+
+def test_many_requests_decoded_in_one_batch_stay_independent(tokenizer: PromptTokenizer) -> None:
+    ids = [tokenizer.encode(t * 2, add_special_tokens=False) for t in TEXTS]
+    detoks = [IncrementalDetokenizer() for _ in TEXTS]
+    batch = BatchDetokenizer(tokenizer.decode_batch)
+    out = ["" for _ in TEXTS]
+    longest = max(len(i) for i in ids)
+    for step in range(longest):
+        work = [
+            (d, seq[step : step + 1], step == len(seq) - 1)
+            for d, seq in zip(detoks, ids, strict=True)
+            if step < len(seq)
+        ]
+        live = [k for k, seq in enumerate(ids) if step < len(seq)]
+        for k, delta in zip(live, batch.step(work), strict=True):
+            out[k] += delta
+    assert out == [tokenizer.decode(seq) for seq in ids]
 
 
 def test_stop_string_cuts_and_holds_back() -> None:

@@ -1,10 +1,10 @@
 """The API process's side of the engine core: spawn it, feed it, route its outputs, watch it die.
 
 The client binds two ZeroMQ sockets in a private temporary folder, spawns the core process,
-and runs one asyncio task that reads a ``StepOutputs`` message per engine step and hands each
-request's new tokens to that request's queue. The core's death is noticed at once through the
-process sentinel (an fd the event loop watches): every request in flight ends with an error
-and ``alive`` turns false.
+and runs one asyncio task that reads a ``StepOutputs`` message per engine step, detokenises
+the step's new tokens for all requests in one batched call, and hands each request its text.
+The core's death is noticed at once through the process sentinel (an fd the event loop
+watches): every request in flight ends with an error and ``alive`` turns false.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import zmq.asyncio
 
 from . import messages as m
 from .core import CoreConfig, run_core
+from .detokenizer import BatchDetokenizer, DecodeBatch, IncrementalDetokenizer
 
 log = logging.getLogger("genmesh.engine.core_client")
 
@@ -33,10 +34,21 @@ class EngineDeadError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class TextOutput:
+    """What a request's consumer receives per engine step: new text, not token ids."""
+
+    text: str
+    num_tokens: int
+    finish_reason: str | None = None
+    error: str | None = None
+
+
 @dataclass
 class RequestStream:
     request_id: int
-    queue: asyncio.Queue[m.RequestOutput] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[TextOutput] = field(default_factory=asyncio.Queue)
+    detok: IncrementalDetokenizer = field(default_factory=IncrementalDetokenizer)
     finished: bool = False
 
 
@@ -48,7 +60,9 @@ class CoreClient:
         on_stats: Callable[[m.Stats], None] | None = None,
         stats_log_interval_s: float = 10.0,
         stall_timeout_s: float = 60.0,
+        decode_batch: DecodeBatch | None = None,
     ) -> None:
+        self._detok = BatchDetokenizer(decode_batch) if decode_batch is not None else None
         self.stall_timeout_s = stall_timeout_s
         self._last_heard = time.monotonic()
         self.config = config
@@ -69,6 +83,10 @@ class CoreClient:
         self._reader: asyncio.Task[None] | None = None
         self._loaded: asyncio.Future[None] | None = None
         self._last_stats_log = 0.0
+
+    def attach_decoder(self, decode_batch: DecodeBatch) -> None:
+        """The tokenizer loads alongside the core; requests are only accepted once both are ready."""
+        self._detok = BatchDetokenizer(decode_batch)
 
     @property
     def alive(self) -> bool:
@@ -117,7 +135,7 @@ class CoreClient:
         if self._loaded is not None and not self._loaded.done():
             self._loaded.set_exception(EngineDeadError(reason))
         for stream in list(self.streams.values()):
-            stream.queue.put_nowait(m.RequestOutput(stream.request_id, [], "error", reason))
+            stream.queue.put_nowait(TextOutput("", 0, "error", reason))
         self.streams.clear()
         self._set_stats(m.Stats(0, 0, 0.0))
 
@@ -137,14 +155,7 @@ class CoreClient:
 
     def _dispatch(self, msg: m.FromCore) -> None:
         if isinstance(msg, m.StepOutputs):
-            for out in msg.outputs:
-                stream = self.streams.get(out.request_id)
-                if stream is None:
-                    continue
-                stream.queue.put_nowait(out)
-                if out.finish_reason is not None:
-                    stream.finished = True
-                    del self.streams[out.request_id]
+            self._deliver(msg.outputs)
             self._set_stats(msg.stats)
             self._maybe_log_stats()
         elif isinstance(msg, m.Ready):
@@ -156,6 +167,25 @@ class CoreClient:
             self.dead_reason = f"model failed to load: {msg.error}"
             if self._loaded is not None and not self._loaded.done():
                 self._loaded.set_exception(EngineDeadError(self.dead_reason))
+
+    def _deliver(self, outputs: list[m.RequestOutput]) -> None:
+        assert self._detok is not None, "decoder not attached"
+        work: list[tuple[IncrementalDetokenizer, list[int], bool]] = []
+        targets: list[tuple[RequestStream, m.RequestOutput]] = []
+        for out in outputs:
+            stream = self.streams.get(out.request_id)
+            if stream is None:
+                continue  # aborted meanwhile
+            if out.finish_reason is not None:
+                stream.finished = True
+                del self.streams[out.request_id]
+            if out.finish_reason == "error":
+                stream.queue.put_nowait(TextOutput("", len(out.token_ids), "error", out.error))
+                continue
+            work.append((stream.detok, out.token_ids, out.finish_reason is not None))
+            targets.append((stream, out))
+        for (stream, out), delta in zip(targets, self._detok.step(work), strict=True):
+            stream.queue.put_nowait(TextOutput(delta, len(out.token_ids), out.finish_reason))
 
     def _maybe_log_stats(self) -> None:
         if self.stats_log_interval_s <= 0:
@@ -172,7 +202,7 @@ class CoreClient:
             )
 
     def add(self, prompt_ids: list[int], params: m.SamplingParams) -> RequestStream:
-        if not self.alive:
+        if not self.alive or self._detok is None:
             raise EngineDeadError(self.unavailable_reason())
         rid = next(self._ids)
         stream = RequestStream(rid)

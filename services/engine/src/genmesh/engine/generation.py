@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from genmesh.protocol import OpenAIError, Usage, internal_error, service_unavailable
 
 from .core_client import CoreClient, EngineDeadError, RequestStream
-from .detokenizer import IncrementalDetokenizer
 from .messages import SamplingParams
 from .metrics import EngineMetrics
 from .stop import StopMatcher
@@ -73,7 +72,6 @@ class Generator:
         stops: Sequence[str],
         arrival: float,
     ) -> AsyncIterator[str | Finished]:
-        detok = IncrementalDetokenizer(self.tokenizer.decode)
         matcher = StopMatcher(stops)
         generated = 0
         first_token_at: float | None = None
@@ -86,18 +84,13 @@ class Generator:
                     if not self.core.alive:
                         raise service_unavailable(out.error or "engine died", code="engine_unavailable")
                     raise internal_error(out.error or "generation failed")
-                if out.token_ids:
+                if out.num_tokens:
                     if first_token_at is None:
                         first_token_at = time.perf_counter()
                         self.metrics.ttft.observe(first_token_at - arrival)
-                    generated += len(out.token_ids)
-                    delta = detok.add(out.token_ids)
-                else:
-                    delta = ""
+                    generated += out.num_tokens
                 final = out.finish_reason is not None
-                if final:
-                    delta += detok.flush()
-                text, stopped = matcher.feed(delta, final)
+                text, stopped = matcher.feed(out.text, final)
                 if text:
                     yield text
                 if stopped or final:

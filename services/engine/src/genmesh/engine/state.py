@@ -63,6 +63,7 @@ class EngineState:
         try:
             await core.start(settings.startup_timeout_s)
             tokenizer = await tokenizer_task
+            core.attach_decoder(tokenizer.decode_batch)
         except BaseException:
             tokenizer_task.cancel()
             await core.close()

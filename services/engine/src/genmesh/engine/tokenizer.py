@@ -53,6 +53,10 @@ class PromptTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
 
+    def decode_batch(self, windows: list[list[int]]) -> list[str]:
+        """One detokenizer call for many sequences (the per-call cost dominates short decodes)."""
+        return [str(t) for t in self._tok.decode(windows, skip_special_tokens=True)]
+
     def completion_prompt(self, req: CompletionRequest) -> list[int]:
         prompt = req.prompt
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
