@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Native launcher: run the whole genmesh mesh on one machine, no Docker.
+
+Starts, in order, each waiting for the previous one to be healthy (with progress):
+  redis (a private redis-server, only when none answers on --redis-url)
+  engine :8008 → llm-microservice :9000 → gateway :8888
+Every child's output is shown with a [name] prefix. Ctrl-C (or SIGTERM) stops them all in
+reverse order; if one dies, the others are stopped and the launcher exits non-zero.
+Standard library only; run it with the virtual environment's python (``make run`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RUN_DIR = ROOT / ".run"
+
+
+def say(msg: str) -> None:
+    print(f"[mesh] {msg}", flush=True)
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    url: str  # shown to the user
+    ready: Callable[[], bool]
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+
+def redis_answers(url: str) -> bool:
+    u = urllib.parse.urlparse(url)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379), timeout=1.0) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+    except OSError:
+        return False
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def pump(name: str, stream: IO[bytes]) -> None:
+    for raw in iter(stream.readline, b""):
+        sys.stdout.write(f"[{name}] {raw.decode(errors='replace')}")
+        sys.stdout.flush()
+
+
+class Mesh:
+    def __init__(self) -> None:
+        self.running: list[Component] = []
+        self.stopping = threading.Event()
+
+    def start(self, c: Component, timeout_s: float) -> None:
+        say(f"starting {c.name}: {' '.join(c.argv)}")
+        c.proc = subprocess.Popen(
+            c.argv,
+            cwd=ROOT,
+            env={**os.environ, **c.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the launcher only; it stops children in order
+        )
+        self.running.append(c)
+        threading.Thread(target=pump, args=(c.name, c.proc.stdout), daemon=True).start()
+        started = time.monotonic()
+        next_note = started + 5
+        while True:
+            if c.proc.poll() is not None:
+                raise RuntimeError(f"{c.name} exited with code {c.proc.returncode} during start-up")
+            if self.stopping.is_set():
+                raise KeyboardInterrupt
+            if c.ready():
+                say(f"{c.name} is ready ({time.monotonic() - started:.1f} s)")
+                return
+            now = time.monotonic()
+            if now - started > timeout_s:
+                raise RuntimeError(f"{c.name} not healthy after {timeout_s:.0f} s")
+            if now >= next_note:
+                say(f"waiting for {c.name} ... {now - started:.0f} s")
+                next_note = now + 5
+            self.stopping.wait(0.2)
+
+    def watch(self) -> int:
+        while not self.stopping.is_set():
+            for c in self.running:
+                if c.proc is not None and c.proc.poll() is not None:
+                    say(f"{c.name} exited unexpectedly with code {c.proc.returncode}; stopping the mesh")
+                    return 1
+            self.stopping.wait(0.5)
+        return 0
+
+    def stop(self) -> None:
+        for c in reversed(self.running):
+            if c.proc is None or c.proc.poll() is not None:
+                continue
+            say(f"stopping {c.name}")
+            c.proc.terminate()
+            try:
+                c.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                c.proc.wait(10)
+
+
+def build(args: argparse.Namespace) -> list[Component]:
+    comps: list[Component] = []
+    wanted = set(args.components.split(","))
+    host = "127.0.0.1"
+    engine_url = f"http://{host}:{args.engine_port}"
+    if "gateway" in wanted and not redis_answers(args.redis_url):
+        server = shutil.which("redis-server")
+        if server is None:
+            raise RuntimeError("redis-server not found: run 'make redis' (installs Debian's redis-server)")
+        port = urllib.parse.urlparse(args.redis_url).port or 6379
+        data = RUN_DIR / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        comps.append(Component("redis", argv, args.redis_url, lambda: redis_answers(args.redis_url)))
+    if "engine" in wanted:
+        comps.append(
+            Component(
+                "engine",
+                [str(BIN / "genmesh-engine"), "--model", args.model, "--host", host, "--port", str(args.engine_port)]
+                + (["--served-model-name", args.served_model_name] if args.served_model_name else [])
+                + list(args.engine_arg),
+                engine_url,
+                lambda: http_ok(f"{engine_url}/health"),
+            )
+        )
+    if "microservice" in wanted:
+        ms_url = f"http://{host}:{args.microservice_port}"
+        comps.append(
+            Component(
+                "microservice",
+                [str(BIN / "genmesh-microservice"), "--host", host, "--port", str(args.microservice_port)],
+                ms_url,
+                lambda: http_ok(f"{ms_url}/v1/health_check"),
+                env={
+                    "LLM_ENDPOINT": engine_url,
+                    **({"LLM_MODEL_ID": args.served_model_name} if args.served_model_name else {}),
+                },
+            )
+        )
+    if "gateway" in wanted:
+        gw_argv = [str(BIN / "genmesh-gateway"), "--host", host, "--port", str(args.gateway_port)]
+        if args.gateway_config:
+            gw_argv += ["--config", args.gateway_config]
+        gw_url = f"http://{host}:{args.gateway_port}"
+        comps.append(
+            Component(
+                "gateway", gw_argv, gw_url, lambda: http_ok(f"{gw_url}/health"), env={"REDIS_URL": args.redis_url}
+            )
+        )
+    return comps
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Run the genmesh mesh natively (no Docker).")
+    p.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--components", default="engine,microservice,gateway", help="comma list of components to run")
+    p.add_argument("--engine-port", type=int, default=8008)
+    p.add_argument("--microservice-port", type=int, default=9000)
+    p.add_argument("--gateway-port", type=int, default=8888)
+    p.add_argument("--gateway-config", default=None, help="gateway routing YAML")
+    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag (repeatable)")
+    p.add_argument("--startup-timeout-s", type=float, default=600.0)
+    args = p.parse_args(argv)
+
+    mesh = Mesh()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        mesh.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        for comp in build(args):
+            mesh.start(comp, args.startup_timeout_s)
+        say("the mesh is up:")
+        for comp in mesh.running:
+            say(f"  {comp.name:<13} {comp.url}")
+        say("Ctrl-C stops everything")
+        code = mesh.watch()
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as exc:
+        say(f"error: {exc}")
+        code = 1
+    finally:
+        mesh.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
