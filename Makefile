@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVICES := services/protocol services/engine
+SERVICES := services/protocol services/engine scripts/bench
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean
@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check services scripts tests
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
-	$(BIN)/mypy services/protocol/src services/engine/src
+	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src
 
 test-only: $(STAMP) model
 	$(BIN)/python -m pytest tests

@@ -1,0 +1,1 @@
+"""genmesh benchmarks (``genmesh-bench``)."""

@@ -1,0 +1,76 @@
+"""The ceiling: the same work through ``ContinuousBatchingPipeline.generate()`` in one process.
+
+:func:`measure_in_subprocess` runs :func:`measure` in a fresh spawned process, so the
+pipeline's memory and OpenVINO threads are gone before the HTTP server starts.
+
+The prompts go through the same path as the server's chat route: the model's chat template
+with ``add_generation_prompt=True``, then tokenised without special tokens, and the token
+ids are handed to ``generate()``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from .progress import say
+from .steal import StealMeter
+from .workload import Scheduler, Workload
+
+
+@dataclass(frozen=True)
+class InProcessResult:
+    load_s: float
+    wall_s: float
+    completion_tokens: int
+    steal_percent: float | None
+    busy_percent: float | None
+    other_percent: float | None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _prompt_tensors(ov: Any, np: Any, tokenizer: Any, prompts: tuple[str, ...]) -> list[Any]:
+    tensors = []
+    for prompt in prompts:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False).input_ids.data
+        tensors.append(ov.Tensor(np.asarray(ids, dtype=np.int64).reshape(1, -1)))
+    return tensors
+
+
+def measure(model: str, scheduler: Scheduler, workload: Workload) -> InProcessResult:
+    """Load the pipeline, warm it up, then time one ``generate()`` of the whole workload."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    say("in-process: loading the pipeline")
+    t0 = time.perf_counter()
+    pipe = ov_genai.ContinuousBatchingPipeline(model, scheduler.to_openvino(ov_genai), "CPU", scheduler.plugin_config)
+    load_s = time.perf_counter() - t0
+    tokenizer = pipe.get_tokenizer()
+    say(f"in-process: loaded in {load_s:.1f}s; warm-up ({len(workload.warmup_prompts)} requests)")
+    warm = _prompt_tensors(ov, np, tokenizer, workload.warmup_prompts)
+    pipe.generate(warm, [workload.generation_config(ov_genai, workload.warmup_max_tokens)] * len(warm))
+
+    inputs = _prompt_tensors(ov, np, tokenizer, workload.prompts)
+    configs = [workload.generation_config(ov_genai, workload.max_tokens)] * len(inputs)
+    say(f"in-process: measuring {len(inputs)} requests x {workload.max_tokens} tokens")
+    with StealMeter() as meter:
+        start = time.perf_counter()
+        results = pipe.generate(inputs, configs)
+        wall = time.perf_counter() - start
+    tokens = sum(len(r.m_generation_ids[0]) for r in results)
+    return InProcessResult(load_s, wall, tokens, meter.steal_percent, meter.busy_percent, meter.other_percent)
+
+
+def measure_in_subprocess(model: str, scheduler: Scheduler, workload: Workload) -> InProcessResult:
+    """:func:`measure` in a fresh process that exits when it is done."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(measure, model, scheduler, workload).result()
