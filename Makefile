@@ -4,16 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVICES := services/protocol services/engine scripts/bench
+SERVICES := services/protocol services/engine scripts/bench services/llm-microservice
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv model lint test test-only run run-engine bench bench-engine clean
+.PHONY: help venv model lint test test-only run run-engine bench bench-engine bench-microservice clean
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
 	@echo "make model         fetch the default model into ./models (once)"
 	@echo "make bench-engine  HTTP server vs in-process pipeline throughput"
+	@echo "make bench-microservice  32 streams through the microservice vs straight to the engine"
 
 $(STAMP): requirements-dev.txt $(foreach s,$(SERVICES),$(s)/pyproject.toml)
 	@echo "==> creating virtual environment in $(VENV)"
@@ -36,7 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check services scripts tests
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
-	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src
+	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src
 
 test-only: $(STAMP) model
 	$(BIN)/python -m pytest tests
@@ -53,6 +54,9 @@ bench: bench-engine
 
 bench-engine: $(STAMP) model
 	$(BIN)/python -m genmesh.bench.engine --model $(MODEL)
+
+bench-microservice: $(STAMP) model
+	$(BIN)/python -m genmesh.microservice.bench --model $(MODEL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

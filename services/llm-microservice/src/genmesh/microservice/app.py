@@ -1,0 +1,57 @@
+"""The microservice's ASGI application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
+
+from .metrics import MicroserviceMetrics
+from .observe import ObserveMiddleware
+from .routes import chat, completions, system
+from .routes.responding import ClientDisconnected
+from .settings import MicroserviceSettings
+from .state import MicroserviceState
+
+
+def package_version() -> str:
+    try:
+        return version("genmesh-microservice")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(settings: MicroserviceSettings, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    """Build the app; ``transport`` replaces the network to the engine (tests, in-process use)."""
+    metrics = MicroserviceMetrics()
+    app_version = package_version()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = MicroserviceState.start(settings, app_version, metrics, transport)
+        app.state.microservice = state
+        try:
+            yield
+        finally:
+            await state.close()
+
+    app = FastAPI(title="genmesh llm-microservice", version=app_version, lifespan=lifespan)
+    install_error_handlers(app)
+
+    async def on_disconnect(_: Request, __: Exception) -> Response:
+        return Response(status_code=499)
+
+    app.add_exception_handler(ClientDisconnected, on_disconnect)
+    app.include_router(chat.router)
+    app.include_router(completions.router)
+    app.include_router(system.router)
+    # The last one added runs first: the request id must be known when requests are observed.
+    app.add_middleware(ObserveMiddleware, metrics=metrics)
+    app.add_middleware(RequestIdMiddleware)
+    return app

@@ -1,0 +1,74 @@
+"""Readiness: does the engine answer ``GET /health`` with 200? Asked at most once per TTL.
+
+A flood of probes (load balancers, orchestrators, several replicas' checks) shares one
+engine call: answers are cached for ``ready_cache_ttl_s`` and concurrent probes wait on the
+one call in progress instead of starting their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from genmesh.protocol import OpenAIError
+
+from .metrics import MicroserviceMetrics
+from .upstream import Upstream
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    detail: dict[str, Any]
+    checked_at: float  # monotonic seconds
+
+    def body(self, now: float) -> dict[str, Any]:
+        return {
+            "status": "ready" if self.ready else "unavailable",
+            "engine": self.detail,
+            "age_s": round(max(0.0, now - self.checked_at), 3),
+        }
+
+
+@dataclass
+class ReadinessProbe:
+    upstream: Upstream
+    metrics: MicroserviceMetrics
+    ttl_s: float
+    probe_timeout: httpx.Timeout
+    clock: Callable[[], float] = time.monotonic
+    _last: Readiness | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def check(self) -> Readiness:
+        last = self._last
+        if last is not None and self.clock() - last.checked_at < self.ttl_s:
+            return last
+        async with self._lock:
+            last = self._last  # another probe may have refreshed it while we waited
+            if last is not None and self.clock() - last.checked_at < self.ttl_s:
+                return last
+            self._last = await self._ask_engine()
+            return self._last
+
+    async def _ask_engine(self) -> Readiness:
+        try:
+            response = await self.upstream.fetch("GET", "/health", "readiness", timeouts=self.probe_timeout)
+        except OpenAIError as err:
+            self.metrics.readiness_checks.labels(result="unreachable").inc()
+            return Readiness(False, {"reason": err.message}, self.clock())
+        ok = response.status_code == 200
+        self.metrics.readiness_checks.labels(result="ready" if ok else "unavailable").inc()
+        try:
+            detail = response.json()
+        except ValueError:
+            detail = {"body": response.text[:200]}
+        if not isinstance(detail, dict):
+            detail = {"body": detail}
+        detail["http_status"] = response.status_code
+        return Readiness(ok, detail, self.clock())

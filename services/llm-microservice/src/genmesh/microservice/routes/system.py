@@ -1,0 +1,44 @@
+"""Liveness (``/v1/health_check``), readiness (``/v1/ready``), ``/v1/models`` and ``/metrics``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .responding import relay_unary, state_of
+
+router = APIRouter()
+
+SERVICE_TITLE = "opea_service@llm_genmesh/MicroService"
+SERVICE_DESCRIPTION = "OPEA Microservice Infrastructure"
+
+
+@router.get("/v1/health_check")
+async def health_check(request: Request) -> JSONResponse:
+    """Liveness: this process answers. The engine is not asked (see ``/v1/ready``)."""
+    return JSONResponse(
+        {
+            "Service Title": SERVICE_TITLE,
+            "Service Description": SERVICE_DESCRIPTION,
+            "Version": state_of(request).version,
+        }
+    )
+
+
+@router.get("/v1/ready")
+async def ready(request: Request) -> JSONResponse:
+    """Readiness: 200 when the engine's ``/health`` answers 200 (cached ``ready_cache_ttl_s``), else 503."""
+    st = state_of(request)
+    result = await st.readiness.check()
+    return JSONResponse(result.body(st.readiness.clock()), status_code=200 if result.ready else 503)
+
+
+@router.get("/v1/models", response_model=None)
+async def models(request: Request) -> Response:
+    return await relay_unary(request, state_of(request).upstream, "GET", "/v1/models")
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(state_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,296 @@
+"""The microservice's pieces without servers: OPEA normalisation, settings, and the app over a scripted engine.
+
+The scripted engine (``httpx.MockTransport``) lets these tests see exactly what the
+microservice sends upstream (headers, paths, bodies) and feed it failures the real engine
+cannot be made to produce on demand. Behaviour against the real engine is in the other modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from genmesh.microservice import MicroserviceSettings, create_app, parse_settings
+from genmesh.microservice.normalise import CHAT_PATH, COMPLETIONS_PATH, normalise_chat, normalise_completion
+from genmesh.protocol import OpenAIError
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+# --- normalisation ---------------------------------------------------------------------------
+
+
+def test_string_messages_become_a_completion_without_the_legacy_16_token_default() -> None:
+    call = normalise_chat({"model": "${model_name}", "messages": "What is Deep Learning?"}, "m1")
+    assert call.path == COMPLETIONS_PATH
+    assert call.body == {"model": "m1", "prompt": "What is Deep Learning?", "max_tokens": None}
+    assert call.stream is False
+
+
+def test_list_messages_stay_a_chat_request() -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    call = normalise_chat({"messages": msgs, "max_tokens": 17, "stream": True}, None)
+    assert call.path == CHAT_PATH
+    assert call.body == {"messages": msgs, "max_tokens": 17, "stream": True}
+    assert call.stream is True
+
+
+def test_opea_names_are_mapped() -> None:
+    call = normalise_chat({"messages": "hi", "max_new_tokens": 5, "streaming": True, "top_k": 3}, None)
+    assert call.body == {"prompt": "hi", "max_tokens": 5, "stream": True, "top_k": 3}
+    assert call.stream is True
+
+
+def test_max_completion_tokens_means_max_tokens_for_a_prompt() -> None:
+    call = normalise_chat({"messages": "hi", "max_completion_tokens": 9}, None)
+    assert call.body["max_tokens"] == 9
+    assert "max_completion_tokens" not in call.body
+
+
+@pytest.mark.parametrize(
+    ("model", "default", "expected"),
+    [
+        ("${model_name}", "m1", "m1"),
+        ("$model_name", "m1", "m1"),
+        ("<model>", "m1", "m1"),
+        ("", "m1", "m1"),
+        (None, "m1", "m1"),
+        ("real/name", "m1", "real/name"),
+        ("${model_name}", None, None),
+    ],
+)
+def test_model_defaults_to_llm_model_id(model: str | None, default: str | None, expected: str | None) -> None:
+    raw: dict[str, Any] = {"messages": "hi"}
+    if model is not None:
+        raw["model"] = model
+    call = normalise_chat(raw, default)
+    assert call.body.get("model") == expected
+
+
+def test_completions_pass_through_untouched_but_for_the_model() -> None:
+    raw = {"prompt": "x", "max_tokens": 3, "stream": True, "whatever": 1}
+    call = normalise_completion(raw, "m1")
+    assert call.path == COMPLETIONS_PATH
+    assert call.body == {**raw, "model": "m1"}
+    assert call.stream is True
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        ({}, "messages"),
+        ({"messages": 3}, "messages"),
+        ({"messages": None}, "messages"),
+        ({"messages": {"role": "user"}}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": "   "}, "messages"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"messages": "hi", "max_tokens": -1}, "max_tokens"),
+        ({"messages": "hi", "max_new_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5}, "max_tokens"),
+        ({"messages": "hi", "temperature": 9}, "temperature"),
+        ({"messages": "hi", "stream": True, "streaming": False}, "streaming"),
+        ({"messages": "hi", "nonsense": 1}, "nonsense"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_parameter(raw: dict[str, Any], param: str) -> None:
+    with pytest.raises(OpenAIError) as info:
+        normalise_chat(raw, None)
+    assert info.value.status == 400
+    assert info.value.param == param
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def test_settings_read_opea_names_and_flags_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLM_ENDPOINT", raising=False)
+    monkeypatch.delenv("LLM_MODEL_ID", raising=False)
+    monkeypatch.setenv("vLLM_ENDPOINT", "http://engine:8008/v1/")
+    monkeypatch.setenv("LLM_MODEL", "legacy-model")
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    monkeypatch.setenv("GENMESH_MICROSERVICE_PORT", "9100")
+    s = parse_settings([])
+    assert (s.llm_endpoint, s.llm_model_id, s.openai_api_key, s.port) == (
+        "http://engine:8008",
+        "legacy-model",
+        None,
+        9100,
+    )
+    s = parse_settings(["--llm-endpoint", "http://other:1", "--model-id", "flag-model", "--port", "9200"])
+    assert (s.llm_endpoint, s.llm_model_id, s.port) == ("http://other:1", "flag-model", 9200)
+
+
+def test_new_name_wins_over_legacy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_ENDPOINT", "http://new:1")
+    monkeypatch.setenv("vLLM_ENDPOINT", "http://old:1")
+    monkeypatch.setenv("LLM_MODEL_ID", "new")
+    monkeypatch.setenv("LLM_MODEL", "old")
+    s = parse_settings([])
+    assert (s.llm_endpoint, s.llm_model_id) == ("http://new:1", "new")
+
+
+def test_settings_refuse_a_non_http_endpoint() -> None:
+    with pytest.raises(ValueError, match="http"):
+        MicroserviceSettings(llm_endpoint="engine:8008")
+
+
+# --- the app over a scripted engine ------------------------------------------------------------
+
+
+@asynccontextmanager
+async def app_client(handler: Handler, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    base = {"llm_endpoint": "http://engine.test", "llm_model_id": "m1", "ready_cache_ttl_s": 1.5}
+    app = create_app(MicroserviceSettings(**{**base, **settings}), transport=httpx.MockTransport(handler))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ms.test") as client,
+    ):
+        yield client
+
+
+def sse_data(text: str) -> list[str]:
+    return [line.removeprefix("data: ") for line in text.splitlines() if line.startswith("data: ")]
+
+
+async def test_request_id_and_api_key_reach_the_engine() -> None:
+    seen: list[httpx.Request] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"object": "text_completion", "choices": [{"text": "ok"}]})
+
+    async with app_client(engine, openai_api_key="sk-test") as client:
+        r = await client.post(
+            "/v1/chat/completions",
+            json={"model": "${model_name}", "messages": "hello", "max_new_tokens": 4},
+            headers={"X-Request-ID": "rid-42"},
+        )
+    assert r.status_code == 200
+    assert r.headers["x-request-id"] == "rid-42"
+    assert r.json()["choices"][0]["text"] == "ok"
+    (sent,) = seen
+    assert sent.url.path == "/v1/completions"
+    assert sent.headers["x-request-id"] == "rid-42"
+    assert sent.headers["authorization"] == "Bearer sk-test"
+    assert json.loads(sent.content) == {"model": "m1", "prompt": "hello", "max_tokens": 4}
+
+
+async def test_no_authorization_header_without_a_key() -> None:
+    seen: list[httpx.Request] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"object": "list", "data": []})
+
+    async with app_client(engine) as client:
+        r = await client.get("/v1/models")
+    assert r.status_code == 200
+    assert "authorization" not in seen[0].headers
+
+
+async def test_engine_error_is_relayed_with_its_status() -> None:
+    body = {"error": {"message": "nope", "type": "invalid_request_error", "param": "model", "code": "x"}}
+
+    def engine(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json=body)
+
+    async with app_client(engine) as client:
+        unary = await client.post("/v1/chat/completions", json={"messages": "hi"})
+        streamed = await client.post("/v1/chat/completions", json={"messages": "hi", "stream": True})
+    assert (unary.status_code, unary.json()) == (404, body)
+    assert (streamed.status_code, streamed.json()) == (404, body)
+
+
+async def test_non_json_engine_error_becomes_an_openai_error() -> None:
+    def engine(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, text="<html>boom</html>", headers={"content-type": "text/html"})
+
+    async with app_client(engine) as client:
+        r = await client.post("/v1/chat/completions", json={"messages": "hi"})
+    assert r.status_code == 502
+    assert r.json()["error"]["code"] == "engine_error"
+    assert "boom" in r.json()["error"]["message"]
+
+
+class _CutStream(httpx.AsyncByteStream):
+    """Two chunks, then the connection breaks."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+        yield b'data: {"choices":[{"index":0,"text":"b"}]}\n\n'
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+async def test_a_stream_cut_by_the_engine_ends_with_an_error_event_then_done() -> None:
+    def engine(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_CutStream())
+
+    async with app_client(engine) as client:
+        r = await client.post("/v1/chat/completions", json={"messages": "hi", "stream": True})
+        metrics = (await client.get("/metrics")).text
+    data = sse_data(r.text)
+    assert r.status_code == 200
+    assert [json.loads(d)["choices"][0]["text"] for d in data[:2]] == ["a", "b"]
+    assert json.loads(data[2])["error"]["code"] == "engine_connection_failed"
+    assert data[3:] == ["[DONE]"]
+    assert 'genmesh_microservice_stream_errors_total{endpoint="/v1/chat/completions"} 1.0' in metrics
+
+
+async def test_a_stream_that_ends_without_done_gets_an_error_event_then_done() -> None:
+    def engine(_: httpx.Request) -> httpx.Response:
+        chunk = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunk)
+
+    async with app_client(engine) as client:
+        r = await client.post("/v1/completions", json={"prompt": "hi", "stream": True})
+    data = sse_data(r.text)
+    assert json.loads(data[1])["error"]["code"] == "engine_stream_cut"
+    assert data[2:] == ["[DONE]"]
+
+
+async def test_upstream_done_is_relayed_exactly_once() -> None:
+    def engine(_: httpx.Request) -> httpx.Response:
+        body = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\ndata: [DONE]\n\n'
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    async with app_client(engine) as client:
+        r = await client.post(
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "stream": True}
+        )
+        metrics = (await client.get("/metrics")).text
+    assert sse_data(r.text)[1:] == ["[DONE]"]
+    assert 'genmesh_microservice_time_to_first_token_seconds_count{endpoint="/v1/chat/completions"} 1.0' in metrics
+
+
+async def test_readiness_is_cached_and_concurrent_probes_share_one_engine_call() -> None:
+    calls: list[str] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(200, json={"status": "ok"})
+
+    async with app_client(engine, ready_cache_ttl_s=60) as client:
+        replies = await asyncio.gather(*(client.get("/v1/ready") for _ in range(20)))
+    assert {r.status_code for r in replies} == {200}
+    assert calls == ["/health"]
+
+
+async def test_readiness_with_zero_ttl_asks_every_time() -> None:
+    calls: list[str] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(503, json={"status": "unavailable", "reason": "loading"})
+
+    async with app_client(engine, ready_cache_ttl_s=0) as client:
+        first = await client.get("/v1/ready")
+        await client.get("/v1/ready")
+    assert first.status_code == 503
+    assert first.json()["engine"]["reason"] == "loading"
+    assert calls == ["/health", "/health"]
