@@ -1,7 +1,8 @@
 """Relaying engine replies to our client: unary bodies, and SSE streams event by event.
 
-Streams are not buffered: each upstream event is re-emitted as soon as it is parsed
-(``httpx-sse`` in, ``sse-starlette`` out). ``[DONE]`` goes out exactly once. A stream the
+Streams are not buffered and not re-parsed: the engine's SSE bytes are relayed as they arrive
+(the engine already frames them), which keeps the microservice's cost per token to a byte
+copy. ``[DONE]`` goes out exactly once. A stream the
 engine breaks off (connection cut, timeout, garbage) ends with one error event
 ``data: {"error": {...}}`` and then ``[DONE]``, never with a bare cut. When our client goes
 away, the upstream response is closed, which drops the engine connection and so aborts the
@@ -14,15 +15,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import httpx
 from fastapi import Request
-from fastapi.responses import Response
-from httpx_sse import EventSource, SSEError
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from fastapi.responses import Response, StreamingResponse
+from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from genmesh.protocol import OpenAIError
@@ -115,50 +116,48 @@ async def relay_call(request: Request, call: EngineCall) -> Response:
         finally:
             await close(response)
         return _error_json(response)
-    events = _relay_events(response, st.upstream, st.metrics, request.url.path, started)
-    return EventSourceResponse(events, sep="\n", ping=15, background=BackgroundTask(close, response))
+    events = _relay_bytes(response, st.upstream, st.metrics, request.url.path, started)
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+        background=BackgroundTask(close, response),
+    )
 
 
-def _has_text(data: str) -> bool:
-    """Whether a chunk carries generated text (chat delta content or completion text)."""
-    try:
-        chunk = json.loads(data)
-        choice = chunk["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return False
-    delta = choice.get("delta")
-    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-    return bool(text)
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+# A chunk carrying generated text: a non-empty chat delta "content" or completion "text".
+_TEXT = re.compile(rb'"(?:content|text)":"(?!")')
+_DONE = b"data: [DONE]"
 
 
 def _error_event(err: OpenAIError) -> ServerSentEvent:
-    return ServerSentEvent(data=json.dumps(err.body()))
+    return ServerSentEvent(data=json.dumps(err.body()), sep="\n")
 
 
-async def _relay_events(
+async def _relay_bytes(
     response: httpx.Response, upstream: Upstream, metrics: MicroserviceMetrics, endpoint: str, started: float
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     saw_done = False
     saw_text = False
+    tail = b""  # end of the previous chunk, so a marker split across two chunks is still seen
     error: OpenAIError | None = None
     try:
         try:
-            async for event in EventSource(response).aiter_sse():
+            async for chunk in response.aiter_bytes():
                 if saw_done:
                     continue  # drain to the end so the connection can be reused
-                if event.data == DONE:
-                    saw_done = True
-                    yield ServerSentEvent(data=DONE)
-                    continue
-                if not saw_text and _has_text(event.data):
+                window = tail + chunk
+                if not saw_text and _TEXT.search(window):
                     saw_text = True
                     metrics.first_token.labels(endpoint=endpoint).observe(time.perf_counter() - started)
-                yield ServerSentEvent(data=event.data, event=None if event.event == "message" else event.event)
+                if _DONE in window:
+                    saw_done = True
+                tail = window[-(len(_DONE) - 1) :]
+                yield chunk
         except httpx.HTTPError as exc:
             if not saw_done:
                 error = upstream.failure(exc)
-        except SSEError as exc:
-            error = OpenAIError(f"The LLM engine sent a malformed stream: {exc}", status=502, type="upstream_error")
     finally:
         await close(response)
     if saw_done:
@@ -172,5 +171,5 @@ async def _relay_events(
         )
     metrics.stream_errors.labels(endpoint=endpoint).inc()
     log.warning("stream from the engine failed: %s", error.message)
-    yield _error_event(error)
-    yield ServerSentEvent(data=DONE)
+    yield _error_event(error).encode()
+    yield ServerSentEvent(data=DONE, sep="\n").encode()
