@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
 
 from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
 from .model_source import ModelSource
 from .routes import chat, completions, system
-from .routes.responding import ClientDisconnected
 from .settings import EngineSettings
 from .state import EngineState
 
@@ -30,10 +28,6 @@ def create_app(settings: EngineSettings, source: ModelSource) -> FastAPI:
     app = FastAPI(title="genmesh engine", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
 
-    async def on_disconnect(_: Request, __: Exception) -> Response:
-        return Response(status_code=499)
-
-    app.add_exception_handler(ClientDisconnected, on_disconnect)
     app.include_router(chat.router)
     app.include_router(completions.router)
     app.include_router(system.router)

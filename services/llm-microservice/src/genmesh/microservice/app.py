@@ -7,15 +7,13 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
 
 from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
 from .metrics import MicroserviceMetrics
 from .observe import ObserveMiddleware
 from .routes import chat, completions, system
-from .routes.responding import ClientDisconnected
 from .settings import MicroserviceSettings
 from .state import MicroserviceState
 
@@ -44,10 +42,6 @@ def create_app(settings: MicroserviceSettings, transport: httpx.AsyncBaseTranspo
     app = FastAPI(title="genmesh llm-microservice", version=app_version, lifespan=lifespan)
     install_error_handlers(app)
 
-    async def on_disconnect(_: Request, __: Exception) -> Response:
-        return Response(status_code=499)
-
-    app.add_exception_handler(ClientDisconnected, on_disconnect)
     app.include_router(chat.router)
     app.include_router(completions.router)
     app.include_router(system.router)

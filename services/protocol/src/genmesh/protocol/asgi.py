@@ -1,22 +1,61 @@
-"""ASGI plumbing every genmesh service uses: OpenAI error handlers and the X-Request-ID middleware."""
+"""ASGI plumbing every genmesh service uses: OpenAI error handlers, the X-Request-ID middleware,
+and cancelling work when the client goes away."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import logging
 import uuid
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import OpenAIError, from_validation_error, internal_error
 
+T = TypeVar("T")
 REQUEST_ID_HEADER = "x-request-id"
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away first
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 log = logging.getLogger("genmesh.http")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its reply was ready."""
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; if the client goes away first, cancel it and raise ``ClientDisconnected``.
+
+    Cancelling is what stops the work downstream: the engine aborts the generation, a proxy
+    closes its upstream request.
+    """
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.info("client disconnected; its request was cancelled")
+        raise ClientDisconnected()
+    return task.result()
 
 
 def error_response(err: OpenAIError) -> JSONResponse:
@@ -40,6 +79,10 @@ def install_error_handlers(app: FastAPI) -> None:
         log.exception("unhandled error", exc_info=exc)
         return error_response(internal_error(f"internal error: {type(exc).__name__}"))
 
+    async def on_disconnect(_: Request, __: Exception) -> Response:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+    app.add_exception_handler(ClientDisconnected, on_disconnect)
     app.add_exception_handler(OpenAIError, on_openai_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

@@ -19,10 +19,11 @@ from genmesh.protocol import (
     new_id,
     now,
 )
+from genmesh.protocol.asgi import unless_disconnected
 
 from ..generation import Finished, collect, usage_of
 from ..params import check_supported, completion_budget, sampling_params
-from .responding import arrival_time, engine, guarded, sse, unless_disconnected
+from .responding import arrival_time, engine, guarded, sse
 
 router = APIRouter()
 

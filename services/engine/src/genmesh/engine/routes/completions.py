@@ -9,10 +9,11 @@ from fastapi.responses import Response
 from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import CompletionChoice, CompletionRequest, CompletionResponse, new_id, now
+from genmesh.protocol.asgi import unless_disconnected
 
 from ..generation import Finished, collect, usage_of
 from ..params import check_supported, completion_budget, sampling_params
-from .responding import arrival_time, engine, guarded, sse, unless_disconnected
+from .responding import arrival_time, engine, guarded, sse
 
 router = APIRouter()
 

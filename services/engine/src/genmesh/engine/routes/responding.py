@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import TypeVar
 
 from fastapi import Request
@@ -28,34 +26,6 @@ def engine(request: Request) -> EngineState:
 
 def arrival_time() -> float:
     return time.perf_counter()
-
-
-class ClientDisconnected(Exception):
-    pass
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; if the client goes away first, cancel it (which aborts the generation)."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        log.info("client disconnected; generation aborted")
-        raise ClientDisconnected()
-    return task.result()
 
 
 def error_event(err: OpenAIError) -> ServerSentEvent:

@@ -11,13 +11,11 @@ generation there.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import httpx
@@ -27,6 +25,7 @@ from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from genmesh.protocol import OpenAIError
+from genmesh.protocol.asgi import unless_disconnected
 
 from ..metrics import MicroserviceMetrics
 from ..normalise import EngineCall, parse_json_object
@@ -50,34 +49,6 @@ def request_id(request: Request) -> str:
 
 async def json_body(request: Request) -> dict[str, Any]:
     return parse_json_object(await request.body())
-
-
-class ClientDisconnected(Exception):
-    """Our client went away before its reply was ready."""
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; if the client goes away first, cancel it (closing the engine request)."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        log.info("client disconnected; engine request closed")
-        raise ClientDisconnected()
-    return task.result()
 
 
 def _error_json(response: httpx.Response) -> Response:
