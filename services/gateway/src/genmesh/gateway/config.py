@@ -1,0 +1,84 @@
+"""The routing config (YAML): models -> pools of upstreams, queue limits and timeouts.
+
+```yaml
+models:
+  SmolLM2-135M-Instruct:
+    upstreams:
+      - url: http://127.0.0.1:9000
+        health_path: /v1/health_check
+        max_concurrency: 8
+    max_queue_length: 256
+    max_queue_wait_s: 60
+    first_token_timeout_s: 60
+    request_timeout_s: 600
+```
+Every gateway replica sharing one Redis must load the same file: the upstream order is the
+slot-key order in the Lua scripts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class UpstreamConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    name: str = ""
+    max_concurrency: int = Field(default=8, ge=1)
+    health_path: str = "/health"
+
+    @field_validator("url")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"upstream url must be http(s)://host:port, got {value!r}")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _default_name(self) -> UpstreamConfig:
+        if not self.name:
+            self.name = urlsplit(self.url).netloc
+        return self
+
+
+class ModelRoute(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = ""
+    upstreams: list[UpstreamConfig] = Field(min_length=1)
+    max_queue_length: int = Field(default=256, ge=0)
+    max_queue_wait_s: float = Field(default=60.0, gt=0)
+    first_token_timeout_s: float = Field(default=60.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    retry_after_s: int = Field(default=1, ge=1, description="Retry-After on 429/503")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ModelRoute:
+        names = [u.name for u in self.upstreams]
+        if len(set(names)) != len(names):
+            raise ValueError(f"upstream names must be unique within a model: {names}")
+        return self
+
+
+class RoutingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    models: dict[str, ModelRoute] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _name_routes(self) -> RoutingConfig:
+        for name, route in self.models.items():
+            route.name = name
+        return self
+
+    def route(self, model: str) -> ModelRoute | None:
+        return self.models.get(model)
+
+
+def load_config(path: str | Path) -> RoutingConfig:
+    data = yaml.safe_load(Path(path).read_text())
+    return RoutingConfig.model_validate(data)

@@ -1,0 +1,166 @@
+"""A tiny OpenAI-shaped upstream for tests and the queue benchmark (``python -m genmesh.gateway.fake_upstream``).
+
+``max_tokens`` chunks are produced ``--delay-ms`` apart (SSE when ``stream``), usage is
+``prompt_tokens=5, completion_tokens=max_tokens``. It counts requests in flight (and the most at
+once), records the order in which requests started (their ``user`` field), counts clients that
+went away before the end, and can hold every request at the start (``POST /control {"hold": true}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import uvicorn
+from starlette.types import Receive, Scope, Send
+
+
+class FakeUpstream:
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.reset()
+
+    def reset(self) -> None:
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.total = 0
+        self.completed = 0
+        self.aborted = 0
+        self.order: list[str] = []
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "total": self.total,
+            "completed": self.completed,
+            "aborted": self.aborted,
+            "order": self.order,
+            "held": not self.gate.is_set(),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        if path in ("/health", "/v1/health_check"):
+            await _json(send, 200, {"status": "ok"})
+        elif path == "/stats":
+            await _json(send, 200, self.stats())
+        elif path == "/control":
+            ctl = json.loads(body or b"{}")
+            if ctl.get("reset"):
+                self.reset()
+            if "hold" in ctl:
+                self.gate.clear() if ctl["hold"] else self.gate.set()
+            if "delay_ms" in ctl:
+                self.delay_s = float(ctl["delay_ms"]) / 1000
+            await _json(send, 200, self.stats())
+        elif path in ("/v1/chat/completions", "/v1/completions"):
+            await self._generate(json.loads(body), path, receive, send)
+        else:
+            await _json(send, 404, {"error": {"message": "not found", "type": "not_found_error"}})
+
+    async def _generate(self, req: dict[str, Any], path: str, receive: Receive, send: Send) -> None:
+        self.in_flight += 1
+        self.total += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.order.append(str(req.get("user", "")))
+        n = int(req.get("max_tokens") or 4)
+        finished = False
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            if not self.gate.is_set():
+                await asyncio.wait({asyncio.ensure_future(self.gate.wait()), gone}, return_when=asyncio.FIRST_COMPLETED)
+            chat = path.endswith("chat/completions")
+            if req.get("stream"):
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+                )
+                for i in range(n):
+                    if gone.done():
+                        return
+                    if self.delay_s:
+                        await asyncio.sleep(self.delay_s)
+                    delta = {"delta": {"content": f"t{i} "}} if chat else {"text": f"t{i} "}
+                    chunk = {
+                        "object": "chunk",
+                        "choices": [{"index": 0, **delta, "finish_reason": None}],
+                        "usage": None,
+                    }
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",
+                            "more_body": True,
+                        }
+                    )
+                opts = req.get("stream_options") or {}
+                tail = b""
+                if opts.get("include_usage"):
+                    usage: dict[str, Any] = {
+                        "choices": [],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
+                    }
+                    tail = b"data: " + json.dumps(usage).encode() + b"\n\n"
+                await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n"})
+            else:
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s * n)
+                if gone.done():
+                    return
+                text = "".join(f"t{i} " for i in range(n))
+                choice: dict[str, Any] = (
+                    {"index": 0, "message": {"role": "assistant", "content": text}}
+                    if chat
+                    else {"index": 0, "text": text}
+                )
+                usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}
+                await _json(send, 200, {"id": "fake", "object": "x", "choices": [choice], "usage": usage})
+            finished = True
+        finally:
+            gone.cancel()
+            self.in_flight -= 1
+            if finished:
+                self.completed += 1
+            else:
+                self.aborted += 1
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _json(send: Send, status: int, obj: Any) -> None:
+    data = json.dumps(obj).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m genmesh.gateway.fake_upstream")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--delay-ms", type=float, default=0.0, help="time per generated chunk")
+    ns = p.parse_args(argv)
+    uvicorn.run(FakeUpstream(ns.delay_ms / 1000), host="127.0.0.1", port=ns.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Every Redis key and channel the gateway uses, and their TTLs, in one place.
+
+Per-model keys carry the hash tag ``{model}`` so that one Lua script may touch all of them on
+Redis Cluster; per-API-key keys carry ``{k:<key id>}`` for the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+API_KEY_TTL_S = 365 * 24 * 3600
+REVOKED_TOMBSTONE_TTL_S = 7 * 24 * 3600
+RATE_WINDOW_TTL_S = 120
+USAGE_TTL_S = 400 * 24 * 3600
+
+
+def _tag(value: str) -> str:
+    # braces inside a hash tag would end it early
+    return value.replace("{", "(").replace("}", ")")
+
+
+@dataclass(frozen=True)
+class ModelKeys:
+    """The keys of one model's queue and slot leases (all in one hash slot)."""
+
+    queue: str  # ZSET, all scores 0, members "<class><round><seq>|<id>" ordered lexicographically
+    waiters: str  # HASH id -> "q|<member>" (queued) or "g|<upstream index>" (granted)
+    alive: str  # ZSET id -> expiry ms: heartbeats of queued and running requests
+    rounds: str  # HASH fair-queue bookkeeping: "c<class>" current round, "t<class>:<tenant>" last round, "seq"
+    slots: tuple[str, ...]  # one ZSET per upstream (config order): lease id -> expiry ms
+    channel: str  # pub/sub channel on which grants are announced
+
+    def all(self) -> list[str]:
+        return [self.queue, self.waiters, self.alive, self.rounds, *self.slots]
+
+
+@dataclass(frozen=True)
+class KeyIdKeys:
+    """The keys of one API key's limits (all in one hash slot)."""
+
+    rate: str  # HASH w (minute window), req, tok
+    concurrent: str  # ZSET request id -> expiry ms
+    usage: str  # HASH requests, prompt_tokens, completion_tokens
+
+
+class KeySpace:
+    def __init__(self, prefix: str = "genmesh:gw") -> None:
+        self.prefix = prefix
+
+    def model(self, model: str, upstreams: list[str]) -> ModelKeys:
+        base = f"{self.prefix}:{{{_tag(model)}}}"
+        return ModelKeys(
+            queue=f"{base}:queue",
+            waiters=f"{base}:waiters",
+            alive=f"{base}:alive",
+            rounds=f"{base}:rounds",
+            slots=tuple(f"{base}:slots:{_tag(u)}" for u in upstreams),
+            channel=f"{base}:grants",
+        )
+
+    def key_id(self, key_id: str) -> KeyIdKeys:
+        base = f"{self.prefix}:{{k:{_tag(key_id)}}}"
+        return KeyIdKeys(rate=f"{base}:rate", concurrent=f"{base}:concurrent", usage=f"{base}:usage")
+
+    def api_key(self, digest: str) -> str:
+        """HASH of one API key's record, found by the SHA-256 of the secret."""
+        return f"{self.prefix}:apikey:{digest}"
+
+    def api_key_revocations(self) -> str:
+        """Pub/sub channel (not a key) on which revoked key digests are announced to every replica."""
+        return f"{self.prefix}:apikeys:revoked"
+
+    def api_key_index(self) -> str:
+        """HASH key id -> digest, for listing and revoking."""
+        return f"{self.prefix}:apikeys"

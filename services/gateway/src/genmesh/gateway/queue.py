@@ -1,0 +1,346 @@
+"""Admission: take a slot lease on an upstream, or wait in Redis for one, woken by pub/sub.
+
+A request either gets a lease at once (``ADMIT``) or a place in the model's queue. Whoever frees
+a slot (``RELEASE``, ``RECLAIM``) grants it to the head of the queue inside the same script and
+publishes ``<id>|<upstream>`` on the model's channel; this process's listener resolves the
+waiting request's future at once. A slow safety re-check (``recheck_interval_s``) reads the
+request's state from Redis in case a message was lost (listener reconnecting, Redis restarted).
+Leases and queue heartbeats of this process's requests are renewed every lease/3; a killed
+gateway's leases expire and any replica's sweep hands them on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from .config import ModelRoute, RoutingConfig
+from .keys import KeySpace, ModelKeys
+from .metrics import GatewayMetrics
+from .scripts import Scripts
+from .settings import GatewaySettings
+from .upstreams import Pool
+
+log = logging.getLogger("genmesh.gateway.queue")
+T = TypeVar("T")
+RECHECK = -1  # a future resolved with this means "read your state from Redis now"
+
+
+class StoreUnavailable(Exception):
+    """Redis could not be reached: the request gets a 503."""
+
+
+class QueueFull(Exception):
+    pass
+
+
+class QueueTimeout(Exception):
+    pass
+
+
+class NoUpstream(Exception):
+    pass
+
+
+@dataclass
+class Ticket:
+    """One request's place in admission: queued, then holding a lease on ``upstream``."""
+
+    id: str
+    route: ModelRoute
+    tenant: str
+    priority: int
+    arrived: float = field(default_factory=time.monotonic)
+    upstream: int | None = None
+    position: int = 0
+    granted_at: float | None = None
+
+    @property
+    def klass(self) -> str:
+        return str(9 - self.priority)
+
+    def waited_s(self) -> float:
+        return (self.granted_at or time.monotonic()) - self.arrived
+
+
+async def redis_call(metrics: GatewayMetrics, call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except (RedisError, OSError) as exc:
+        metrics.redis_errors.inc()
+        raise StoreUnavailable(f"queue store unavailable: {type(exc).__name__}") from exc
+
+
+class Admission:
+    def __init__(
+        self,
+        redis: Redis,
+        scripts: Scripts,
+        keyspace: KeySpace,
+        config: RoutingConfig,
+        settings: GatewaySettings,
+        pool: Pool,
+        metrics: GatewayMetrics,
+        on_revoked: Callable[[str | None], None] | None = None,
+    ) -> None:
+        self.redis = redis
+        self.revocations = keyspace.api_key_revocations()
+        self.on_revoked = on_revoked
+        self.scripts = scripts
+        self.settings = settings
+        self.pool = pool
+        self.metrics = metrics
+        self.config = config
+        self.keys: dict[str, ModelKeys] = {
+            name: keyspace.model(name, [u.name for u in route.upstreams]) for name, route in config.models.items()
+        }
+        self._waiting: dict[str, asyncio.Future[int]] = {}
+        self._tracked: dict[str, set[str]] = {name: set() for name in config.models}
+        self._releasing: dict[str, tuple[list[str], asyncio.Future[None]]] = {}
+        self._flushing: dict[str, asyncio.Future[None]] = {}
+        self.listening = False
+
+    # -- script plumbing ---------------------------------------------------------------------------
+
+    def _argv(self, route: ModelRoute, exclude: frozenset[int] = frozenset()) -> list[Any]:
+        caps = self.pool.caps(route, exclude)
+        return [
+            int(self.settings.lease_ttl_s * 1000),
+            int(self.settings.state_ttl_s * 1000),
+            self.keys[route.name].channel,
+            ",".join(str(c) for c in caps),
+        ]
+
+    async def _run(self, script: Callable[..., Awaitable[Any]], route: ModelRoute, *args: Any, **kw: Any) -> Any:
+        exclude: frozenset[int] = kw.get("exclude", frozenset())
+        return await redis_call(
+            self.metrics,
+            script(keys=self.keys[route.name].all(), args=[*self._argv(route, exclude), *args]),
+        )
+
+    # -- the request path --------------------------------------------------------------------------
+
+    async def acquire(self, ticket: Ticket, exclude: frozenset[int] = frozenset(), front: bool = False) -> int:
+        """Return the index of the upstream whose slot ``ticket`` now holds; raise if it may not."""
+        route = ticket.route
+        if not self.pool.any_available(route, exclude):
+            raise NoUpstream(f"no healthy upstream for model '{route.name}'")
+        self._tracked[route.name].add(ticket.id)
+        deadline = ticket.arrived + route.max_queue_wait_s
+        try:
+            granted = await self._admit(ticket, exclude, front)
+            if granted is None:
+                granted = await self._wait(ticket, deadline, exclude)
+        except BaseException:
+            await self._shielded_release(ticket)
+            raise
+        ticket.upstream = granted
+        ticket.granted_at = time.monotonic()
+        self.metrics.queue_wait.labels(route.name, str(ticket.priority)).observe(ticket.waited_s())
+        return granted
+
+    async def _admit(self, ticket: Ticket, exclude: frozenset[int], front: bool) -> int | None:
+        route = ticket.route
+        self._waiting[ticket.id] = asyncio.get_running_loop().create_future()
+        res = await self._run(
+            self.scripts.admit,
+            route,
+            ticket.id,
+            ticket.tenant,
+            ticket.klass,
+            route.max_queue_length,
+            "1" if front else "0",
+            exclude=exclude,
+        )
+        code = int(res[0])
+        if code == 1:
+            self._waiting.pop(ticket.id, None)
+            return int(res[1]) - 1
+        if code == 3:
+            raise QueueFull(f"queue for model '{route.name}' is full ({route.max_queue_length} waiting)")
+        if not ticket.position:
+            ticket.position = int(res[1]) + 1
+        return None
+
+    async def _wait(self, ticket: Ticket, deadline: float, exclude: frozenset[int]) -> int:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise QueueTimeout(f"waited {ticket.route.max_queue_wait_s:g}s in the queue for a slot")
+            fut = self._waiting.get(ticket.id)
+            if fut is None or fut.done():
+                fut = asyncio.get_running_loop().create_future()
+                self._waiting[ticket.id] = fut
+            timeout = min(remaining, self.settings.recheck_interval_s * random.uniform(0.8, 1.2))
+            done, _ = await asyncio.wait({fut}, timeout=timeout)
+            if done and fut.result() != RECHECK:
+                self._waiting.pop(ticket.id, None)
+                return fut.result()
+            state = await self._state(ticket)
+            if state is not None and state.startswith("g|"):
+                self._waiting.pop(ticket.id, None)
+                return int(state[2:]) - 1
+            if state == "":  # lost (Redis restarted or our heartbeat lapsed): queue again, in front
+                log.info("request %s lost its queue entry; re-admitting", ticket.id)
+                with contextlib.suppress(StoreUnavailable):
+                    granted = await self._admit(ticket, exclude, front=True)
+                    if granted is not None:
+                        return granted
+
+    async def _state(self, ticket: Ticket) -> str | None:
+        """``g|i``, ``q|...``, ``""`` when Redis knows nothing of it, ``None`` when Redis is down."""
+        try:
+            raw = await self.redis.hget(self.keys[ticket.route.name].waiters, ticket.id)
+        except (RedisError, OSError):
+            self.metrics.redis_errors.inc()
+            return None
+        if raw is None:
+            return ""
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    async def release(self, ticket: Ticket) -> None:
+        """Leave the queue or give the slot back, and hand it to the next waiter (idempotent).
+
+        Releases are group-committed: the ids released while one ``RELEASE`` call is on its way
+        go together in the next one (one script run and one round trip for the lot), by a flusher
+        task of their own, so a caller cancelled while waiting does not stop the release.
+        """
+        self._waiting.pop(ticket.id, None)
+        name = ticket.route.name
+        self._tracked[name].discard(ticket.id)
+        batch = self._releasing.get(name)
+        if batch is None:
+            batch = self._releasing[name] = ([], asyncio.get_running_loop().create_future())
+            if name not in self._flushing:
+                self._flushing[name] = asyncio.ensure_future(self._flush_releases(ticket.route))
+        batch[0].append(ticket.id)
+        await asyncio.shield(batch[1])
+
+    async def _flush_releases(self, route: ModelRoute) -> None:
+        try:
+            while (batch := self._releasing.pop(route.name, None)) is not None:
+                ids, done = batch
+                try:
+                    await self._run(self.scripts.release, route, *ids)
+                except StoreUnavailable:
+                    log.warning("release of %d request(s) failed: Redis down; their leases expire", len(ids))
+                finally:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self._flushing.pop(route.name, None)
+
+    async def _shielded_release(self, ticket: Ticket) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.release(ticket)
+
+    # -- background work ---------------------------------------------------------------------------
+
+    def poke_all(self) -> None:
+        """Make every waiting request re-read its state from Redis now."""
+        for fut in list(self._waiting.values()):
+            if not fut.done():
+                fut.set_result(RECHECK)
+
+    def _on_message(self, channel: bytes | str, data: bytes | str) -> None:
+        text = data.decode() if isinstance(data, bytes) else data
+        if self.on_revoked is not None and (channel.decode() if isinstance(channel, bytes) else channel) == (
+            self.revocations
+        ):
+            self.on_revoked(text)
+            return
+        rid, _, idx = text.rpartition("|")
+        fut = self._waiting.get(rid)
+        if fut is not None and not fut.done():
+            fut.set_result(int(idx) - 1)
+
+    async def listen_forever(self) -> None:
+        channels = [k.channel for k in self.keys.values()] + [self.revocations]
+        backoff = 0.1
+        while True:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(*channels)
+                self.listening = True
+                backoff = 0.1
+                self.poke_all()  # grants published while we were away are found by re-reading state
+                if self.on_revoked is not None:
+                    self.on_revoked(None)  # so are revocations: forget every cached API key
+                while True:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if msg is not None and msg.get("type") == "message":
+                        self._on_message(msg["channel"], msg["data"])
+            except (RedisError, OSError) as exc:
+                if self.listening:
+                    log.warning("grant listener lost Redis (%s); reconnecting", type(exc).__name__)
+                self.listening = False
+                self.metrics.redis_errors.inc()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_ttl_s / 3)
+            await self.renew_once()
+
+    async def renew_once(self) -> None:
+        for name, ids in self._tracked.items():
+            if not ids:
+                continue
+            route = self.config.models[name]
+            try:
+                lost = await self._run(self.scripts.renew, route, *sorted(ids))
+            except StoreUnavailable:
+                continue
+            for raw in lost or []:
+                rid = raw.decode() if isinstance(raw, bytes) else str(raw)
+                fut = self._waiting.get(rid)
+                if fut is not None and not fut.done():
+                    fut.set_result(RECHECK)
+
+    async def reclaim_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reclaim_every_s() * random.uniform(0.8, 1.2))
+            await self.reclaim_once()
+
+    async def reclaim_once(self) -> None:
+        for route in self.config.models.values():
+            with contextlib.suppress(StoreUnavailable):
+                await self._run(self.scripts.reclaim, route)
+
+    async def depths(self) -> dict[tuple[str, int], int]:
+        """Queue depth per (model, priority), read from Redis."""
+        out: dict[tuple[str, int], int] = {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for keys in self.keys.values():
+                for prio in range(10):
+                    klass = str(9 - prio)
+                    pipe.zlexcount(keys.queue, f"[{klass}", f"({klass}~")
+            results = await pipe.execute()
+        i = 0
+        for name in self.keys:
+            for prio in range(10):
+                out[(name, prio)] = int(results[i])
+                i += 1
+        return out
+
+    async def in_flight(self) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        now_ms = int(time.time() * 1000)
+        for name, keys in self.keys.items():
+            route = self.config.models[name]
+            for up, slot in zip(route.upstreams, keys.slots, strict=True):
+                out[(name, up.name)] = int(await self.redis.zcount(slot, now_ms, "+inf"))
+        return out

@@ -1,0 +1,109 @@
+"""Per-key limits, exact across replicas: requests and tokens per minute, concurrent requests.
+
+Requests per minute count at admission; tokens per minute are added when a response's usage is
+known, and a key already at its token budget is refused until the window turns. Concurrency is a
+set of leases (request id -> expiry), renewed with the slot leases, so a dead gateway's requests
+stop counting when their leases lapse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from genmesh.protocol import OpenAIError
+
+from .auth import ApiKey
+from .keys import USAGE_TTL_S, KeySpace
+from .metrics import GatewayMetrics
+from .queue import redis_call
+from .scripts import Scripts
+
+_LIMIT_MESSAGES = {
+    "rpm": "requests per minute",
+    "tpm": "tokens per minute",
+    "concurrency": "concurrent requests",
+}
+
+
+def rate_limited(kind: str, retry_after: int) -> OpenAIError:
+    return OpenAIError(
+        f"rate limit exceeded: {_LIMIT_MESSAGES.get(kind, kind)} for this API key",
+        status=429,
+        type="rate_limit_error",
+        code=f"rate_limit_exceeded_{kind}",
+        headers={"Retry-After": str(max(1, retry_after))},
+    )
+
+
+class Limiter:
+    def __init__(
+        self, redis: Redis, scripts: Scripts, keyspace: KeySpace, metrics: GatewayMetrics, lease_ttl_s: float
+    ) -> None:
+        self.redis = redis
+        self.scripts = scripts
+        self.keyspace = keyspace
+        self.metrics = metrics
+        self.lease_ttl_s = lease_ttl_s
+        self._running: dict[str, set[str]] = {}
+
+    async def acquire(self, key: ApiKey, request_id: str) -> None:
+        if not key.key_id:
+            return
+        k = self.keyspace.key_id(key.key_id)
+        ttl_ms = int(self.lease_ttl_s * 1000)
+        res = await redis_call(
+            self.metrics,
+            self.scripts.limit(
+                keys=[k.rate, k.concurrent],
+                args=[key.rpm, key.tpm, key.max_concurrent, request_id, ttl_ms, max(ttl_ms * 3, 60000)],
+            ),
+        )
+        kind = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
+        if kind != "ok":
+            raise rate_limited(kind, int(res[1]))
+        self._running.setdefault(key.key_id, set()).add(request_id)
+
+    async def release(self, key: ApiKey, request_id: str) -> None:
+        if not key.key_id:
+            return
+        ids = self._running.get(key.key_id)
+        if ids is not None:
+            ids.discard(request_id)
+            if not ids:
+                del self._running[key.key_id]
+        with contextlib.suppress(RedisError, OSError):
+            await self.redis.zrem(self.keyspace.key_id(key.key_id).concurrent, request_id)
+
+    async def account(self, key: ApiKey, prompt_tokens: int, completion_tokens: int) -> None:
+        self.metrics.tokens.labels(key.tenant, "prompt").inc(prompt_tokens)
+        self.metrics.tokens.labels(key.tenant, "completion").inc(completion_tokens)
+        if not key.key_id:
+            return
+        k = self.keyspace.key_id(key.key_id)
+        with contextlib.suppress(RedisError, OSError):
+            await self.scripts.account(keys=[k.rate, k.usage], args=[prompt_tokens, completion_tokens, USAGE_TTL_S])
+
+    async def usage(self, key_id: str) -> dict[str, int]:
+        raw = await self.redis.hgetall(self.keyspace.key_id(key_id).usage)
+        out = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        for k, v in raw.items():
+            out[k.decode() if isinstance(k, bytes) else k] = int(v)
+        return out
+
+    async def renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            await self.renew_once()
+
+    async def renew_once(self) -> None:
+        ttl_ms = int(self.lease_ttl_s * 1000)
+        for key_id, ids in list(self._running.items()):
+            if ids:
+                with contextlib.suppress(RedisError, OSError):
+                    await self.scripts.renew_concurrent(
+                        keys=[self.keyspace.key_id(key_id).concurrent], args=[ttl_ms, *sorted(ids)]
+                    )

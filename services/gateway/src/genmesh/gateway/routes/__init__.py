@@ -1,0 +1,1 @@
+"""HTTP routes of the gateway: OpenAI endpoints, admin endpoints, health and metrics."""

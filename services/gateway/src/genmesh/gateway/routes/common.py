@@ -1,0 +1,38 @@
+"""Helpers the gateway's routes share: state access, error mapping."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from genmesh.protocol import OpenAIError, service_unavailable
+
+from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable
+from ..state import GatewayState
+
+
+class ClientGone(Exception):
+    """The client disconnected before a response started."""
+
+
+def gateway(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
+
+
+def with_retry_after(err: OpenAIError, seconds: int) -> OpenAIError:
+    err.headers = {**err.headers, "Retry-After": str(max(1, seconds))}
+    return err
+
+
+def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
+    if isinstance(exc, QueueFull):
+        err = OpenAIError(str(exc), status=429, type="rate_limit_error", code="queue_full")
+    elif isinstance(exc, QueueTimeout):
+        err = service_unavailable(str(exc), code="queue_timeout")
+    elif isinstance(exc, NoUpstream):
+        err = service_unavailable(str(exc), code="no_healthy_upstream")
+    elif isinstance(exc, StoreUnavailable):
+        err = service_unavailable(f"{exc}; try again shortly", code="queue_store_unavailable")
+    else:
+        raise exc
+    return with_retry_after(err, retry_after_s)

@@ -1,0 +1,319 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the hot path, as plain ASGI.
+
+Bodies pass through untouched (OPEA string ``messages`` included); the gateway reads only
+``model`` and ``stream``. Flow: authenticate -> per-key limits -> slot lease (maybe after waiting
+in Redis) -> upstream (a connect failure is retried on another upstream) -> relay -> release.
+
+These two endpoints do not go through FastAPI's routing, middleware stack and
+``StreamingResponse`` (an anyio task group per response): on a 2-core machine that machinery
+cost more than everything else the gateway does per request. One watcher task per request reads
+the ASGI ``receive`` channel; when the client goes it cancels the request's task, wherever it is
+(queued, connecting, relaying), and the clean-up below releases the slot and closes the upstream
+connection so that the engine aborts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+from starlette.types import Message, Receive, Scope, Send
+
+from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
+from genmesh.protocol.asgi import request_id_var
+
+from ..auth import ApiKey, resolve_priority
+from ..config import ModelRoute
+from ..proxy import Outcome, bad_gateway, prepare_body, relay_stream, relay_unary, response_headers, upstream_timeout
+from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
+from ..state import GatewayState
+from ..upstream_http import UpstreamConnectError, UpstreamError, UpstreamResponse
+from .common import ClientGone, admission_error, with_retry_after
+
+log = logging.getLogger("genmesh.gateway.http")
+
+PATHS = frozenset(("/v1/chat/completions", "/v1/completions"))
+MAX_BODY_BYTES = 32 * 1024 * 1024
+_JSON = (b"content-type", b"application/json")
+_UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:  # orjson refuses integers beyond 64 bits and lone surrogates; json is the reference
+            body = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise invalid_request(
+                f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
+            ) from exc
+    if not isinstance(body, dict):
+        raise invalid_request("The request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _route(st: GatewayState, body: dict[str, Any]) -> ModelRoute:
+    model = body.get("model")
+    route = st.config.route(model) if isinstance(model, str) else None
+    if route is not None:
+        return route
+    if len(st.config.models) == 1 and (
+        model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))
+    ):
+        return next(iter(st.config.models.values()))  # OPEA clients may leave the model out
+    raise model_not_found(str(model))
+
+
+async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:
+    """Serve one completion request (``scope["path"]`` is one of ``PATHS``)."""
+    authorization = priority_header = rid = None
+    for k, v in scope["headers"]:
+        if k == b"authorization":
+            authorization = v.decode("latin-1")
+        elif k == b"x-priority":
+            priority_header = v.decode("latin-1")
+        elif k == b"x-request-id":
+            rid = v.decode("latin-1")[:128]
+    rid = rid or uuid.uuid4().hex
+    token = request_id_var.set(rid)
+    try:
+        if scope["method"] != "POST":
+            err = OpenAIError("Method Not Allowed", status=405, type="invalid_request_error")
+            await _Exchange(st, scope["path"], receive, send, rid).send_error(err)
+            return
+        ex = _Exchange(st, scope["path"], receive, send, rid)
+        await ex.run(authorization, priority_header)
+    finally:
+        request_id_var.reset(token)
+
+
+class _Exchange:
+    """One request's way through the gateway."""
+
+    def __init__(self, st: GatewayState, path: str, receive: Receive, send: Send, rid: str) -> None:
+        self.st = st
+        self.path = path
+        self.receive = receive
+        self._send = send
+        self.rid = rid
+        self.rid_header = (b"x-request-id", rid.encode("latin-1"))
+        self.started = time.monotonic()
+        self.response_started = False
+        self.finished = False  # the last body message is about to go: a disconnect now is the normal end
+        self.gone = False
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.response_started = True
+        await self._send(message)
+
+    async def send_error(self, err: OpenAIError) -> None:
+        if self.response_started:
+            return
+        body = orjson.dumps(err.body())
+        headers = [_JSON, (b"content-length", b"%d" % len(body)), self.rid_header]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
+        self.finished = True
+        await self.send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def run(self, authorization: str | None, priority_header: str | None) -> None:
+        st = self.st
+        route_name = "-"
+        try:
+            key = await self._authenticate(authorization)
+            raw = await self._read_body()
+            body = _parse(raw)
+            route = _route(st, body)
+            route_name = route.name
+            priority = resolve_priority(key, priority_header, st.settings.default_priority)
+            stream = bool(body.get("stream") or body.get("streaming"))
+            await self._serve(key, route, priority, raw, body, stream)
+        except OpenAIError as err:
+            st.metrics.requests.labels(route_name, str(err.status)).inc()
+            await self.send_error(err)
+        except ClientGone:
+            st.metrics.requests.labels(route_name, "499").inc()
+        except Exception as exc:
+            log.exception("unhandled error", exc_info=exc)
+            st.metrics.requests.labels(route_name, "500").inc()
+            await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
+
+    async def _authenticate(self, authorization: str | None) -> ApiKey:
+        st = self.st
+        try:
+            return await st.keys.authenticate(authorization, st.auth_required)
+        except (RedisError, OSError) as exc:
+            st.metrics.redis_errors.inc()
+            raise admission_error(StoreUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
+
+    async def _read_body(self) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise OpenAIError("request body too large", status=413, code="request_too_large")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _watch(self, task: asyncio.Task[Any]) -> None:
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                if not self.finished:
+                    self.gone = True
+                    task.cancel()
+                return
+
+    async def _serve(
+        self, key: ApiKey, route: ModelRoute, priority: int, raw: bytes, body: dict[str, Any], stream: bool
+    ) -> None:
+        st = self.st
+        ticket = Ticket(id=uuid.uuid4().hex, route=route, tenant=key.tenant, priority=priority)
+        try:
+            await st.limiter.acquire(key, ticket.id)
+        except StoreUnavailable as exc:
+            raise admission_error(exc, 1) from exc
+        task = asyncio.current_task()
+        assert task is not None
+        watch = asyncio.ensure_future(self._watch(task))
+        try:
+            await self._exchange(key, ticket, raw, body, stream)
+        except asyncio.CancelledError:
+            if not self.gone:
+                raise
+            task.uncancel()
+            if not self.response_started:
+                raise ClientGone() from None
+        finally:
+            watch.cancel()
+
+    async def _give_back(self, key: ApiKey, ticket: Ticket) -> None:
+        await self.st.admission.release(ticket)
+        await self.st.limiter.release(key, ticket.id)
+
+    async def _exchange(self, key: ApiKey, ticket: Ticket, raw: bytes, body: dict[str, Any], stream: bool) -> None:
+        st = self.st
+        route = ticket.route
+        try:
+            send_body, strip_usage = prepare_body(raw, body, stream)
+            resp, idx, sent_at = await self._connect(ticket, send_body, stream)
+        except BaseException:
+            st.spawn(self._give_back(key, ticket))
+            raise
+        up = st.pool.upstreams(route)[idx]
+        out = Outcome()
+        completed = False
+        if stream and resp.status == 200:
+            relay = relay_stream(
+                resp,
+                out,
+                strip_usage=strip_usage,
+                first_token_deadline=sent_at + route.first_token_timeout_s,
+                total_deadline=sent_at + route.request_timeout_s,
+                first_token_timeout_s=route.first_token_timeout_s,
+                total_timeout_s=route.request_timeout_s,
+            )
+        else:
+            relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)
+        try:
+            headers = response_headers(resp)
+            headers += [
+                (b"x-queue-position", b"%d" % ticket.position),
+                (b"x-queue-wait-ms", b"%d" % int(ticket.waited_s() * 1000)),
+                (b"x-upstream", up.name.encode()),
+                self.rid_header,
+            ]
+            await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
+            async for chunk in relay:
+                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.finished = True
+            await self.send({"type": "http.response.body", "body": b""})
+            completed = True
+        finally:
+            if completed:
+                resp.close()
+                await self._finish(key, ticket, resp, out, up.name, completed=True)
+            else:
+                resp.abort()  # closing mid-stream drops the connection: the upstream aborts
+                await relay.aclose()
+                st.spawn(self._finish(key, ticket, resp, out, up.name, completed=False))
+
+    async def _finish(
+        self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
+    ) -> None:
+        st = self.st
+        route = ticket.route
+        await self._give_back(key, ticket)
+        status = str(resp.status) if completed and out.error is None else ("499" if not completed else "502")
+        st.metrics.requests.labels(route.name, status).inc()
+        if out.prompt_tokens or out.completion_tokens:
+            await st.limiter.account(key, out.prompt_tokens, out.completion_tokens)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s %s -> %s status=%s queued=%d wait_ms=%d total_ms=%d tokens=%d/%d",
+                self.path,
+                route.name,
+                upstream,
+                status,
+                ticket.position,
+                int(ticket.waited_s() * 1000),
+                int((time.monotonic() - self.started) * 1000),
+                out.prompt_tokens,
+                out.completion_tokens,
+            )
+
+    async def _connect(self, ticket: Ticket, send_body: bytes, stream: bool) -> tuple[UpstreamResponse, int, float]:
+        """Take a slot and open the upstream response; a connect failure is retried on another upstream."""
+        st = self.st
+        route = ticket.route
+        exclude: frozenset[int] = frozenset()
+        front = False
+        headers = [*_UPSTREAM_HEADERS, self.rid_header]
+        while True:
+            try:
+                idx = await st.admission.acquire(ticket, exclude, front)
+            except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
+                raise admission_error(exc, route.retry_after_s) from exc
+            up = st.pool.upstreams(route)[idx]
+            sent_at = time.monotonic()
+            wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
+            try:
+                async with asyncio.timeout(wait_s):
+                    resp = await st.upstream.post(up.url, self.path, send_body, headers)
+            except UpstreamConnectError as exc:
+                up.record_failure(type(exc).__name__)
+                await st.admission.release(ticket)
+                exclude = exclude | {idx}
+                front = True
+                st.metrics.retries.labels(route.name).inc()
+                log.warning("connect to %s failed (%s); trying another upstream", up.url, exc)
+                if not st.pool.any_available(route, exclude):
+                    raise with_retry_after(
+                        bad_gateway(f"no upstream of model '{route.name}' could be reached"), route.retry_after_s
+                    ) from exc
+                continue
+            except TimeoutError as exc:
+                up.record_failure("timeout")
+                raise upstream_timeout("first token" if stream else "total", wait_s) from exc
+            except UpstreamError as exc:
+                up.record_failure(type(exc).__name__)
+                raise bad_gateway(f"upstream request failed: {type(exc).__name__}") from exc
+            if resp.status in (502, 503):
+                up.record_failure(f"status {resp.status}")
+            else:
+                up.record_success()
+            return resp, idx, sent_at

@@ -1,0 +1,40 @@
+"""``/health`` (liveness), ``/ready`` (Redis and an upstream per model), ``/metrics``."""
+
+from __future__ import annotations
+
+import contextlib
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from redis.exceptions import RedisError
+
+from .common import gateway
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/ready")
+async def ready(request: Request) -> JSONResponse:
+    ok, detail = await gateway(request).ready()
+    return JSONResponse({"status": "ready" if ok else "not_ready", **detail}, status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    st = gateway(request)
+    m = st.metrics
+    with contextlib.suppress(RedisError, OSError):
+        for (model, prio), depth in (await st.admission.depths()).items():
+            m.queue_depth.labels(model, str(prio)).set(depth)
+        for (model, up), n in (await st.admission.in_flight()).items():
+            m.in_flight.labels(model, up).set(n)
+    for model, pool in st.pool.models.items():
+        for u in pool:
+            m.healthy.labels(model, u.name).set(1 if u.available() else 0)
+    return Response(m.render(), media_type=CONTENT_TYPE_LATEST)

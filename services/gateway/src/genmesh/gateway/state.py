@@ -1,0 +1,105 @@
+"""Everything one gateway process holds, created in the app's lifespan and passed explicitly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from .auth import KeyStore
+from .config import RoutingConfig
+from .keys import KeySpace
+from .metrics import GatewayMetrics
+from .queue import Admission
+from .ratelimit import Limiter
+from .scripts import Scripts
+from .settings import GatewaySettings
+from .upstream_http import HttpClient
+from .upstreams import Pool
+
+log = logging.getLogger("genmesh.gateway")
+
+
+def connect_redis(settings: GatewaySettings) -> Redis:
+    """A client that fails fast when Redis is down and reconnects by itself when it returns."""
+    return Redis.from_url(
+        settings.redis_url,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 1),
+        health_check_interval=30,
+    )
+
+
+class GatewayState:
+    def __init__(self, settings: GatewaySettings, config: RoutingConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.auth_required = settings.auth_required()
+        self.redis = connect_redis(settings)
+        self.keyspace = KeySpace(settings.redis_prefix)
+        self.scripts = Scripts.register(self.redis)
+        self.metrics = GatewayMetrics()
+        self.pool = Pool(config, settings)
+        self.keys = KeyStore(self.redis, self.keyspace, cache_ttl_s=settings.auth_cache_s)
+        self.admission = Admission(
+            self.redis, self.scripts, self.keyspace, config, settings, self.pool, self.metrics, self.keys.forget
+        )
+        self.limiter = Limiter(self.redis, self.scripts, self.keyspace, self.metrics, settings.lease_ttl_s)
+        self.upstream = HttpClient(settings.connect_timeout_s)  # the relay path
+        self.http = httpx.AsyncClient(  # health probes
+            timeout=httpx.Timeout(None, connect=settings.connect_timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    async def start(cls, settings: GatewaySettings, config: RoutingConfig) -> GatewayState:
+        st = cls(settings, config)
+        await st.pool.probe_all(st.http)
+        for work in (
+            st.admission.listen_forever(),
+            st.admission.renew_forever(),
+            st.admission.reclaim_forever(),
+            st.limiter.renew_forever(),
+            st.pool.probe_forever(st.http),
+        ):
+            st._tasks.append(asyncio.create_task(work))
+        if not st.auth_required:
+            log.warning("API keys are NOT required (bound to %s); use --auth on to require them", settings.host)
+        return st
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run clean-up work that must finish even when the request's task is cancelled."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def ready(self) -> tuple[bool, dict[str, Any]]:
+        redis_ok = False
+        with contextlib.suppress(Exception):
+            redis_ok = bool(await self.redis.ping())
+        upstreams = {name: {u.name: u.available() for u in pool} for name, pool in self.pool.models.items()}
+        models_ok = all(any(v.values()) for v in upstreams.values())
+        ok = redis_ok and models_ok and self.admission.listening
+        return ok, {"redis": redis_ok, "grant_listener": self.admission.listening, "upstreams": upstreams}
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5)
+        await self.upstream.aclose()
+        await self.http.aclose()
+        await self.redis.aclose()

@@ -1,0 +1,102 @@
+"""The upstream pool of each model: health probes and a circuit breaker per upstream.
+
+Health is this gateway's own view (probes and request failures); it decides which upstreams this
+gateway offers to the admission scripts. The least-in-flight pick itself happens in Redis
+(``scripts.py``), across all replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from .config import ModelRoute, RoutingConfig, UpstreamConfig
+from .settings import GatewaySettings
+
+log = logging.getLogger("genmesh.gateway.upstreams")
+
+
+@dataclass
+class Upstream:
+    config: UpstreamConfig
+    threshold: int
+    cooldown_s: float
+    failures: int = 0
+    open_until: float = 0.0
+    probed_ok: bool = True
+    opened: int = field(default=0)
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def available(self) -> bool:
+        """Closed circuit: offered to admission. Open: out until the cool-down ends and a probe succeeds."""
+        return self.probed_ok and time.monotonic() >= self.open_until
+
+    def record_success(self) -> None:
+        self.failures = 0
+
+    def record_failure(self, reason: str) -> None:
+        self.failures += 1
+        if self.failures >= self.threshold and time.monotonic() >= self.open_until:
+            self.open_until = time.monotonic() + self.cooldown_s
+            self.probed_ok = False
+            self.opened += 1
+            log.warning("upstream %s circuit open after %d failures (%s)", self.url, self.failures, reason)
+
+
+class Pool:
+    """All models' upstreams, in config order (the slot-key order in Redis)."""
+
+    def __init__(self, config: RoutingConfig, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.models: dict[str, list[Upstream]] = {
+            name: [Upstream(u, settings.circuit_failures, settings.circuit_cooldown_s) for u in route.upstreams]
+            for name, route in config.models.items()
+        }
+
+    def upstreams(self, route: ModelRoute) -> list[Upstream]:
+        return self.models[route.name]
+
+    def caps(self, route: ModelRoute, exclude: frozenset[int] = frozenset()) -> list[int]:
+        return [
+            u.config.max_concurrency if i not in exclude and u.available() else 0
+            for i, u in enumerate(self.upstreams(route))
+        ]
+
+    def any_available(self, route: ModelRoute, exclude: frozenset[int] = frozenset()) -> bool:
+        return any(self.caps(route, exclude))
+
+    async def probe_forever(self, client: httpx.AsyncClient) -> None:
+        while True:
+            await self.probe_all(client)
+            await asyncio.sleep(self.settings.health_interval_s)
+
+    async def probe_all(self, client: httpx.AsyncClient) -> None:
+        ups = [u for pool in self.models.values() for u in pool]
+        await asyncio.gather(*(self._probe(client, u) for u in ups))
+
+    async def _probe(self, client: httpx.AsyncClient, up: Upstream) -> None:
+        if time.monotonic() < up.open_until:
+            return  # cooling down: no probe until the circuit may half-open
+        ok = False
+        with contextlib.suppress(httpx.HTTPError, OSError):
+            r = await client.get(up.url + up.config.health_path, timeout=self.settings.health_timeout_s)
+            ok = r.status_code == 200
+        if ok:
+            if not up.probed_ok:
+                log.info("upstream %s healthy again", up.url)
+            up.probed_ok = True
+            up.failures = 0
+        else:
+            up.record_failure("health probe failed")

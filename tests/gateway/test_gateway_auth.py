@@ -1,0 +1,95 @@
+"""API keys (missing, wrong, revoked), the admin endpoints and CLI, and per-key RPM/TPM/concurrency limits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+
+
+def _chat(gw: Any, helpers: Any, headers: dict[str, str], **kw: Any) -> httpx.Response:
+    return httpx.post(gw.url + "/v1/chat/completions", json=helpers.chat("one", **kw), headers=headers, timeout=30)
+
+
+def test_missing_wrong_and_revoked_keys_are_refused(gw: Any, helpers: Any) -> None:
+    key = gw.create_key("acme")
+    missing = _chat(gw, helpers, {})
+    assert missing.status_code == 401
+    assert missing.json()["error"]["type"] == "authentication_error"
+    wrong = _chat(gw, helpers, helpers.auth("gm-not-a-key"))
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["code"] == "invalid_api_key"
+    assert _chat(gw, helpers, helpers.auth(key)).status_code == 200
+    kid = next(k for k in _admin_list(gw, helpers) if k["tenant"] == "acme")["key_id"]
+    r = httpx.delete(f"{gw.url}/admin/keys/{kid}", headers=helpers.auth(helpers.ADMIN_KEY), timeout=5)
+    assert r.status_code == 200
+    revoked = _chat(gw, helpers, helpers.auth(key))
+    assert revoked.status_code == 401
+    assert revoked.json()["error"]["code"] == "revoked_api_key"
+
+
+def _admin_list(gw: Any, helpers: Any) -> list[dict[str, Any]]:
+    r = httpx.get(gw.url + "/admin/keys", headers=helpers.auth(helpers.ADMIN_KEY), timeout=5)
+    assert r.status_code == 200
+    data: list[dict[str, Any]] = r.json()["data"]
+    return data
+
+
+def test_admin_endpoints_need_the_admin_key(gw: Any, helpers: Any) -> None:
+    key = gw.create_key()
+    for headers in ({}, helpers.auth("nope"), helpers.auth(key)):
+        r = httpx.get(gw.url + "/admin/keys", headers=headers, timeout=5)
+        assert r.status_code == 401
+        assert "admin" in r.json()["error"]["message"]
+
+
+def test_keys_cli_create_list_revoke(gw: Any, helpers: Any, redis_server: Any) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "genmesh.gateway.keys_cli", "--redis-url", redis_server.url, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+
+    made = cli("create", "--tenant", "cli-co", "--priority", "7", "--rpm", "100")
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    assert created["api_key"].startswith("gm-")
+    assert (created["tenant"], created["priority"], created["rpm"]) == ("cli-co", 7, 100)
+    # the secret itself is stored only hashed
+    assert not any(created["api_key"].encode() in (gw.redis.dump(k) or b"") for k in gw.redis.keys("*"))
+    listed = [json.loads(line) for line in cli("list").stdout.splitlines()]
+    assert [k["key_id"] for k in listed] == [created["key_id"]]
+    assert "api_key" not in listed[0]
+    assert _chat(gw, helpers, helpers.auth(created["api_key"])).status_code == 200
+    assert cli("revoke", created["key_id"]).returncode == 0
+    assert _chat(gw, helpers, helpers.auth(created["api_key"])).status_code == 401
+    assert cli("revoke", "000000000000").returncode == 1
+
+
+def test_requests_per_minute(gw: Any, helpers: Any) -> None:
+    key = gw.create_key(rpm=3)
+    assert [_chat(gw, helpers, helpers.auth(key)).status_code for _ in range(3)] == [200, 200, 200]
+    r = _chat(gw, helpers, helpers.auth(key))
+    assert r.status_code == 429
+    assert r.json()["error"]["code"] == "rate_limit_exceeded_rpm"
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    other = gw.create_key(rpm=3)
+    assert _chat(gw, helpers, helpers.auth(other)).status_code == 200  # limits are per key
+
+
+def test_tokens_per_minute(gw: Any, helpers: Any) -> None:
+    key = gw.create_key(tpm=20)
+    first = _chat(gw, helpers, helpers.auth(key), max_tokens=10)  # 5 prompt + 10 completion = 15
+    assert first.status_code == 200
+    assert first.json()["usage"]["total_tokens"] == 15
+    second = _chat(gw, helpers, helpers.auth(key), max_tokens=10)  # allowed: 15 < 20 before it ran
+    assert second.status_code == 200
+
+    def third() -> httpx.Response:
+        return _chat(gw, helpers, helpers.auth(key), max_tokens=1)
+
+    r = third()
+    assert r.status_code == 429, r.text
+    assert r.json()["error"]["code"] == "rate_limit_exceeded_tpm"
+    assert "retry-after" in r.headers

@@ -1,0 +1,74 @@
+"""End to end: client -> gateway -> llm-microservice -> the real engine on the real model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from support.servers import MODEL_NAME, Server, free_port, metric_value, start_server, wait_until
+
+
+@pytest.fixture(scope="module")
+def mesh_microservice(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
+    argv += ["--model-id", MODEL_NAME]
+    log_dir: Path = tmp_path_factory.mktemp("mesh-microservice")
+    server = start_server(
+        "microservice", argv, port, log_dir, health_path="/v1/health_check", env={"OPENAI_API_KEY": ""}
+    )
+    yield server
+    server.stop()
+
+
+def _running(engine_url: str) -> float:
+    return metric_value(engine_url, "genmesh_engine_requests_running")
+
+
+def test_chat_stream_and_cancel_through_the_mesh(
+    start_gateway: Any, mesh_microservice: Server, engine_url: str, helpers: Any
+) -> None:
+    ups = [{"url": mesh_microservice.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
+    gw = start_gateway({MODEL_NAME: {"upstreams": ups}})
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+    r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers={"X-Request-ID": "e2e-1"}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-request-id"] == "e2e-1"
+    reply = r.json()
+    assert reply["object"] == "chat.completion"
+    assert reply["choices"][0]["message"]["content"]
+    assert reply["usage"]["completion_tokens"] > 0
+
+    # OPEA string messages pass through untouched and come back as a text completion
+    opea = {"model": MODEL_NAME, "messages": "The capital of France is", "max_tokens": 4}
+    r = httpx.post(gw.url + "/v1/chat/completions", json=opea, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["object"] == "text_completion"
+
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as s:
+        payloads = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert all(c.get("usage") is None for c in chunks), [
+        c for c in chunks if c.get("usage")
+    ]  # the gateway's own usage chunk is not relayed
+
+    # a client that goes away mid-stream: the engine aborts the generation
+    wait_until(lambda: _running(engine_url) == 0, 60, what="idle engine")
+    long = {**body, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json=long, timeout=120) as s:
+        lines = s.iter_lines()  # held: breaking out of the loop must not close the stream
+        got = 0
+        for line in lines:
+            got += line.startswith("data: ")
+            if got >= 3:
+                break
+        assert _running(engine_url) == 1
+    wait_until(lambda: _running(engine_url) == 0, 15, what="engine abort after the client left the gateway")
