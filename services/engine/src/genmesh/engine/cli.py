@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
 import uvicorn
 
-from genmesh.protocol.asgi import RequestIdLogFilter
+from genmesh.protocol.logs import configure_logging
 
 from .app import create_app
 from .model_source import ModelSourceError, resolve
@@ -17,10 +16,7 @@ from .settings import parse_settings
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(RequestIdLogFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] [%(request_id)s] %(message)s"))
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
+    configure_logging(settings.log_level)
     try:
         source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
     except ModelSourceError as exc:

@@ -12,11 +12,12 @@ import logging
 import os
 import random
 import signal
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+
+from genmesh.protocol.logs import configure_logging
 
 from . import messages as m
 
@@ -167,11 +168,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
     """Entry point of the engine-core process (multiprocessing, spawn)."""
     # Ctrl-C reaches the whole process group; the API process decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s [engine-core] %(message)s",
-    )
+    configure_logging(log_level)
     ctx = zmq.Context()
     inbox = ctx.socket(zmq.PULL)
     inbox.connect(input_addr)

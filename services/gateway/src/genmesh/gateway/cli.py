@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
 import uvicorn
 from pydantic import ValidationError
 
-from genmesh.protocol.asgi import RequestIdLogFilter
+from genmesh.protocol.logs import configure_logging
 
 from .app import create_app
 from .config import load_config
@@ -18,11 +17,7 @@ from .settings import parse_settings
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(RequestIdLogFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] [%(request_id)s] %(message)s"))
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(settings.log_level)
     try:
         config = load_config(settings.config)
     except (OSError, ValueError, ValidationError) as exc:

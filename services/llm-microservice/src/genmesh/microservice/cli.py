@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from genmesh.protocol.logs import configure_logging
+
 from .app import create_app
-from .logs import configure_logging
 from .settings import parse_settings
 
 log = logging.getLogger("genmesh.microservice")

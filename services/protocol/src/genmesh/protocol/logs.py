@@ -7,15 +7,17 @@ import sys
 
 from pythonjsonlogger.json import JsonFormatter
 
-from genmesh.protocol.asgi import RequestIdLogFilter
+from .asgi import RequestIdLogFilter
 
 FIELDS = "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s"
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, quiet: tuple[str, ...] = ("httpx",)) -> None:
+    """JSON lines on stderr for every genmesh service; ``quiet`` loggers only say warnings."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RequestIdLogFilter())
     handler.setFormatter(JsonFormatter(FIELDS, rename_fields={"asctime": "time", "levelname": "level"}))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    # httpx logs every engine call at INFO; the access line already says what happened.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # httpx logs every upstream call at INFO; the access line already says what happened.
+    for name in quiet:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
