@@ -1,0 +1,260 @@
+"""Gateway test rig: a real Redis (session, flushed per test), a fake upstream, real gateway processes.
+
+The shared gateway serves several models from one config, each with the limits a test needs, all
+pointing at the same fake upstream; tests that need their own gateways (two replicas, kill -9,
+Redis restart, the real engine) start them with ``start_gateway``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+
+from genmesh.gateway.keys import KeySpace
+
+__all__ = ["KeySpace"]
+from support.servers import Server, free_port, start_server, wait_until
+
+ADMIN_KEY = "test-admin-key"
+LEASE_TTL_S = 2.0
+GATEWAY_FLAGS = (
+    "--lease-ttl-s",
+    str(LEASE_TTL_S),
+    "--reclaim-interval-s",
+    "0.5",
+    "--recheck-interval-s",
+    "1",
+    "--health-interval-s",
+    "0.5",
+    "--circuit-cooldown-s",
+    "1",
+    "--admin-key",
+    ADMIN_KEY,
+)
+
+
+@dataclass
+class RedisServer:
+    port: int
+    dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is not installed: run 'make redis' (scripts/ensure_redis.sh install)"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.dir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+
+        def up() -> bool:
+            try:
+                return bool(self.client().ping())
+            except redis.RedisError:
+                return False
+
+        wait_until(up, 10, what="redis-server to answer")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.gateway.fake_upstream", "--port", str(port), "--delay-ms", "20"]
+    server = start_server("fake-upstream", argv, port, tmp_path_factory.mktemp("fake-logs"), timeout_s=30)
+    yield server
+    server.stop()
+
+
+class Fake:
+    """Control and inspect the fake upstream."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def control(self, **ctl: Any) -> dict[str, Any]:
+        r = httpx.post(self.url + "/control", json=ctl, timeout=5)
+        r.raise_for_status()
+        data: dict[str, Any] = r.json()
+        return data
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = httpx.get(self.url + "/stats", timeout=5).json()
+        return data
+
+    def hold(self, on: bool) -> None:
+        self.control(hold=on)
+
+
+@pytest.fixture
+def fake(fake_upstream: Server) -> Iterator[Fake]:
+    f = Fake(fake_upstream.url)
+    f.control(hold=False, delay_ms=20)
+    wait_until(lambda: f.stats()["in_flight"] == 0, 15, what="fake upstream idle before the test")
+    f.control(reset=True)
+    yield f
+    f.control(hold=False, delay_ms=20)
+
+
+@pytest.fixture(autouse=True)
+def _flush_redis(request: pytest.FixtureRequest) -> None:
+    if "redis_server" in request.fixturenames or "gw" in request.fixturenames:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        server.client().flushall()
+
+
+def model_config(upstream: str, **limits: Any) -> dict[str, Any]:
+    ups = limits.pop("upstreams", None) or [{"url": upstream, "max_concurrency": limits.pop("max_concurrency", 1)}]
+    return {"upstreams": ups, **limits}
+
+
+StartGateway = Callable[..., Server]
+
+
+def _write_config(path: Path, models: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump({"models": models}))
+    return path
+
+
+def launch_gateway(log_dir: Path, config: Path, redis_url: str, *extra: str) -> Server:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "genmesh.gateway",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--redis-url",
+        redis_url,
+        *GATEWAY_FLAGS,
+        *extra,
+    ]
+    return start_server("gateway", argv, port, log_dir, timeout_s=60)
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path, redis_server: RedisServer) -> Iterator[StartGateway]:
+    """``start_gateway(models, *flags)``: a gateway of the test's own, stopped after it."""
+    started: list[Server] = []
+
+    def start(models: dict[str, Any], *extra: str, redis_url: str | None = None) -> Server:
+        cfg = _write_config(tmp_path / f"gateway-{len(started)}.yaml", models)
+        server = launch_gateway(tmp_path, cfg, redis_url or redis_server.url, *extra)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+SHARED_MODELS = {
+    # one slot, a deep queue: ordering, cancellation, rate limits
+    "one": {"max_concurrency": 1, "max_queue_length": 64, "max_queue_wait_s": 20},
+    # one slot, two places, a short wait: 429 and 503
+    "tiny": {"max_concurrency": 1, "max_queue_length": 2, "max_queue_wait_s": 1.0, "retry_after_s": 3},
+    # first-token timeout
+    "quick": {"max_concurrency": 2, "first_token_timeout_s": 0.7, "request_timeout_s": 5},
+}
+
+
+@pytest.fixture(scope="session")
+def shared_gateway(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer, fake_upstream: Server
+) -> Iterator[Server]:
+    log_dir = tmp_path_factory.mktemp("gateway-logs")
+    models = {name: model_config(fake_upstream.url, **dict(limits)) for name, limits in SHARED_MODELS.items()}
+    server = launch_gateway(log_dir, _write_config(log_dir / "gateway.yaml", models), redis_server.url, "--auth", "on")
+    yield server
+    server.stop()
+
+
+class Gateway:
+    """The shared gateway, with helpers to make keys and look into its Redis state."""
+
+    def __init__(self, server: Server, redis_server: RedisServer) -> None:
+        self.url = server.url
+        self.server = server
+        self.redis = redis_server.client()
+        self.keyspace = KeySpace()
+
+    def create_key(self, tenant: str = "t1", **fields: Any) -> str:
+        r = httpx.post(
+            self.url + "/admin/keys",
+            json={"tenant": tenant, **fields},
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            timeout=5,
+        )
+        assert r.status_code == 201, r.text
+        secret: str = r.json()["api_key"]
+        return secret
+
+    def queue_depth(self, model: str) -> int:
+        return int(self.redis.zcard(self.keyspace.model(model, []).queue))
+
+    def slots(self, model: str, upstream: str) -> int:
+        key = self.keyspace.model(model, [upstream]).slots[0]
+        return int(self.redis.zcount(key, int(time.time() * 1000), "+inf"))
+
+
+@pytest.fixture
+def gw(shared_gateway: Server, redis_server: RedisServer, fake: Fake) -> Gateway:
+    return Gateway(shared_gateway, redis_server)
+
+
+def upstream_name(url: str) -> str:
+    return url.split("://", 1)[1]
+
+
+def chat(model: str, user: str = "", max_tokens: int = 3, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
+    if user:
+        body["user"] = user
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def helpers() -> Any:
+    """This module's helpers, for the gateway test modules."""
+    return sys.modules[__name__]
