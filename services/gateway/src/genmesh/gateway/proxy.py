@@ -19,7 +19,7 @@ import orjson
 
 from genmesh.protocol import OpenAIError
 
-from .upstream_http import UpstreamError, UpstreamResponse
+from .relay_client import UpstreamError, UpstreamResponse
 
 _TOKEN = re.compile(rb'"(?:content|text)":"(?!")')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")

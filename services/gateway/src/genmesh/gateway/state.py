@@ -19,9 +19,9 @@ from .keys import KeySpace
 from .metrics import GatewayMetrics
 from .queue import Admission
 from .ratelimit import Limiter
+from .relay_client import RelayClient
 from .scripts import Scripts
 from .settings import GatewaySettings
-from .upstream_http import HttpClient
 from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway")
@@ -53,7 +53,7 @@ class GatewayState:
             self.redis, self.scripts, self.keyspace, config, settings, self.pool, self.metrics, self.keys.forget
         )
         self.limiter = Limiter(self.redis, self.scripts, self.keyspace, self.metrics, settings.lease_ttl_s)
-        self.upstream = HttpClient(settings.connect_timeout_s)  # the relay path
+        self.upstream = RelayClient(settings.connect_timeout_s)  # the relay path (aiohttp)
         self.http = httpx.AsyncClient(  # health probes
             timeout=httpx.Timeout(None, connect=settings.connect_timeout_s),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),

@@ -32,8 +32,8 @@ from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
 from ..proxy import Outcome, bad_gateway, prepare_body, relay_stream, relay_unary, response_headers, upstream_timeout
 from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
+from ..relay_client import UpstreamConnectError, UpstreamError, UpstreamResponse
 from ..state import GatewayState
-from ..upstream_http import UpstreamConnectError, UpstreamError, UpstreamResponse
 from .common import ClientGone, admission_error, with_retry_after
 
 log = logging.getLogger("genmesh.gateway.http")

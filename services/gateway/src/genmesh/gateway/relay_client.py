@@ -1,0 +1,151 @@
+"""The relay path's HTTP client: a thin layer over one ``aiohttp.ClientSession``.
+
+aiohttp does the HTTP/1.1 work (keep-alive pool per origin, TCP_NODELAY, its C parser); this
+module only fixes what the routes rely on:
+
+* ``post`` returns once the status and headers are in; a failure to *connect* raises
+  ``UpstreamConnectError`` (nothing was sent, so another upstream may be tried), any later failure
+  ``UpstreamProtocolError``. aiohttp never resends a POST on a reused connection the upstream had
+  just closed (it retries only idempotent methods), and neither does this module. To keep that race
+  rare, idle connections are dropped after ``keepalive_s``, below uvicorn's default of 5 s.
+* ``UpstreamResponse.read(deadline)`` gives the body as it arrives, with one deadline per read
+  (a timer only while a read actually waits); ``abort`` closes the connection so that the upstream
+  sees the client go and stops generating; ``close`` hands a cleanly finished connection back.
+* Nothing is added or changed on the way: no ``Accept-Encoding`` or ``User-Agent`` of ours, no
+  decompression, no cookies kept between requests, no redirects followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from yarl import URL
+
+
+class UpstreamError(Exception):
+    """The upstream exchange failed."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """No connection could be made: nothing was sent, so another upstream may be tried."""
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The connection broke or the reply was not HTTP we understand."""
+
+
+class UpstreamAborted(UpstreamError):
+    """The response was aborted (closed) while it was being read."""
+
+
+_CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+class UpstreamResponse:
+    """Status and headers (names lower-case) of an upstream reply; the body is read with ``read``."""
+
+    __slots__ = ("_closed", "_content", "_resp", "headers", "status")
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self._content = resp.content
+        self._closed = False
+        self.status = resp.status
+        self.headers = [(k.lower(), v) for k, v in resp.raw_headers]
+
+    def header(self, name: bytes) -> bytes | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+    async def read(self, deadline: float | None = None) -> bytes:
+        """Everything received since the last read (b"" at the end); ``TimeoutError`` past ``deadline``
+        (a ``time.monotonic()`` value)."""
+        if self._closed:
+            raise UpstreamAborted("response closed")
+        content = self._content
+        try:
+            data = content.read_nowait()  # what is already buffered, without a timer
+            if data or content.at_eof():
+                return data
+            if deadline is None:
+                return await content.readany()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(remaining):
+                return await content.readany()
+        except TimeoutError:  # a subclass of OSError: ours, not a broken connection
+            raise
+        except (aiohttp.ClientError, OSError) as exc:
+            if self._closed:
+                raise UpstreamAborted("response closed") from exc
+            raise UpstreamProtocolError(f"upstream stream failed: {type(exc).__name__}: {exc}") from exc
+
+    def abort(self) -> None:
+        """Close the connection now (the upstream sees the client leave)."""
+        if not self._closed:
+            self._closed = True
+            self._resp.close()
+
+    def close(self) -> None:
+        """Done with this response: aiohttp keeps the connection if the reply ended cleanly, else closes it."""
+        if not self._closed:
+            self._closed = True
+            self._resp.release()
+
+
+class RelayClient:
+    """One ``aiohttp.ClientSession`` (created on first use, inside the running loop).
+
+    The connector sets no limit on open connections: the gateway's admission already bounds
+    requests per upstream (``max_concurrency`` slots), and a second bound here could only make a
+    request that holds a slot wait for a connection.
+    """
+
+    def __init__(self, connect_timeout_s: float, keepalive_s: float = 4.0) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.keepalive_s = keepalive_s
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[tuple[str, str], URL] = {}
+
+    def _open(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=self.keepalive_s)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding", "User-Agent"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        return self._session
+
+    def _url(self, base_url: str, path: str) -> URL:
+        url = self._urls.get((base_url, path))
+        if url is None:
+            url = self._urls[(base_url, path)] = URL(base_url.rstrip("/") + path)
+        return url
+
+    async def post(self, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> UpstreamResponse:
+        """Send a POST and return once the status and headers are in (wrap in a timeout as needed)."""
+        session = self._session or self._open()
+        try:
+            resp = await session.post(
+                self._url(base_url, path),
+                data=body,
+                headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers],
+                allow_redirects=False,
+            )
+        except _CONNECT_ERRORS as exc:
+            raise UpstreamConnectError(f"connect to {base_url} failed: {type(exc).__name__}: {exc}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamProtocolError(f"upstream request failed: {type(exc).__name__}: {exc}") from exc
+        return UpstreamResponse(resp)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
