@@ -147,7 +147,8 @@ def test_gateway_config_is_mounted_and_routes_the_served_model(compose: list[str
     assert services["llm-microservice"]["environment"]["LLM_MODEL_ID"] == served
     upstream = routing["models"][served]["upstreams"][0]
     assert upstream["url"] == "http://llm-microservice:9000"
-    assert upstream["health_path"] == "/v1/health_check"
+    # readiness (asks the engine), so an upstream whose engine is down leaves the rotation
+    assert upstream["health_path"] == "/v1/ready"
     gateway_config = pytest.importorskip("genmesh.gateway.config")
     assert gateway_config.load_config(ROOT / "deploy" / "gateway.yaml").route(served) is not None
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from support.servers import MODEL_NAME, Server, free_port, metric_value, start_server, wait_until
+from support.servers import MODEL_NAME, Server, engine_running, free_port, start_server, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def mesh_microservice(engine_url: str, tmp_path_factory: pytest.TempPathFactory)
 
 
 def _running(engine_url: str) -> float:
-    return metric_value(engine_url, "genmesh_engine_requests_running")
+    return engine_running(engine_url)
 
 
 def test_chat_stream_and_cancel_through_the_mesh(

@@ -12,11 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from support.servers import Server, free_port, metric_value, wait_until
+from support.servers import Server, engine_running, free_port, metric_value, wait_until
 
 StartMicroservice = Callable[..., Server]
 
-RUNNING = "genmesh_engine_requests_running"
 IN_FLIGHT = "genmesh_microservice_requests_in_flight"
 LONG = {"max_tokens": 4000, "ignore_eos": True}
 
@@ -136,7 +135,7 @@ def _first_sse_event(lines: Any) -> dict[str, Any]:
 
 
 def test_a_client_leaving_a_stream_aborts_the_generation(microservice_url: str, engine_url: str) -> None:
-    assert metric_value(engine_url, RUNNING) == 0
+    assert engine_running(engine_url) == 0
     body = {"messages": "Tell me a long story.", "stream": True, **LONG}
     with (
         httpx.Client(timeout=60) as client,
@@ -145,15 +144,15 @@ def test_a_client_leaving_a_stream_aborts_the_generation(microservice_url: str, 
         assert r.status_code == 200
         lines = r.iter_lines()
         assert _first_sse_event(lines)["object"] == "text_completion"
-        wait_until(lambda: metric_value(engine_url, RUNNING) == 1, 30, what="the engine to run the request")
+        wait_until(lambda: engine_running(engine_url) == 1, 30, what="the engine to run the request")
         assert metric_value(microservice_url, IN_FLIGHT) == 1
     # Leaving the block closed the connection mid-stream.
-    wait_until(lambda: metric_value(engine_url, RUNNING) == 0, 10, what="the engine to abort the generation")
+    wait_until(lambda: engine_running(engine_url) == 0, 10, what="the engine to abort the generation")
     wait_until(lambda: metric_value(microservice_url, IN_FLIGHT) == 0, 10, what="the microservice to finish")
 
 
 def test_a_client_leaving_a_unary_request_aborts_the_generation(microservice_url: str, engine_url: str) -> None:
-    assert metric_value(engine_url, RUNNING) == 0
+    assert engine_running(engine_url) == 0
     payload = json.dumps({"messages": [{"role": "user", "content": "Tell me a long story."}], **LONG}).encode()
     host, port = httpx.URL(microservice_url).host, httpx.URL(microservice_url).port
     with socket.create_connection((host, port)) as sock:
@@ -162,6 +161,6 @@ def test_a_client_leaving_a_unary_request_aborts_the_generation(microservice_url
             + f"Content-Length: {len(payload)}\r\n\r\n".encode()
             + payload
         )
-        wait_until(lambda: metric_value(engine_url, RUNNING) == 1, 30, what="the engine to run the request")
-    wait_until(lambda: metric_value(engine_url, RUNNING) == 0, 10, what="the engine to abort the generation")
+        wait_until(lambda: engine_running(engine_url) == 1, 30, what="the engine to run the request")
+    wait_until(lambda: engine_running(engine_url) == 0, 10, what="the engine to abort the generation")
     wait_until(lambda: metric_value(microservice_url, IN_FLIGHT) == 0, 10, what="the microservice to finish")

@@ -119,3 +119,16 @@ def metric_value(base_url: str, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"metric {name} not found")
+
+
+ENGINE_RUNNING_GAUGES = ("genmesh_engine_requests_running", "vllm:num_requests_running")
+
+
+def engine_running(base_url: str) -> float:
+    """Requests the engine is generating: our gauge, or vLLM's when the suite runs against vLLM."""
+    for name in ENGINE_RUNNING_GAUGES:
+        try:
+            return metric_value(base_url, name)
+        except AssertionError:
+            continue
+    raise AssertionError(f"no running-requests gauge on {base_url}/metrics")
