@@ -22,6 +22,7 @@ from .errors import (
     internal_error,
     invalid_request,
     model_not_found,
+    normalise_upstream_error,
     service_unavailable,
     unsupported_parameter,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "invalid_request",
     "model_not_found",
     "neutral",
+    "normalise_upstream_error",
     "new_id",
     "now",
     "service_unavailable",

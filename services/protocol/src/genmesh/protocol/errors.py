@@ -78,6 +78,50 @@ def internal_error(message: str) -> OpenAIError:
     return OpenAIError(message, status=500, type="server_error", code="internal_error")
 
 
+# OpenAI's error types, and the one an HTTP status stands for when an upstream used its own.
+OPENAI_ERROR_TYPES = {
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "rate_limit_error",
+    "server_error",
+    "service_unavailable_error",
+    "upstream_error",
+}
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
+
+
+def normalise_upstream_error(status: int, body: Any) -> OpenAIError:
+    """Any engine's error body (OpenAI's, vLLM's ``"type": "BadRequestError", "code": 400``,
+    OVMS's ``{"error": "text"}``) as an OpenAI error with the same status."""
+    detail = body.get("error") if isinstance(body, dict) else None
+    if isinstance(detail, str):
+        detail = {"message": detail}
+    if not isinstance(detail, dict):
+        detail = {"message": body.get("message") if isinstance(body, dict) else None}
+    message = detail.get("message") or f"the engine answered {status}"
+    kind = detail.get("type")
+    if kind not in OPENAI_ERROR_TYPES:
+        kind = _TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    param, code = detail.get("param"), detail.get("code")
+    return OpenAIError(
+        str(message),
+        status=status,
+        type=str(kind),
+        param=param if isinstance(param, str) else None,
+        code=code if isinstance(code, str) else None,
+    )
+
+
 def _loc_to_param(loc: Iterable[int | str]) -> str:
     param = ""
     for part in loc:

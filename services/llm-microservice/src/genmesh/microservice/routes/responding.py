@@ -24,7 +24,7 @@ from fastapi.responses import Response, StreamingResponse
 from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 
-from genmesh.protocol import OpenAIError
+from genmesh.protocol import OpenAIError, normalise_upstream_error
 from genmesh.protocol.asgi import unless_disconnected
 
 from ..metrics import MicroserviceMetrics
@@ -52,9 +52,19 @@ async def json_body(request: Request) -> dict[str, Any]:
 
 
 def _error_json(response: httpx.Response) -> Response:
-    """An engine error reply, relayed with its status when it is JSON, wrapped as an OpenAI error if not."""
+    """An engine error reply with its status, as OpenAI error JSON whatever the engine's own shape."""
     if response.headers.get("content-type", "").startswith("application/json"):
-        return Response(response.content, status_code=response.status_code, headers=relayed_headers(response))
+        try:
+            body = json.loads(response.content)
+        except ValueError:
+            body = None
+        err = normalise_upstream_error(response.status_code, body)
+        return Response(
+            json.dumps(err.body()),
+            status_code=err.status,
+            headers=relayed_headers(response),
+            media_type="application/json",
+        )
     err = OpenAIError(
         f"The LLM engine answered {response.status_code}: {response.text[:200]}",
         status=502,
