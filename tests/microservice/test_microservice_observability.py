@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.servers import Server, wait_until
+from support.servers import GENMESH_ENGINE_ONLY, Server, wait_until
 
 CHAT = "/v1/chat/completions"
 REQUESTS = "genmesh_microservice_requests_total"
@@ -49,6 +49,7 @@ def test_streams_record_time_to_first_token(microservice_url: str) -> None:
     assert first_token_sum > 0
 
 
+@GENMESH_ENGINE_ONLY
 def test_a_flood_of_readiness_probes_is_not_a_flood_on_the_engine(microservice_url: str) -> None:
     name = "genmesh_microservice_readiness_checks_total"
     before = sample(microservice_url, name, result="ready")

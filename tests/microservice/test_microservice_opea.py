@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from support.servers import MODEL_NAME
+from support.servers import GENMESH_ENGINE_ONLY, MODEL_NAME
 
 JSON = {"Content-Type": "application/json"}
 
@@ -124,6 +124,7 @@ def test_max_new_tokens_and_sampling_extras_reach_the_engine(microservice_url: s
     assert r.json()["usage"]["completion_tokens"] == 7
 
 
+@GENMESH_ENGINE_ONLY
 def test_a_parameter_the_engine_refuses_is_relayed_with_its_status(microservice_url: str) -> None:
     # The engine does not implement repetition_penalty yet and says so by name; the microservice relays it.
     body = {"messages": "hi", "max_tokens": 3, "repetition_penalty": 1.3}
@@ -150,6 +151,7 @@ def test_completions_and_models_pass_through(microservice_url: str) -> None:
     assert [m["id"] for m in models["data"]] == [MODEL_NAME]
 
 
+@GENMESH_ENGINE_ONLY
 def test_unknown_model_is_the_engine_s_404(microservice_url: str) -> None:
     r = httpx.post(microservice_url + "/v1/chat/completions", json={"model": "no-such-model", "messages": "hi"})
     assert r.status_code == 404
