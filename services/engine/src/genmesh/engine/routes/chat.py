@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import (
     AssistantMessage,
@@ -67,7 +66,7 @@ for _path in PATHS:
 
 async def _chunks(
     events: AsyncIterator[str | Finished], rid: str, model: str, created: int, include_usage: bool
-) -> AsyncIterator[ChatCompletionChunk | ServerSentEvent]:
+) -> AsyncIterator[ChatCompletionChunk]:
     def chunk(delta: ChatDelta, finish: str | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(
             id=rid,

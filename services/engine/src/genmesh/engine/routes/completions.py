@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import CompletionChoice, CompletionRequest, CompletionResponse, new_id, now
 from genmesh.protocol.asgi import unless_disconnected
@@ -50,7 +49,7 @@ for _path in PATHS:
 
 async def _chunks(
     events: AsyncIterator[str | Finished], rid: str, model: str, created: int, include_usage: bool
-) -> AsyncIterator[CompletionResponse | ServerSentEvent]:
+) -> AsyncIterator[CompletionResponse]:
     def chunk(text: str, finish: str | None = None) -> CompletionResponse:
         return CompletionResponse(
             id=rid,

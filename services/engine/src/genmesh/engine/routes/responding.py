@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 from typing import TypeVar
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError, internal_error
 
@@ -28,25 +29,31 @@ def arrival_time() -> float:
     return time.perf_counter()
 
 
-def error_event(err: OpenAIError) -> ServerSentEvent:
-    return ServerSentEvent(data=err.to_response().model_dump_json())
+def event(data: str) -> bytes:
+    """One SSE event, framed by sse-starlette (``data: ...`` and a blank line)."""
+    return ServerSentEvent(data=data, sep="\n").encode()
 
 
-DONE = ServerSentEvent(data="[DONE]")
+def error_event(err: OpenAIError) -> bytes:
+    return event(err.to_response().model_dump_json())
 
 
-def sse(events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
-    return EventSourceResponse(events, sep="\n", ping=15)
+DONE = event("[DONE]")
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
-async def guarded(events: AsyncIterator[BaseModel | ServerSentEvent]) -> AsyncIterator[ServerSentEvent]:
+def sse(events: AsyncIterator[bytes]) -> StreamingResponse:
+    """Stream pre-encoded events. One response-level task, no per-event machinery: with one
+    event per token per stream this path is hot. A client that leaves ends the body iterator
+    (and so aborts the generation)."""
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def guarded(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
     """Serialise chunks; an error mid-stream becomes a final error event, then ``[DONE]``."""
     try:
         async for item in events:
-            if isinstance(item, ServerSentEvent):
-                yield item
-            else:
-                yield ServerSentEvent(data=item.model_dump_json(exclude_none=False))
+            yield event(item.model_dump_json(exclude_none=False))
     except OpenAIError as err:
         yield error_event(err)
     except Exception as exc:
