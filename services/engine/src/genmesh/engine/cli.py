@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import uvicorn
-
+from genmesh.protocol.asgi import serve
 from genmesh.protocol.logs import configure_logging
 
 from .app import create_app
@@ -23,14 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"genmesh-engine: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings, source)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
-    )
+    serve(app, settings.host, settings.port, settings.log_level)
     return 0
 
 

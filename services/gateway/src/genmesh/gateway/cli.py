@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import uvicorn
 from pydantic import ValidationError
 
+from genmesh.protocol.asgi import serve
 from genmesh.protocol.logs import configure_logging
 
 from .app import create_app
@@ -24,14 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"genmesh-gateway: cannot load routing config {settings.config}: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings, config)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
-    )
+    serve(app, settings.host, settings.port, settings.log_level)
     return 0
 
 

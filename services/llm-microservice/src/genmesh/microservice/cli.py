@@ -6,8 +6,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-import uvicorn
-
+from genmesh.protocol.asgi import serve
 from genmesh.protocol.logs import configure_logging
 
 from .app import create_app
@@ -26,15 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.host,
         settings.port,
     )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,  # keep our JSON handler; uvicorn's loggers propagate to it
-        log_level=settings.log_level.lower(),
-        access_log=False,  # ObserveMiddleware writes the access lines
-        timeout_graceful_shutdown=10,
-    )
+    serve(create_app(settings), settings.host, settings.port, settings.log_level)
     return 0
 
 

@@ -121,6 +121,22 @@ class RequestIdMiddleware:
             request_id_var.reset(token)
 
 
+def serve(app: ASGIApp, host: str, port: int, log_level: str) -> None:
+    """Run a genmesh service with uvicorn: our JSON log handler (uvicorn's loggers propagate to
+    it), no uvicorn access log (services log their own), a bounded graceful shutdown."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        log_level=log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
 class RequestIdLogFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id_var.get()
