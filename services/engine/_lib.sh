@@ -130,3 +130,38 @@ abs_path() {
     base="$(basename "$1")"
     echo "$dir/$base"
 }
+
+# parse_build_options NOUN ARGS...: the options every build_docker_*.sh script takes.
+# Sets build_target (its one positional argument, empty when none), build_image (from --tag;
+# keeps the value the caller set when there is no --tag) and build_no_cache (an array).
+# Prints the caller's usage and exits on --help.
+parse_build_options() {
+    local noun="$1"
+    shift
+    build_target=""
+    build_no_cache=()
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            -h | --help) usage; exit 0 ;;
+            --tag) need_value "$@"; build_image="$2"; shift 2 ;;
+            --no-cache) build_no_cache=(--no-cache); shift ;;
+            -*) die "unknown option '$1' (see --help)" ;;
+            *)
+                [[ -z "$build_target" ]] || die "only one $noun may be given (got '$build_target' and '$1')"
+                build_target="$1"
+                shift
+                ;;
+        esac
+    done
+}
+
+# add_proxy_build_args: append --build-arg NAME to the build_args array for each proxy
+# variable that is set (docker then reads its value from the environment).
+add_proxy_build_args() {
+    local var
+    for var in http_proxy https_proxy no_proxy; do
+        if [[ -n "${!var:-}" ]]; then
+            build_args+=(--build-arg "$var")
+        fi
+    done
+}

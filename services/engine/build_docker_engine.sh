@@ -27,22 +27,10 @@ Environment:
 USAGE
 }
 
-target=""
-image="${ENGINE_IMAGE:-}"
-no_cache=()
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --tag) need_value "$@"; image="$2"; shift 2 ;;
-        --no-cache) no_cache=(--no-cache); shift ;;
-        -*) die "unknown option '$1' (see --help)" ;;
-        *)
-            [[ -z "$target" ]] || die "only one device may be given (got '$target' and '$1')"
-            target="$1"
-            shift
-            ;;
-    esac
-done
+build_image="${ENGINE_IMAGE:-}"
+parse_build_options device "$@"
+target="$build_target"
+image="$build_image"
 case "${target:-cpu}" in
     cpu) default_image="opea/genmesh-engine:latest"; gpu_runtime=0 ;;
     gpu) default_image="opea/genmesh-engine:gpu"; gpu_runtime=1 ;;
@@ -51,11 +39,7 @@ esac
 image="${image:-$default_image}"
 check_image "$image"
 
-cmd=(docker build "${no_cache[@]}" --build-arg "GPU_RUNTIME=$gpu_runtime")
-for var in http_proxy https_proxy no_proxy; do
-    if [[ -n "${!var:-}" ]]; then
-        cmd+=(--build-arg "$var")
-    fi
-done
-cmd+=(-f "$here/Dockerfile" -t "$image" "$root")
+build_args=(--build-arg "GPU_RUNTIME=$gpu_runtime")
+add_proxy_build_args
+cmd=(docker build "${build_no_cache[@]}" "${build_args[@]}" -f "$here/Dockerfile" -t "$image" "$root")
 run_or_print "${cmd[@]}"

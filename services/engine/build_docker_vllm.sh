@@ -32,22 +32,10 @@ Environment:
 USAGE
 }
 
-hw_mode=""
-image="${VLLM_IMAGE:-}"
-no_cache=()
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --tag) need_value "$@"; image="$2"; shift 2 ;;
-        --no-cache) no_cache=(--no-cache); shift ;;
-        -*) die "unknown option '$1' (see --help)" ;;
-        *)
-            [[ -z "$hw_mode" ]] || die "only one hw_mode may be given (got '$hw_mode' and '$1')"
-            hw_mode="$1"
-            shift
-            ;;
-    esac
-done
+build_image="${VLLM_IMAGE:-}"
+parse_build_options hw_mode "$@"
+hw_mode="$build_target"
+image="$build_image"
 hw_mode="${hw_mode:-cpu}"
 
 build_args=()
@@ -77,11 +65,7 @@ esac
 image="${image:-$default_image}"
 check_image "$image"
 
-for var in http_proxy https_proxy no_proxy; do
-    if [[ -n "${!var:-}" ]]; then
-        build_args+=(--build-arg "$var")
-    fi
-done
+add_proxy_build_args
 
-cmd=(docker build "${no_cache[@]}" "${build_args[@]}" -f "$here/$dockerfile" -t "$image" "$here")
+cmd=(docker build "${build_no_cache[@]}" "${build_args[@]}" -f "$here/$dockerfile" -t "$image" "$here")
 run_or_print "${cmd[@]}"

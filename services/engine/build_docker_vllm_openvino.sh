@@ -27,22 +27,10 @@ Environment:
 USAGE
 }
 
-target=""
-image="${VLLM_IMAGE:-}"
-no_cache=()
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --tag) need_value "$@"; image="$2"; shift 2 ;;
-        --no-cache) no_cache=(--no-cache); shift ;;
-        -*) die "unknown option '$1' (see --help)" ;;
-        *)
-            [[ -z "$target" ]] || die "only one device may be given (got '$target' and '$1')"
-            target="$1"
-            shift
-            ;;
-    esac
-done
+build_image="${VLLM_IMAGE:-}"
+parse_build_options device "$@"
+target="$build_target"
+image="$build_image"
 target="${target:-cpu}"
 case "$target" in
     cpu) default_image="vllm-openvino:latest" ;;
@@ -54,11 +42,7 @@ check_image "$image"
 
 build_args=(--build-arg "VLLM_OPENVINO_TARGET=$target")
 [[ -z "${VLLM_OPENVINO_REF:-}" ]] || build_args+=(--build-arg "VLLM_OPENVINO_REF=$VLLM_OPENVINO_REF")
-for var in http_proxy https_proxy no_proxy; do
-    if [[ -n "${!var:-}" ]]; then
-        build_args+=(--build-arg "$var")
-    fi
-done
+add_proxy_build_args
 
-cmd=(docker build "${no_cache[@]}" "${build_args[@]}" -f "$here/Dockerfile.vllm-openvino" -t "$image" "$here")
+cmd=(docker build "${build_no_cache[@]}" "${build_args[@]}" -f "$here/Dockerfile.vllm-openvino" -t "$image" "$here")
 run_or_print "${cmd[@]}"
