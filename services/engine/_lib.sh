@@ -135,6 +135,7 @@ abs_path() {
 # Sets build_target (its one positional argument, empty when none), build_image (from --tag;
 # keeps the value the caller set when there is no --tag) and build_no_cache (an array).
 # Prints the caller's usage and exits on --help.
+# shellcheck disable=SC2034  # build_image and build_no_cache are this function's outputs
 parse_build_options() {
     local noun="$1"
     shift
