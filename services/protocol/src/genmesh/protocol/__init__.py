@@ -9,11 +9,22 @@ from .chat import (
     ChatCompletionResponse,
     ChatDelta,
     ChatMessage,
+    ChoiceLogprobs,
+    FunctionCall,
+    FunctionDefinition,
+    NamedToolChoice,
     OtherPart,
+    ResponseFormat,
     TextPart,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolDefinition,
+    TopLogprob,
 )
 from .common import FinishReason, ModelCard, ModelList, StreamOptions, StrictRequest, Usage, new_id, now
-from .completions import CompletionChoice, CompletionRequest, CompletionResponse
+from .completions import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from .errors import (
     ErrorDetail,
     ErrorResponse,
@@ -29,6 +40,18 @@ from .errors import (
 from .sampling import SamplingFields, neutral
 
 __all__ = [
+    "ChoiceLogprobs",
+    "FunctionCall",
+    "FunctionDefinition",
+    "NamedToolChoice",
+    "ResponseFormat",
+    "TokenLogprob",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolDefinition",
+    "TopLogprob",
+    "CompletionLogprobs",
     "AssistantMessage",
     "ChatChoice",
     "ChatChunkChoice",
