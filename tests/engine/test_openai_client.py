@@ -54,5 +54,7 @@ def test_errors_surface_as_openai_exceptions(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x"}], n=3)
-    assert "'n'" in str(exc.value)
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "x"}], logit_bias={"5": 1}
+        )
+    assert "'logit_bias'" in str(exc.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genmesh.engine.detokenizer import BatchDetokenizer, IncrementalDetokenizer
+from genmesh.engine.detokenizer import BatchDetokenizer, StepDecoder, TableDecoder
 from genmesh.engine.stop import StopMatcher
 from genmesh.engine.tokenizer import PromptTokenizer
 from support.servers import DEFAULT_MODEL
@@ -24,9 +24,22 @@ TEXTS = [
 ]
 
 
-def run_incremental(tokenizer: PromptTokenizer, ids: list[int], chunk: int) -> list[str]:
-    detok = IncrementalDetokenizer()
-    batch = BatchDetokenizer(tokenizer.decode_batch)
+@pytest.fixture(params=["table", "batch"])
+def decoder(request: pytest.FixtureRequest, tokenizer: PromptTokenizer) -> StepDecoder:
+    """Both step decoders: the byte table (byte-level vocabularies) and batched tokenizer calls."""
+    if request.param == "table":
+        assert tokenizer.table is not None, "SmolLM2's byte-level vocabulary should round-trip"
+        return TableDecoder(tokenizer.table)
+    return BatchDetokenizer(tokenizer.decode_batch)
+
+
+def reference(tokenizer: PromptTokenizer, ids: list[int], skip_special_tokens: bool = True) -> str:
+    """OpenVINO's own decoder, never the byte table."""
+    return tokenizer.decode_batch([ids], skip_special_tokens)[0]
+
+
+def run_incremental(batch: StepDecoder, ids: list[int], chunk: int) -> list[str]:
+    detok = batch.new_request(True)
     pieces = [ids[i : i + chunk] for i in range(0, len(ids), chunk)] or [[]]
     deltas = []
     for n, piece in enumerate(pieces):
@@ -35,23 +48,32 @@ def run_incremental(tokenizer: PromptTokenizer, ids: list[int], chunk: int) -> l
 
 
 @pytest.mark.parametrize("text", TEXTS)
-def test_one_token_at_a_time_equals_whole_decode(tokenizer: PromptTokenizer, text: str) -> None:
+def test_one_token_at_a_time_equals_whole_decode(tokenizer: PromptTokenizer, decoder: StepDecoder, text: str) -> None:
     ids = tokenizer.encode(text, add_special_tokens=False)
-    deltas = run_incremental(tokenizer, ids, 1)
-    assert "".join(deltas) == tokenizer.decode(ids)
+    deltas = run_incremental(decoder, ids, 1)
+    assert "".join(deltas) == reference(tokenizer, ids)
     assert "\ufffd" not in "".join(deltas)
 
 
 @pytest.mark.parametrize("chunk", [2, 3, 7])
-def test_chunks_of_tokens_equal_whole_decode(tokenizer: PromptTokenizer, chunk: int) -> None:
+def test_chunks_of_tokens_equal_whole_decode(tokenizer: PromptTokenizer, decoder: StepDecoder, chunk: int) -> None:
     ids = tokenizer.encode(TEXTS[1] * 3, add_special_tokens=False)
-    assert "".join(run_incremental(tokenizer, ids, chunk)) == tokenizer.decode(ids)
+    assert "".join(run_incremental(decoder, ids, chunk)) == reference(tokenizer, ids)
 
 
-def test_many_requests_decoded_in_one_batch_stay_independent(tokenizer: PromptTokenizer) -> None:
+def test_special_tokens_kept_only_when_asked(tokenizer: PromptTokenizer, decoder: StepDecoder) -> None:
+    ids = tokenizer.encode("<|im_start|>assistant\nHi<|im_end|>", add_special_tokens=False)
+    kept, skipped = decoder.new_request(False), decoder.new_request(True)
+    texts = decoder.step([(kept, ids, True), (skipped, ids, True)])
+    assert texts == [reference(tokenizer, ids, False), reference(tokenizer, ids, True)]
+    assert "<|im_end|>" in texts[0]
+    assert "<|im_end|>" not in texts[1]
+
+
+def test_many_requests_decoded_in_one_batch_stay_independent(tokenizer: PromptTokenizer, decoder: StepDecoder) -> None:
     ids = [tokenizer.encode(t * 2, add_special_tokens=False) for t in TEXTS]
-    detoks = [IncrementalDetokenizer() for _ in TEXTS]
-    batch = BatchDetokenizer(tokenizer.decode_batch)
+    detoks = [decoder.new_request(True) for _ in TEXTS]
+    batch = decoder
     out = ["" for _ in TEXTS]
     longest = max(len(i) for i in ids)
     for step in range(longest):
@@ -63,7 +85,7 @@ def test_many_requests_decoded_in_one_batch_stay_independent(tokenizer: PromptTo
         live = [k for k, seq in enumerate(ids) if step < len(seq)]
         for k, delta in zip(live, batch.step(work), strict=True):
             out[k] += delta
-    assert out == [tokenizer.decode(seq) for seq in ids]
+    assert out == [reference(tokenizer, seq) for seq in ids]
 
 
 def test_stop_string_cuts_and_holds_back() -> None:

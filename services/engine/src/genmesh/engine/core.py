@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import signal
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,23 +36,59 @@ class CoreConfig:
     max_num_batched_tokens: int
     dynamic_split_fuse: bool
     enable_prefix_caching: bool
+    num_kv_blocks: int | None = None
     plugin_config: dict[str, Any] = field(default_factory=dict)
+
+
+def _structured_output(ov_genai: Any, c: m.Constraint) -> Any:
+    if c.json_schema is not None:
+        return ov_genai.StructuredOutputConfig(json_schema=c.json_schema)
+    if c.regex is not None:
+        return ov_genai.StructuredOutputConfig(regex=c.regex)
+    tags = [ov_genai.StructuralTagItem(begin=t.begin, schema=t.json_schema, end=t.end) for t in c.tags]
+    return ov_genai.StructuredOutputConfig(
+        structural_tags_config=ov_genai.StructuralTagsConfig(structural_tags=tags, triggers=list(c.triggers))
+    )
 
 
 def _generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:
     gc = ov_genai.GenerationConfig()
     gc.max_new_tokens = params.max_new_tokens
     gc.ignore_eos = params.ignore_eos
-    if params.temperature > 0.0:
+    gc.min_new_tokens = params.min_new_tokens
+    gc.repetition_penalty = params.repetition_penalty
+    gc.frequency_penalty = params.frequency_penalty
+    gc.presence_penalty = params.presence_penalty
+    if params.stop_token_ids:
+        gc.stop_token_ids = set(params.stop_token_ids)
+    if params.logprobs:
+        gc.logprobs = 1
+    if params.beam_search:
+        gc.do_sample = False
+        gc.num_beams = params.num_beams
+        gc.num_return_sequences = params.num_return_sequences
+        gc.length_penalty = params.length_penalty
+    elif params.temperature > 0.0:
         gc.do_sample = True
         gc.temperature = params.temperature
         gc.top_p = params.top_p
         if params.top_k > 0:
             gc.top_k = params.top_k
+        if params.min_p > 0.0:
+            gc.min_p = params.min_p
         gc.rng_seed = params.seed if params.seed is not None else random.getrandbits(31)
     else:
         gc.do_sample = False
+    if params.constraint is not None:
+        gc.structured_output_config = _structured_output(ov_genai, params.constraint)
     return gc
+
+
+@dataclass
+class _Live:
+    handle: Any
+    logprobs: bool
+    beams: int  # 0: stream tokens as they come; else return this many beam-search sequences at the end
 
 
 class _Loop:
@@ -64,7 +101,7 @@ class _Loop:
         self.pipe = pipe
         self.inbox = inbox
         self.outbox = outbox
-        self.handles: dict[int, Any] = {}
+        self.handles: dict[int, _Live] = {}
         self.pending: list[m.RequestOutput] = []
         self.status = ov_genai.GenerationStatus
         self.finish = {
@@ -73,6 +110,7 @@ class _Loop:
         }
         self.parent = os.getppid()
         self.stopping = False
+        self.failed = False
 
     # -- input -------------------------------------------------------------------------
     def _handle(self, msg: m.ToCore) -> None:
@@ -83,14 +121,18 @@ class _Loop:
                     msg.request_id, self.ov.Tensor(ids), _generation_config(self.ov_genai, msg.params)
                 )
             except Exception as exc:  # a bad request must not kill the core
-                self.pending.append(m.RequestOutput(msg.request_id, [], "error", f"engine rejected the request: {exc}"))
+                self.pending.append(
+                    m.RequestOutput(msg.request_id, [], "rejected", f"engine rejected the request: {exc}")
+                )
             else:
-                self.handles[msg.request_id] = handle
+                p = msg.params
+                beams = p.num_return_sequences if p.beam_search else 0
+                self.handles[msg.request_id] = _Live(handle, p.logprobs, beams)
         elif isinstance(msg, m.Abort):
             for rid in msg.request_ids:
-                handle = self.handles.pop(rid, None)
-                if handle is not None:
-                    handle.cancel()
+                live = self.handles.pop(rid, None)
+                if live is not None:
+                    live.handle.cancel()
         elif isinstance(msg, m.Shutdown):
             self.stopping = True
 
@@ -113,29 +155,57 @@ class _Loop:
     def _collect(self) -> list[m.RequestOutput]:
         outputs, self.pending = self.pending, []
         done: list[int] = []
-        for rid, handle in self.handles.items():
+        for rid, live in self.handles.items():
+            handle = live.handle
+            status = handle.get_status()
+            running = status == self.status.RUNNING
+            if live.beams:
+                if not running:
+                    done.append(rid)
+                    outputs.append(self._beams(rid, live, status))
+                continue
             tokens: list[int] = []
+            logprobs: list[float] | None = [] if live.logprobs else None
             reason: str | None = None
             if handle.can_read():
                 for out in handle.read().values():
                     tokens.extend(out.generated_ids)
+                    if logprobs is not None:
+                        logprobs.extend(out.generated_log_probs)
                     reason = self.finish.get(out.finish_reason, reason)
-            status = handle.get_status()
             error: str | None = None
-            if status != self.status.RUNNING:
+            if not running:
                 done.append(rid)
                 if reason is None:
-                    if status == self.status.IGNORED:
-                        reason, error = "error", "the scheduler dropped the request: KV cache too small for it"
-                    elif status == self.status.FINISHED:
-                        reason = "stop"
-                    else:
-                        reason = "abort"
+                    reason, error = self._end_without_reason(status)
             if tokens or reason is not None:
-                outputs.append(m.RequestOutput(rid, tokens, reason, error))
+                outputs.append(m.RequestOutput(rid, tokens, reason, error, logprobs))
         for rid in done:
             del self.handles[rid]
         return outputs
+
+    def _end_without_reason(self, status: Any) -> tuple[str, str | None]:
+        if status == self.status.IGNORED:
+            return "rejected", "the request does not fit in this server's KV cache (raise --cache-size or shorten it)"
+        if status == self.status.FINISHED:
+            return "stop", None
+        return "abort", None
+
+    def _beams(self, rid: int, live: _Live, status: Any) -> m.RequestOutput:
+        if status != self.status.FINISHED:
+            reason, error = self._end_without_reason(status)
+            return m.RequestOutput(rid, [], reason, error)
+        seqs = sorted(live.handle.read_all(), key=lambda out: float(out.score), reverse=True)[: live.beams]
+        found = [
+            m.Sequence(
+                list(out.generated_ids),
+                list(out.generated_log_probs) if live.logprobs else [],
+                float(out.score),
+                self.finish.get(out.finish_reason, "stop"),
+            )
+            for out in seqs
+        ]
+        return m.RequestOutput(rid, [], "stop", None, None, found)
 
     def _stats(self) -> m.Stats:
         metrics = self.pipe.get_metrics()
@@ -153,10 +223,16 @@ class _Loop:
                 try:
                     self.pipe.step()
                 except Exception as exc:
-                    log.exception("engine step failed")
+                    # The pipeline is not usable after a failed step (its block tables leak and
+                    # every later step fails), so end every request and exit: the API process
+                    # sees the core die and reports the engine unavailable instead of limping on.
+                    log.exception("engine step failed; engine core exits")
                     for rid in list(self.handles):
                         self.pending.append(m.RequestOutput(rid, [], "error", f"engine step failed: {exc}"))
                     self.handles.clear()
+                    self.outbox.send(m.encode(m.StepOutputs(self.pending, m.Stats(0, 0, 0.0))))
+                    self.failed = True
+                    return
             outputs = self._collect()
             now_busy = self.pipe.has_non_finished_requests() or bool(self.handles)
             if outputs or now_busy or busy:
@@ -185,6 +261,8 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         sc.max_num_batched_tokens = config.max_num_batched_tokens
         sc.dynamic_split_fuse = config.dynamic_split_fuse
         sc.enable_prefix_caching = config.enable_prefix_caching
+        if config.num_kv_blocks is not None:
+            sc.num_kv_blocks = config.num_kv_blocks
         log.info("loading %s on %s", config.model_path, config.device)
         pipe = ov_genai.ContinuousBatchingPipeline(config.model_path, sc, config.device, config.plugin_config)
     except Exception as exc:
@@ -196,10 +274,13 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         return
     outbox.send(m.encode(m.Ready(pid=os.getpid())))
     log.info("model loaded; engine loop running")
+    loop = _Loop(ov_genai, ov, np, pipe, inbox, outbox)
     try:
-        _Loop(ov_genai, ov, np, pipe, inbox, outbox).run()
+        loop.run()
     finally:
         inbox.close(linger=0)
-        outbox.close(linger=0)
+        outbox.close(linger=2000 if loop.failed else 0)
         ctx.term()
         log.info("engine core stopped")
+    if loop.failed:
+        sys.exit(3)

@@ -19,13 +19,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 import zmq.asyncio
 
 from . import messages as m
 from .core import CoreConfig, run_core
-from .detokenizer import BatchDetokenizer, DecodeBatch, IncrementalDetokenizer
+from .detokenizer import StepDecoder
 
 log = logging.getLogger("genmesh.engine.core_client")
 
@@ -42,13 +43,18 @@ class TextOutput:
     num_tokens: int
     finish_reason: str | None = None
     error: str | None = None
+    # Only when the request asked for logprobs: this step's token ids and their log-probabilities.
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    # Beam search: the finished sequences (token ids, not text), best first.
+    sequences: list[m.Sequence] | None = None
 
 
 @dataclass
 class RequestStream:
     request_id: int
+    detok: Any
     queue: asyncio.Queue[TextOutput] = field(default_factory=asyncio.Queue)
-    detok: IncrementalDetokenizer = field(default_factory=IncrementalDetokenizer)
     finished: bool = False
 
 
@@ -60,9 +66,9 @@ class CoreClient:
         on_stats: Callable[[m.Stats], None] | None = None,
         stats_log_interval_s: float = 10.0,
         stall_timeout_s: float = 60.0,
-        decode_batch: DecodeBatch | None = None,
+        decoder: StepDecoder | None = None,
     ) -> None:
-        self._detok = BatchDetokenizer(decode_batch) if decode_batch is not None else None
+        self._detok = decoder
         self.stall_timeout_s = stall_timeout_s
         self._last_heard = time.monotonic()
         self.config = config
@@ -84,9 +90,9 @@ class CoreClient:
         self._loaded: asyncio.Future[None] | None = None
         self._last_stats_log = 0.0
 
-    def attach_decoder(self, decode_batch: DecodeBatch) -> None:
+    def attach_decoder(self, decoder: StepDecoder) -> None:
         """The tokenizer loads alongside the core; requests are only accepted once both are ready."""
-        self._detok = BatchDetokenizer(decode_batch)
+        self._detok = decoder
 
     @property
     def alive(self) -> bool:
@@ -170,7 +176,7 @@ class CoreClient:
 
     def _deliver(self, outputs: list[m.RequestOutput]) -> None:
         assert self._detok is not None, "decoder not attached"
-        work: list[tuple[IncrementalDetokenizer, list[int], bool]] = []
+        work: list[tuple[Any, list[int], bool]] = []
         targets: list[tuple[RequestStream, m.RequestOutput]] = []
         for out in outputs:
             stream = self.streams.get(out.request_id)
@@ -179,13 +185,21 @@ class CoreClient:
             if out.finish_reason is not None:
                 stream.finished = True
                 del self.streams[out.request_id]
-            if out.finish_reason == "error":
-                stream.queue.put_nowait(TextOutput("", len(out.token_ids), "error", out.error))
+            if out.finish_reason in ("error", "rejected"):
+                stream.queue.put_nowait(TextOutput("", len(out.token_ids), out.finish_reason, out.error))
+                continue
+            if out.sequences is not None:
+                stream.queue.put_nowait(TextOutput("", 0, out.finish_reason, sequences=out.sequences))
                 continue
             work.append((stream.detok, out.token_ids, out.finish_reason is not None))
             targets.append((stream, out))
         for (stream, out), delta in zip(targets, self._detok.step(work), strict=True):
-            stream.queue.put_nowait(TextOutput(delta, len(out.token_ids), out.finish_reason))
+            if out.logprobs is None:
+                stream.queue.put_nowait(TextOutput(delta, len(out.token_ids), out.finish_reason))
+            else:
+                stream.queue.put_nowait(
+                    TextOutput(delta, len(out.token_ids), out.finish_reason, None, out.token_ids, out.logprobs)
+                )
 
     def _maybe_log_stats(self) -> None:
         if self.stats_log_interval_s <= 0:
@@ -201,11 +215,11 @@ class CoreClient:
                 s.cache_usage * 100,
             )
 
-    def add(self, prompt_ids: list[int], params: m.SamplingParams) -> RequestStream:
+    def add(self, prompt_ids: list[int], params: m.SamplingParams, skip_special_tokens: bool = True) -> RequestStream:
         if not self.alive or self._detok is None:
             raise EngineDeadError(self.unavailable_reason())
         rid = next(self._ids)
-        stream = RequestStream(rid)
+        stream = RequestStream(rid, self._detok.new_request(skip_special_tokens))
         self.streams[rid] = stream
         self._inbox.send(m.encode(m.AddRequest(rid, prompt_ids, params)))
         return stream

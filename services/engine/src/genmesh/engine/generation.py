@@ -1,5 +1,7 @@
 """One request's generation as an async stream of text deltas, ending in a ``Finished`` event.
 
+Events: ``str`` (new text; the hot path), ``Delta`` (new text with its tokens' logprobs, when
+asked for), ``Beams`` (beam search: every returned sequence at once), then ``Finished``.
 Closing the stream early (client gone, stop string hit) aborts the request in the engine.
 """
 
@@ -7,11 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from genmesh.protocol import OpenAIError, Usage, internal_error, service_unavailable
+from genmesh.protocol import OpenAIError, Usage, internal_error, invalid_request, service_unavailable
 
-from .core_client import CoreClient, EngineDeadError, RequestStream
+from .core_client import CoreClient, EngineDeadError, RequestStream, TextOutput
 from .messages import SamplingParams
 from .metrics import EngineMetrics
 from .stop import StopMatcher
@@ -19,10 +21,50 @@ from .tokenizer import PromptTokenizer
 
 
 @dataclass(frozen=True)
+class Delta:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class BeamResult:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Beams:
+    results: list[BeamResult]
+
+
+@dataclass(frozen=True)
 class Finished:
     reason: str
     prompt_tokens: int
     completion_tokens: int
+
+
+Event = str | Delta | Beams | Finished
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One engine request (one choice of a reply): its id and its event stream."""
+
+    request_id: int
+    events: AsyncIterator[Event]
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How generated tokens become the reply's text."""
+
+    stops: Sequence[str] = ()
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
 
 
 def usage_of(fin: Finished) -> Usage:
@@ -33,13 +75,34 @@ def usage_of(fin: Finished) -> Usage:
     )
 
 
-async def collect(events: AsyncIterator[str | Finished]) -> tuple[str, Finished]:
-    """Drain a generation into its whole text and finish event."""
+@dataclass
+class Collected:
+    """A whole generation: its text, token logprobs (when asked for) and finish event."""
+
+    text: str
+    finished: Finished
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    beams: list[BeamResult] | None = None
+
+
+async def collect(events: AsyncIterator[Event]) -> Collected:
+    """Drain a generation into one result."""
     parts: list[str] = []
+    ids: list[int] = []
+    lps: list[float] = []
+    beams: list[BeamResult] | None = None
     async for ev in events:
         if isinstance(ev, Finished):
-            return "".join(parts), ev
-        parts.append(ev)
+            return Collected("".join(parts), ev, ids, lps, beams)
+        if isinstance(ev, str):
+            parts.append(ev)
+        elif isinstance(ev, Delta):
+            parts.append(ev.text)
+            ids.extend(ev.token_ids)
+            lps.extend(ev.logprobs)
+        else:
+            beams = ev.results
     raise RuntimeError("generation ended without a finish event")
 
 
@@ -53,37 +116,62 @@ class Generator:
         self,
         endpoint: str,
         prompt_ids: list[int],
-        params: SamplingParams,
-        stops: Sequence[str],
+        choices: Sequence[SamplingParams],
+        text: TextOptions,
         arrival: float,
-    ) -> AsyncIterator[str | Finished]:
-        """Submit the request now (a 503 if the engine is down), stream its text lazily."""
+    ) -> list[Generation]:
+        """Submit one engine request per choice now (a 503 if the engine is down); stream lazily."""
+        started: list[RequestStream] = []
         try:
-            handle = self.core.add(prompt_ids, params)
+            for params in choices:
+                started.append(self.core.add(prompt_ids, params, text.skip_special_tokens))
         except EngineDeadError as exc:
+            for handle in started:
+                self.core.abort(handle.request_id)
             raise service_unavailable(f"engine unavailable: {exc}", code="engine_unavailable") from exc
-        return self._run(handle, endpoint, prompt_ids, stops, arrival)
+        return [Generation(h.request_id, self._run(h, endpoint, prompt_ids, text, arrival)) for h in started]
+
+    def abort(self, generations: Sequence[Generation]) -> None:
+        """Abort whatever is still running (also generations whose stream never started)."""
+        for gen in generations:
+            self.core.abort(gen.request_id)
+
+    def _raise_for(self, out: TextOutput) -> None:
+        if out.finish_reason == "rejected":
+            raise invalid_request(out.error or "the engine rejected the request")
+        if not self.core.alive:
+            raise service_unavailable(out.error or "engine died", code="engine_unavailable")
+        raise internal_error(out.error or "generation failed")
 
     async def _run(
         self,
         handle: RequestStream,
         endpoint: str,
         prompt_ids: list[int],
-        stops: Sequence[str],
+        options: TextOptions,
         arrival: float,
-    ) -> AsyncIterator[str | Finished]:
-        matcher = StopMatcher(stops)
+    ) -> AsyncIterator[Event]:
+        matcher = StopMatcher(options.stops, options.include_stop_str_in_output)
         generated = 0
         first_token_at: float | None = None
         outcome = "cancelled"
         try:
             while True:
                 out = await handle.queue.get()
-                if out.finish_reason == "error":
+                if out.finish_reason in ("error", "rejected"):
                     outcome = "error"
-                    if not self.core.alive:
-                        raise service_unavailable(out.error or "engine died", code="engine_unavailable")
-                    raise internal_error(out.error or "generation failed")
+                    self._raise_for(out)
+                if out.sequences is not None:
+                    first_token_at = time.perf_counter()
+                    self.metrics.ttft.observe(first_token_at - arrival)
+                    beams = [
+                        self._beam(seq.token_ids, seq.logprobs, seq.finish_reason, options) for seq in out.sequences
+                    ]
+                    generated = sum(len(seq.token_ids) for seq in out.sequences)
+                    outcome = "stop"
+                    yield Beams(beams)
+                    yield Finished(outcome, len(prompt_ids), generated)
+                    return
                 if out.num_tokens:
                     if first_token_at is None:
                         first_token_at = time.perf_counter()
@@ -91,7 +179,10 @@ class Generator:
                     generated += out.num_tokens
                 final = out.finish_reason is not None
                 text, stopped = matcher.feed(out.text, final)
-                if text:
+                if out.logprobs is not None and out.token_ids is not None:
+                    if text or out.token_ids:
+                        yield Delta(text, out.token_ids, out.logprobs)
+                elif text:
                     yield text
                 if stopped or final:
                     outcome = "stop" if stopped else str(out.finish_reason)
@@ -101,6 +192,11 @@ class Generator:
             # No-op once the engine reported the end; otherwise (client gone, stop string) abort.
             self.core.abort(handle.request_id)
             self._observe(endpoint, outcome, len(prompt_ids), generated, arrival, first_token_at)
+
+    def _beam(self, ids: list[int], logprobs: list[float], reason: str, options: TextOptions) -> BeamResult:
+        matcher = StopMatcher(options.stops, options.include_stop_str_in_output)
+        text, stopped = matcher.feed(self.tokenizer.decode(ids, options.skip_special_tokens), final=True)
+        return BeamResult(text, ids, logprobs, "stop" if stopped else reason)
 
     def _observe(
         self, endpoint: str, outcome: str, prompt: int, generated: int, arrival: float, first: float | None
@@ -115,4 +211,17 @@ class Generator:
             mt.tpot.observe((end - first) / (generated - 1))
 
 
-__all__ = ["Finished", "Generator", "OpenAIError", "collect", "usage_of"]
+__all__ = [
+    "BeamResult",
+    "Beams",
+    "Collected",
+    "Delta",
+    "Event",
+    "Finished",
+    "Generation",
+    "Generator",
+    "OpenAIError",
+    "TextOptions",
+    "collect",
+    "usage_of",
+]

@@ -12,13 +12,45 @@ from __future__ import annotations
 import msgspec
 
 
+class StructuralTag(msgspec.Struct, array_like=True, frozen=True):
+    begin: str
+    json_schema: str
+    end: str
+
+
+class Constraint(msgspec.Struct, frozen=True):
+    """Grammar the output must follow (OpenVINO GenAI structured output); one kind at a time."""
+
+    json_schema: str | None = None
+    regex: str | None = None
+    # Free text, except that after a trigger the text must match one of the tags (tool calls).
+    tags: list[StructuralTag] = msgspec.field(default_factory=list)
+    triggers: list[str] = msgspec.field(default_factory=list)
+
+
 class SamplingParams(msgspec.Struct, frozen=True):
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     seed: int | None = None
     ignore_eos: bool = False
+    min_new_tokens: int = 0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    logprobs: bool = False
+    # Beam search (``best_of``): outputs only at the end, the ``num_return_sequences`` best.
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    length_penalty: float = 1.0
+    constraint: Constraint | None = None
+
+    @property
+    def beam_search(self) -> bool:
+        return self.num_beams > 1
 
 
 class AddRequest(msgspec.Struct, tag="add", frozen=True):
@@ -35,12 +67,26 @@ class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     pass
 
 
+class Sequence(msgspec.Struct, array_like=True, frozen=True):
+    """One finished beam-search sequence."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    score: float
+    finish_reason: str
+
+
 class RequestOutput(msgspec.Struct, array_like=True, frozen=True):
     request_id: int
     token_ids: list[int]
-    # None while running; "stop" | "length" when done; "error" with ``error`` set.
+    # None while running; "stop" | "length" when done; "error" (engine fault) or "rejected" (the
+    # request's own parameters, e.g. an invalid JSON schema) with ``error`` set.
     finish_reason: str | None = None
     error: str | None = None
+    # The log-probability of each token in ``token_ids``, when the request asked for them.
+    logprobs: list[float] | None = None
+    # Beam search: every returned sequence, best first, in the final output only.
+    sequences: list[Sequence] | None = None
 
 
 class Stats(msgspec.Struct, array_like=True, frozen=True):

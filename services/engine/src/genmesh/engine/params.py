@@ -17,32 +17,15 @@ from genmesh.protocol import (
     unsupported_parameter,
 )
 
-from .messages import SamplingParams
+from .generation import TextOptions
+from .messages import Constraint, SamplingParams
 
-# Parameters not honoured yet, with the value that means "not used".
+# Parameters not honoured, with the value that means "not used".
 _NEUTRAL: dict[str, Any] = {
-    "n": 1,
-    "best_of": 1,
-    "min_p": 0.0,
-    "min_tokens": 0,
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "length_penalty": 1.0,
-    "include_stop_str_in_output": False,
-    "skip_special_tokens": True,
     "logit_bias": {},
-    "stop_token_ids": [],
-    "logprobs": False,
-    "top_logprobs": 0,
-    "response_format": None,
-    "tools": [],
-    "tool_choice": "none",
+    "suffix": "",
     "functions": [],
     "function_call": "none",
-    "chat_template_kwargs": {},
-    "echo": False,
-    "suffix": "",
     "service_tier": "auto",
     "reasoning_effort": None,
     "modalities": ["text"],
@@ -54,17 +37,44 @@ _NEUTRAL: dict[str, Any] = {
 _ACCEPTED_NOOP = {"user", "store", "metadata", "parallel_tool_calls", "add_generation_prompt"}
 
 
-def check_supported(req: SamplingFields) -> None:
+def check_supported(req: SamplingFields, best_of_limit: int) -> None:
+    """A 400 naming the first parameter this engine cannot honour with the value sent."""
     for name in sorted(req.model_fields_set):
         if name in _ACCEPTED_NOOP or name not in _NEUTRAL:
             continue
         value = getattr(req, name)
-        if name == "response_format" and isinstance(value, dict) and value.get("type") == "text":
-            continue
-        if name == "logprobs" and isinstance(req, CompletionRequest) and value in (None, 0):
-            continue
         if not neutral(value, _NEUTRAL[name]):
             raise unsupported_parameter(name, f"got {value!r}")
+    n = req.n or 1
+    if n > best_of_limit:
+        raise invalid_request(f"'n' is {n}, above this server's limit of {best_of_limit}", param="n")
+    if req.best_of is not None and req.best_of > 1:
+        if req.best_of > best_of_limit:
+            raise invalid_request(
+                f"'best_of' is {req.best_of}, above this server's limit of {best_of_limit}", param="best_of"
+            )
+        if req.best_of < n:
+            raise invalid_request(f"'best_of' ({req.best_of}) must be at least 'n' ({n})", param="best_of")
+        if req.stream:
+            raise invalid_request("'best_of' (beam search) cannot be used with streaming", param="best_of")
+    if isinstance(req, ChatCompletionRequest):
+        if req.top_logprobs:
+            raise unsupported_parameter(
+                "top_logprobs", "this engine reports the chosen token's logprob only (use top_logprobs 0 or omit it)"
+            )
+    elif isinstance(req, CompletionRequest):
+        if req.logprobs is not None and req.logprobs > 1:
+            raise unsupported_parameter(
+                "logprobs", f"got {req.logprobs}; this engine reports the chosen token's logprob only (0 or 1)"
+            )
+        if req.echo and req.logprobs is not None:
+            raise unsupported_parameter("echo", "echo together with logprobs (prompt logprobs) is not supported")
+
+
+def wants_logprobs(req: ChatCompletionRequest | CompletionRequest) -> bool:
+    if isinstance(req, ChatCompletionRequest):
+        return bool(req.logprobs)
+    return req.logprobs is not None
 
 
 def completion_budget(
@@ -104,14 +114,41 @@ def completion_budget(
     return budget
 
 
-def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_new_tokens: int) -> SamplingParams:
+def sampling_params(
+    req: ChatCompletionRequest | CompletionRequest,
+    max_new_tokens: int,
+    constraint: Constraint | None = None,
+    choice: int = 0,
+) -> SamplingParams:
+    """The engine parameters of one choice (``choice`` shifts the seed so ``n`` samples differ)."""
     temperature = 1.0 if req.temperature is None else req.temperature
     top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
+    best_of = req.best_of or 1
+    seed = None if req.seed is None else req.seed + choice
     return SamplingParams(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         top_k=top_k,
-        seed=req.seed,
+        min_p=req.min_p or 0.0,
+        seed=seed,
         ignore_eos=bool(req.ignore_eos),
+        min_new_tokens=min(req.min_tokens or 0, max_new_tokens),
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        presence_penalty=req.presence_penalty or 0.0,
+        stop_token_ids=list(req.stop_token_ids or []),
+        logprobs=wants_logprobs(req),
+        num_beams=best_of,
+        num_return_sequences=(req.n or 1) if best_of > 1 else 1,
+        length_penalty=1.0 if req.length_penalty is None else req.length_penalty,
+        constraint=constraint,
+    )
+
+
+def text_options(req: ChatCompletionRequest | CompletionRequest) -> TextOptions:
+    return TextOptions(
+        stops=req.stop_list(),
+        include_stop_str_in_output=bool(req.include_stop_str_in_output),
+        skip_special_tokens=req.skip_special_tokens is not False,
     )

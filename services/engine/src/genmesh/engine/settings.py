@@ -31,6 +31,8 @@ class EngineSettings(BaseSettings):
     enable_prefix_caching: bool = False
     plugin_config: dict[str, Any] = Field(default_factory=dict)
     max_tokens_limit: int | None = Field(default=None, ge=1)
+    best_of_limit: int = Field(default=20, ge=1)
+    num_kv_blocks: int | None = Field(default=None, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
     log_level: str = "info"
     stats_log_interval_s: float = Field(default=10.0, ge=0)
@@ -71,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--plugin-config", help='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}')
     p.add_argument("--max-tokens-limit", type=int, help="largest max_tokens a request may ask for")
+    p.add_argument(
+        "--best-of-limit", type=int, help="largest 'best_of' (beam width) or 'n' a request may ask for (default 20)"
+    )
+    p.add_argument(
+        "--num-kv-blocks", type=int, help="KV cache size in blocks instead of GB (fine-grained; overrides --cache-size)"
+    )
     p.add_argument("--max-model-len", type=int, help="context length (default: from the model)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--stats-log-interval-s", type=float, help="seconds between scheduler log lines (0: off)")

@@ -48,6 +48,7 @@ class EngineState:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             dynamic_split_fuse=settings.dynamic_split_fuse,
             enable_prefix_caching=settings.enable_prefix_caching,
+            num_kv_blocks=settings.num_kv_blocks,
             plugin_config=settings.plugin_config,
         )
         core = CoreClient(
@@ -63,7 +64,9 @@ class EngineState:
         try:
             await core.start(settings.startup_timeout_s)
             tokenizer = await tokenizer_task
-            core.attach_decoder(tokenizer.decode_batch)
+            core.attach_decoder(tokenizer.step_decoder())
+            how = "byte table" if tokenizer.table is not None else "batched tokenizer calls"
+            log.info("detokenising with %s", how)
         except BaseException:
             tokenizer_task.cancel()
             await core.close()

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 
 class StopMatcher:
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], include_stop: bool = False) -> None:
         self.stops = [s for s in stops if s]
+        self.include_stop = include_stop
         self.hold = max((len(s) for s in self.stops), default=1) - 1
         self.text = ""
         self._sent = 0
@@ -17,9 +18,10 @@ class StopMatcher:
         search_from = max(0, len(self.text) - self.hold)
         self.text += delta
         if self.stops:
-            hits = [i for s in self.stops if (i := self.text.find(s, search_from)) != -1]
+            hits = [(i, len(s)) for s in self.stops if (i := self.text.find(s, search_from)) != -1]
             if hits:
-                cut = min(hits)
+                at, length = min(hits)
+                cut = at + length if self.include_stop else at
                 out = self.text[self._sent : cut]
                 self.text = self.text[:cut]
                 self._sent = cut

@@ -8,6 +8,11 @@ from typing import Any
 
 from genmesh.protocol import ChatMessage, CompletionRequest, OtherPart, invalid_request, unsupported_parameter
 
+from .detokenizer import BatchDetokenizer, StepDecoder, TableDecoder
+from .token_table import TokenTable, build_token_table
+from .tools import ToolPlan
+from .tools import history as tool_history
+
 # OVMS's default when a model ships no chat template: one message, used as the prompt.
 SINGLE_MESSAGE_TEMPLATE = (
     "{% if messages|length != 1 %} {{ raise_exception('This servable accepts only single message "
@@ -22,9 +27,19 @@ class PromptTokenizer:
         self._tok = ov_genai.Tokenizer(str(model_path))
         self.has_chat_template = bool(self._tok.chat_template)
         self.eos_token_id = int(self._tok.get_eos_token_id())
+        self.table: TokenTable | None = build_token_table(self._tok)
 
-    def chat_prompt(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-        history: list[dict[str, Any]] = []
+    @property
+    def chat_template(self) -> str:
+        return str(self._tok.chat_template or "")
+
+    def chat_prompt(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool = True,
+        plan: ToolPlan | None = None,
+        extra_context: dict[str, Any] | None = None,
+    ) -> str:
         for i, msg in enumerate(messages):
             if isinstance(msg.content, list):
                 for j, part in enumerate(msg.content):
@@ -32,17 +47,21 @@ class PromptTokenizer:
                         raise unsupported_parameter(
                             f"messages[{i}].content[{j}]", f"content of type '{part.type}' (text only)"
                         )
-            role = "system" if msg.role == "developer" else msg.role
-            history.append({"role": role, "content": msg.text()})
+        turns = tool_history(list(messages), plan)
         if not self.has_chat_template:
-            if len(history) != 1:
+            if len(turns) != 1:
                 raise invalid_request(
                     "This servable accepts only single message requests (the model has no chat template)",
                     param="messages",
                 )
-            return str(history[0]["content"])
+            return str(turns[0]["content"])
+        tools = plan.template_tools() if plan is not None and plan.native else None
         try:
-            return str(self._tok.apply_chat_template(history, add_generation_prompt=add_generation_prompt))
+            return str(
+                self._tok.apply_chat_template(
+                    turns, add_generation_prompt=add_generation_prompt, tools=tools, extra_context=extra_context
+                )
+            )
         except Exception as exc:  # a template that raises on this history is the client's problem
             raise invalid_request(f"chat template failed on these messages: {exc}", param="messages") from exc
 
@@ -50,12 +69,28 @@ class PromptTokenizer:
         ids = self._tok.encode(text, add_special_tokens=add_special_tokens).input_ids.data
         return [int(t) for t in ids[0]]
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        if self.table is not None:
+            return self.table.bytes_of(ids, skip_special_tokens).decode("utf-8", errors="replace")
+        return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
-    def decode_batch(self, windows: list[list[int]]) -> list[str]:
+    def decode_batch(self, windows: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """One detokenizer call for many sequences (the per-call cost dominates short decodes)."""
-        return [str(t) for t in self._tok.decode(windows, skip_special_tokens=True)]
+        return [str(t) for t in self._tok.decode(windows, skip_special_tokens=skip_special_tokens)]
+
+    def step_decoder(self) -> StepDecoder:
+        """How the engine turns each step's tokens into text: the byte table when it round-trips."""
+        if self.table is not None:
+            return TableDecoder(self.table)
+        return BatchDetokenizer(self.decode_batch)
+
+    def token_text(self, token_id: int) -> tuple[str, list[int]]:
+        """One token's text and raw bytes, as logprobs report them."""
+        if self.table is not None:
+            raw = self.table.piece(token_id)
+            return raw.decode("utf-8", errors="replace"), list(raw)
+        text = str(self._tok.decode([token_id], skip_special_tokens=False))
+        return text, list(text.encode("utf-8"))
 
     def completion_prompt(self, req: CompletionRequest) -> list[int]:
         prompt = req.prompt

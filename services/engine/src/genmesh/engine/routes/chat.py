@@ -15,13 +15,23 @@ from genmesh.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatDelta,
+    ChoiceLogprobs,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    invalid_request,
     new_id,
     now,
 )
 from genmesh.protocol.asgi import unless_disconnected
 
-from ..generation import Finished, collect, usage_of
-from ..params import check_supported, completion_budget, sampling_params
+from .. import tools
+from ..choices import collect_all, merged
+from ..generation import Collected, Delta, Event, Finished
+from ..logprobs import chat_logprobs
+from ..params import check_supported, completion_budget, sampling_params, text_options
+from ..structured import response_constraint
+from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, sse
 
 router = APIRouter()
@@ -33,8 +43,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     arrival = arrival_time()
     st = engine(request)
     model = st.check_model(body.model)
-    check_supported(body)
-    prompt = st.tokenizer.chat_prompt(body.messages, body.add_generation_prompt is not False)
+    check_supported(body, st.settings.best_of_limit)
+    plan = tools.plan_tools(body, st.tokenizer.chat_template)
+    if plan is not None and body.response_format is not None and body.response_format.type != "text":
+        raise invalid_request("use either 'tools' or 'response_format', not both", param="response_format")
+    constraint = plan.constraint if plan is not None else response_constraint(body.response_format)
+    prompt = st.tokenizer.chat_prompt(
+        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs
+    )
     ids = st.tokenizer.encode(prompt, add_special_tokens=False)
     limit_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     budget = completion_budget(
@@ -45,17 +61,21 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         limit_param,
         "messages",
     )
-    events = st.generator.start("chat", ids, sampling_params(body, budget), body.stop_list(), arrival)
+    n = body.n or 1
+    engine_requests = 1 if (body.best_of or 1) > 1 else n
+    choices = [sampling_params(body, budget, constraint, i) for i in range(engine_requests)]
+    gens = st.generator.start("chat", ids, choices, text_options(body), arrival)
     rid = new_id("chatcmpl")
     if body.stream:
-        return sse(guarded(_chunks(events, rid, model, now(), body.include_usage())))
-    text, fin = await unless_disconnected(request, collect(events))
+        stream = _Stream(st.tokenizer, rid, model, now(), n, len(ids), body.include_usage(), plan)
+        return sse(guarded(stream.chunks(merged(st.generator, gens))))
+    results = await unless_disconnected(request, collect_all(st.generator, gens))
     reply = ChatCompletionResponse(
         id=rid,
         created=now(),
         model=model,
-        choices=[ChatChoice(message=AssistantMessage(content=text), finish_reason=fin.reason)],  # type: ignore[arg-type]
-        usage=usage_of(fin),
+        choices=_choices(st.tokenizer, results, plan, bool(body.logprobs)),
+        usage=_usage(len(ids), results),
     )
     return Response(reply.model_dump_json(), media_type="application/json")
 
@@ -64,22 +84,126 @@ for _path in PATHS:
     router.add_api_route(_path, chat_completions, methods=["POST"], response_model=None)
 
 
-async def _chunks(
-    events: AsyncIterator[str | Finished], rid: str, model: str, created: int, include_usage: bool
-) -> AsyncIterator[ChatCompletionChunk]:
-    def chunk(delta: ChatDelta, finish: str | None = None) -> ChatCompletionChunk:
+def _usage(prompt_tokens: int, results: list[Collected]) -> Usage:
+    completion = sum(r.finished.completion_tokens for r in results)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
+
+
+def _choice(
+    index: int, text: str, reason: str, logprobs: ChoiceLogprobs | None, plan: tools.ToolPlan | None
+) -> ChatChoice:
+    content: str | None = text
+    calls: list[ToolCall] = []
+    if plan is not None:
+        content, calls = tools.parse(text, plan)
+    message = AssistantMessage(content=content, tool_calls=calls or None)
+    finish = "tool_calls" if calls else reason
+    return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)  # type: ignore[arg-type]
+
+
+def _choices(
+    tok: PromptTokenizer, results: list[Collected], plan: tools.ToolPlan | None, want_logprobs: bool
+) -> list[ChatChoice]:
+    if results[0].beams is not None:
+        return [
+            _choice(
+                i, b.text, b.finish_reason, chat_logprobs(tok, b.token_ids, b.logprobs) if want_logprobs else None, plan
+            )
+            for i, b in enumerate(results[0].beams)
+        ]
+    return [
+        _choice(
+            i,
+            r.text,
+            r.finished.reason,
+            chat_logprobs(tok, r.token_ids, r.logprobs) if want_logprobs else None,
+            plan,
+        )
+        for i, r in enumerate(results)
+    ]
+
+
+class _Stream:
+    """Chunks of a streamed reply: ``n`` choices interleaved, tool calls sent once complete."""
+
+    def __init__(
+        self,
+        tok: PromptTokenizer,
+        rid: str,
+        model: str,
+        created: int,
+        n: int,
+        prompt_tokens: int,
+        include_usage: bool,
+        plan: tools.ToolPlan | None,
+    ) -> None:
+        self.tok = tok
+        self.rid, self.model, self.created = rid, model, created
+        self.n = n
+        self.prompt_tokens = prompt_tokens
+        self.include_usage = include_usage
+        self.plan = plan
+        self.splitters = [tools.CallSplitter() for _ in range(n)] if plan is not None and plan.mode == "auto" else []
+        self.texts = [""] * n  # whole text per choice, for parsing tool calls at the end
+
+    def chunk(
+        self, index: int, delta: ChatDelta, finish: str | None = None, logprobs: ChoiceLogprobs | None = None
+    ) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=rid,
-            created=created,
-            model=model,
-            choices=[ChatChunkChoice(delta=delta, finish_reason=finish)],  # type: ignore[arg-type]
+            id=self.rid,
+            created=self.created,
+            model=self.model,
+            choices=[ChatChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish)],  # type: ignore[arg-type]
         )
 
-    yield chunk(ChatDelta(role="assistant", content=""))
-    async for ev in events:
-        if isinstance(ev, Finished):
-            yield chunk(ChatDelta(), ev.reason)
-            if include_usage:
-                yield ChatCompletionChunk(id=rid, created=created, model=model, choices=[], usage=usage_of(ev))
-            return
-        yield chunk(ChatDelta(content=ev))
+    def visible(self, index: int, text: str, final: bool) -> str:
+        """The part of new text that is plain content (not a tool call being written)."""
+        if self.plan is None:
+            return text
+        self.texts[index] += text
+        if self.splitters:
+            return self.splitters[index].feed(text, final)
+        return ""  # required / named: the whole reply is the call
+
+    async def chunks(self, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[ChatCompletionChunk]:
+        for i in range(self.n):
+            yield self.chunk(i, ChatDelta(role="assistant", content=""))
+        completion_tokens = 0
+        async for index, ev in events:
+            if isinstance(ev, str):
+                text = self.visible(index, ev, False)
+                if text:
+                    yield self.chunk(index, ChatDelta(content=text))
+            elif isinstance(ev, Delta):
+                text = self.visible(index, ev.text, False)
+                yield self.chunk(
+                    index, ChatDelta(content=text), logprobs=chat_logprobs(self.tok, ev.token_ids, ev.logprobs)
+                )
+            elif isinstance(ev, Finished):
+                completion_tokens += ev.completion_tokens
+                async for c in self.finish(index, ev):
+                    yield c
+        if self.include_usage:
+            total = self.prompt_tokens + completion_tokens
+            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion_tokens, total_tokens=total)
+            yield ChatCompletionChunk(id=self.rid, created=self.created, model=self.model, choices=[], usage=usage)
+
+    async def finish(self, index: int, ev: Finished) -> AsyncIterator[ChatCompletionChunk]:
+        reason = ev.reason
+        if self.plan is not None:
+            tail = self.visible(index, "", True)
+            _, calls = tools.parse(self.texts[index], self.plan)
+            if calls:
+                deltas = [
+                    ToolCallDelta(index=k, id=c.id, type="function", function=c.function) for k, c in enumerate(calls)
+                ]
+                yield self.chunk(index, ChatDelta(tool_calls=deltas))
+                reason = "tool_calls"
+            elif self.plan.mode != "auto" or (self.splitters and self.splitters[index].in_call):
+                # No parsable call after all: what was held back is content.
+                held = self.texts[index] if self.plan.mode != "auto" else self.splitters[index].rest
+                if held:
+                    yield self.chunk(index, ChatDelta(content=held))
+            elif tail:
+                yield self.chunk(index, ChatDelta(content=tail))
+        yield self.chunk(index, ChatDelta(), reason)

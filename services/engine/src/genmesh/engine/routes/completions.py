@@ -7,11 +7,22 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from genmesh.protocol import CompletionChoice, CompletionRequest, CompletionResponse, new_id, now
+from genmesh.protocol import (
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    Usage,
+    new_id,
+    now,
+)
 from genmesh.protocol.asgi import unless_disconnected
 
-from ..generation import Finished, collect, usage_of
-from ..params import check_supported, completion_budget, sampling_params
+from ..choices import collect_all, merged
+from ..generation import Beams, Collected, Delta, Event, Finished
+from ..logprobs import completion_logprobs
+from ..params import check_supported, completion_budget, sampling_params, text_options
+from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, sse
 
 router = APIRouter()
@@ -23,22 +34,27 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request)
     model = st.check_model(body.model)
-    check_supported(body)
+    check_supported(body, st.settings.best_of_limit)
     ids = st.tokenizer.completion_prompt(body)
     budget = completion_budget(
         body.max_tokens, len(ids), st.source.context_length, st.settings.max_tokens_limit, "max_tokens", "prompt"
     )
-    events = st.generator.start("completions", ids, sampling_params(body, budget), body.stop_list(), arrival)
+    n = body.n or 1
+    engine_requests = 1 if (body.best_of or 1) > 1 else n
+    choices = [sampling_params(body, budget, None, i) for i in range(engine_requests)]
+    gens = st.generator.start("completions", ids, choices, text_options(body), arrival)
+    echo = _echo_text(st.tokenizer, body, ids) if body.echo else ""
     rid = new_id("cmpl")
     if body.stream:
-        return sse(guarded(_chunks(events, rid, model, now(), body.include_usage())))
-    text, fin = await unless_disconnected(request, collect(events))
+        stream = _Stream(st.tokenizer, rid, model, now(), n, len(ids), body, echo)
+        return sse(guarded(stream.chunks(merged(st.generator, gens))))
+    results = await unless_disconnected(request, collect_all(st.generator, gens))
     reply = CompletionResponse(
         id=rid,
         created=now(),
         model=model,
-        choices=[CompletionChoice(text=text, finish_reason=fin.reason)],  # type: ignore[arg-type]
-        usage=usage_of(fin),
+        choices=_choices(st.tokenizer, results, body.logprobs, echo),
+        usage=_usage(len(ids), results),
     )
     return Response(reply.model_dump_json(), media_type="application/json")
 
@@ -47,21 +63,86 @@ for _path in PATHS:
     router.add_api_route(_path, completions, methods=["POST"], response_model=None)
 
 
-async def _chunks(
-    events: AsyncIterator[str | Finished], rid: str, model: str, created: int, include_usage: bool
-) -> AsyncIterator[CompletionResponse]:
-    def chunk(text: str, finish: str | None = None) -> CompletionResponse:
-        return CompletionResponse(
-            id=rid,
-            created=created,
-            model=model,
-            choices=[CompletionChoice(text=text, finish_reason=finish)],  # type: ignore[arg-type]
-        )
+def _echo_text(tok: PromptTokenizer, body: CompletionRequest, ids: list[int]) -> str:
+    prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
+    return prompt if isinstance(prompt, str) else tok.decode(ids)
 
-    async for ev in events:
-        if isinstance(ev, Finished):
-            yield chunk("", ev.reason)
-            if include_usage:
-                yield CompletionResponse(id=rid, created=created, model=model, choices=[], usage=usage_of(ev))
-            return
-        yield chunk(ev)
+
+def _usage(prompt_tokens: int, results: list[Collected]) -> Usage:
+    completion = sum(r.finished.completion_tokens for r in results)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
+
+
+def _choices(tok: PromptTokenizer, results: list[Collected], top: int | None, echo: str) -> list[CompletionChoice]:
+    def logprobs(ids: list[int], lps: list[float]) -> CompletionLogprobs | None:
+        return None if top is None else completion_logprobs(tok, ids, lps, top, len(echo))
+
+    if results[0].beams is not None:
+        return [
+            CompletionChoice(
+                index=i,
+                text=echo + b.text,
+                logprobs=logprobs(b.token_ids, b.logprobs),
+                finish_reason=b.finish_reason,  # type: ignore[arg-type]
+            )
+            for i, b in enumerate(results[0].beams)
+        ]
+    return [
+        CompletionChoice(
+            index=i,
+            text=echo + r.text,
+            logprobs=logprobs(r.token_ids, r.logprobs),
+            finish_reason=r.finished.reason,  # type: ignore[arg-type]
+        )
+        for i, r in enumerate(results)
+    ]
+
+
+class _Stream:
+    def __init__(
+        self,
+        tok: PromptTokenizer,
+        rid: str,
+        model: str,
+        created: int,
+        n: int,
+        prompt_tokens: int,
+        body: CompletionRequest,
+        echo: str,
+    ) -> None:
+        self.tok = tok
+        self.rid, self.model, self.created = rid, model, created
+        self.n = n
+        self.prompt_tokens = prompt_tokens
+        self.include_usage = body.include_usage()
+        self.top = body.logprobs
+        self.echo = echo
+        self.offsets = [len(echo)] * n
+
+    def chunk(
+        self, index: int, text: str, finish: str | None = None, logprobs: CompletionLogprobs | None = None
+    ) -> CompletionResponse:
+        choice = CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)  # type: ignore[arg-type]
+        return CompletionResponse(id=self.rid, created=self.created, model=self.model, choices=[choice])
+
+    async def chunks(self, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[CompletionResponse]:
+        if self.echo:
+            for i in range(self.n):
+                yield self.chunk(i, self.echo)
+        completion_tokens = 0
+        async for index, ev in events:
+            if isinstance(ev, str):
+                yield self.chunk(index, ev)
+            elif isinstance(ev, Delta):
+                lps = completion_logprobs(self.tok, ev.token_ids, ev.logprobs, self.top or 0, self.offsets[index])
+                self.offsets[index] += sum(len(t) for t in lps.tokens)
+                yield self.chunk(index, ev.text, logprobs=lps)
+            elif isinstance(ev, Finished):
+                completion_tokens += ev.completion_tokens
+                yield self.chunk(index, "", ev.reason)
+            elif isinstance(ev, Beams):  # pragma: no cover - best_of with stream is refused
+                continue
+        if self.include_usage:
+            total = self.prompt_tokens + completion_tokens
+            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion_tokens, total_tokens=total)
+            yield CompletionResponse(id=self.rid, created=self.created, model=self.model, choices=[], usage=usage)
