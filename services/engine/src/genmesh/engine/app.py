@@ -9,21 +9,26 @@ from fastapi import FastAPI
 
 from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
-from .model_source import ModelSource
+from .registry import ModelRegistry
+from .repository import Repository
 from .routes import chat, completions, system
 from .settings import EngineSettings
-from .state import EngineState
 
 
-def create_app(settings: EngineSettings, source: ModelSource) -> FastAPI:
+def create_app(settings: EngineSettings, repository: Repository) -> FastAPI:
+    """One model (``--model``): the server starts answering once it is loaded, and a load
+    failure stops the server. A model repository (``--config-path``): the server answers at
+    once, the models load concurrently, and each one's state shows in ``/v1/config``."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = await EngineState.start(settings, source)
-        app.state.engine = state
+        models = ModelRegistry(repository)
+        app.state.registry = models
         try:
+            await models.start(wait=repository.config_path is None)
             yield
         finally:
-            await state.close()
+            await models.close()
 
     app = FastAPI(title="genmesh engine", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)

@@ -20,6 +20,7 @@ class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GENMESH_ENGINE_", extra="ignore")
 
     model: str = DEFAULT_MODEL
+    config_path: str | None = None
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8008, ge=1, le=65535)
@@ -31,6 +32,7 @@ class EngineSettings(BaseSettings):
     enable_prefix_caching: bool = False
     plugin_config: dict[str, Any] = Field(default_factory=dict)
     max_tokens_limit: int | None = Field(default=None, ge=1)
+    best_of_limit: int = Field(default=20, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
     log_level: str = "info"
     stats_log_interval_s: float = Field(default=10.0, ge=0)
@@ -52,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--model", help="GGUF file or OpenVINO IR folder (optimum-cli export openvino)")
+    p.add_argument(
+        "--config-path",
+        help="OVMS config.json (model_config_list / mediapipe_config_list): serve every model it lists",
+    )
     p.add_argument("--served-model-name", help="name clients use in 'model' (default: from the path)")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8008)")
@@ -71,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--plugin-config", help='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}')
     p.add_argument("--max-tokens-limit", type=int, help="largest max_tokens a request may ask for")
+    p.add_argument("--best-of-limit", type=int, help="largest best_of a request may ask for (default 20)")
     p.add_argument("--max-model-len", type=int, help="context length (default: from the model)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--stats-log-interval-s", type=float, help="seconds between scheduler log lines (0: off)")

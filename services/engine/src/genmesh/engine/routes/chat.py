@@ -31,7 +31,7 @@ PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completion
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
-    st = engine(request)
+    st = engine(request, body.model)
     model = st.check_model(body.model)
     check_supported(body)
     prompt = st.tokenizer.chat_prompt(body.messages, body.add_generation_prompt is not False)
