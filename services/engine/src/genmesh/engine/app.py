@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
@@ -11,8 +12,15 @@ from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
 from .registry import ModelRegistry
 from .repository import Repository
-from .routes import chat, completions, system
+from .routes import chat, completions, system, tokenize
 from .settings import EngineSettings
+
+
+def _version(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def create_app(settings: EngineSettings, repository: Repository) -> FastAPI:
@@ -30,11 +38,14 @@ def create_app(settings: EngineSettings, repository: Repository) -> FastAPI:
         finally:
             await models.close()
 
-    app = FastAPI(title="genmesh engine", version="0.1.0", lifespan=lifespan)
+    engine_version = _version("genmesh-engine")
+    app = FastAPI(title="genmesh engine", version=engine_version, lifespan=lifespan)
+    app.state.versions = {"version": engine_version, "openvino_genai": _version("openvino-genai")}
     install_error_handlers(app)
 
     app.include_router(chat.router)
     app.include_router(completions.router)
+    app.include_router(tokenize.router)
     app.include_router(system.router)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -27,6 +27,14 @@ from .errors import (
     unsupported_parameter,
 )
 from .sampling import SamplingFields, neutral
+from .tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 
 __all__ = [
     "AssistantMessage",
@@ -40,6 +48,8 @@ __all__ = [
     "CompletionChoice",
     "CompletionRequest",
     "CompletionResponse",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
     "ErrorDetail",
     "ErrorResponse",
     "FinishReason",
@@ -51,6 +61,10 @@ __all__ = [
     "StreamOptions",
     "StrictRequest",
     "TextPart",
+    "TokenizeChatRequest",
+    "TokenizeCompletionRequest",
+    "TokenizeRequest",
+    "TokenizeResponse",
     "Usage",
     "from_validation_error",
     "internal_error",

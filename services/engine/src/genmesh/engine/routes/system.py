@@ -1,4 +1,4 @@
-"""``/health``, ``/v1/models``, ``/v1/config`` (OVMS model status) and ``/metrics``."""
+"""``/health``, ``/v1/models``, ``/v1/config`` (OVMS model status), ``/version`` and ``/metrics``."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ async def config(request: Request) -> JSONResponse:
         status = {"version": "1", "state": s.state, "status": {"error_code": s.error_code, "error_message": s.message}}
         reply[m.name] = {"model_version_status": [status]}
     return JSONResponse(reply)
+
+
+@router.get("/version")
+async def version(request: Request) -> JSONResponse:
+    versions: dict[str, str] = request.app.state.versions
+    return JSONResponse(versions)
 
 
 @router.get("/metrics")
