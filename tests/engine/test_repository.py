@@ -17,8 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
+from genmesh.engine.registry import ModelRegistry
 from genmesh.engine.repository import RepositoryError, from_config, load
 from genmesh.engine.settings import EngineSettings, parse_settings
+from genmesh.protocol import OpenAIError
 from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, free_port, start_server, wait_until
 
 pytestmark = GENMESH_ENGINE_ONLY
@@ -147,6 +149,27 @@ def test_config_path_flag_and_environment(monkeypatch: pytest.MonkeyPatch, tmp_p
     single = load(EngineSettings(model=str(DEFAULT_MODEL), config_path=None))
     assert single.config_path is None
     assert single.names == ["SmolLM2-135M-Instruct"]
+
+
+def test_registry_before_loading(tmp_path: Path) -> None:
+    link_model(tmp_path / "a")
+    config = write_config(tmp_path / "config.json", [{"name": "a"}, {"name": "b", "base_path": "absent"}])
+    models = ModelRegistry(from_config(config, EngineSettings()))
+    a, b = models.all()
+    assert (a.status().state, a.status().error_code) == ("LOADING", "OK")
+    assert a.unavailable_reason() == "engine is loading the model"
+    assert (b.status().state, b.status().error_code) == ("LOADING", "FAILED_PRECONDITION")
+    with pytest.raises(OpenAIError) as loading:
+        models.serving("a")
+    assert (loading.value.status, loading.value.code) == (503, "engine_unavailable")
+    with pytest.raises(OpenAIError) as unnamed:
+        models.lookup(None)
+    assert (unnamed.value.status, unnamed.value.param) == (400, "model")
+    with pytest.raises(OpenAIError) as unknown:
+        models.lookup(str(DEFAULT_MODEL))  # paths name a model only in single-model mode
+    assert unknown.value.code == "model_not_found"
+    single = ModelRegistry(load(EngineSettings(model=str(DEFAULT_MODEL), config_path=None)))
+    assert single.lookup(None).name == single.lookup(str(DEFAULT_MODEL)).name == "SmolLM2-135M-Instruct"
 
 
 # -- a live repository ----------------------------------------------------------------------------
