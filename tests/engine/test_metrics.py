@@ -27,4 +27,5 @@ def test_metrics_move_with_a_request(engine_url: str) -> None:
     assert metric_value(engine_url, "genmesh_engine_e2e_request_latency_seconds_count") == before_e2e + 1
     text = httpx.get(engine_url + "/metrics").text
     assert "genmesh_engine_time_per_output_token_seconds_bucket" in text
-    assert 'genmesh_engine_requests_total{endpoint="completions",finish_reason="length"}' in text
+    labels = 'endpoint="completions",finish_reason="length",model="SmolLM2-135M-Instruct"'
+    assert f"genmesh_engine_requests_total{{{labels}}}" in text

@@ -4,32 +4,48 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
 from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
-from .model_source import ModelSource
-from .routes import chat, completions, system
+from .registry import ModelRegistry
+from .repository import Repository
+from .routes import chat, completions, system, tokenize
 from .settings import EngineSettings
-from .state import EngineState
 
 
-def create_app(settings: EngineSettings, source: ModelSource) -> FastAPI:
+def _version(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def create_app(settings: EngineSettings, repository: Repository) -> FastAPI:
+    """One model (``--model``): the server starts answering once it is loaded, and a load
+    failure stops the server. A model repository (``--config-path``): the server answers at
+    once, the models load concurrently, and each one's state shows in ``/v1/config``."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = await EngineState.start(settings, source)
-        app.state.engine = state
+        models = ModelRegistry(repository)
+        app.state.registry = models
         try:
+            await models.start(wait=repository.config_path is None)
             yield
         finally:
-            await state.close()
+            await models.close()
 
-    app = FastAPI(title="genmesh engine", version="0.1.0", lifespan=lifespan)
+    engine_version = _version("genmesh-engine")
+    app = FastAPI(title="genmesh engine", version=engine_version, lifespan=lifespan)
+    app.state.versions = {"version": engine_version, "openvino_genai": _version("openvino-genai")}
     install_error_handlers(app)
 
     app.include_router(chat.router)
     app.include_router(completions.router)
+    app.include_router(tokenize.router)
     app.include_router(system.router)
     app.add_middleware(RequestIdMiddleware)
     return app

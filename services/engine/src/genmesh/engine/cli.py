@@ -1,4 +1,4 @@
-"""``genmesh-engine`` / ``python -m genmesh.engine``: resolve the model, then serve."""
+"""``genmesh-engine`` / ``python -m genmesh.engine``: find the models to serve, then serve."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from genmesh.protocol.asgi import serve
 from genmesh.protocol.logs import configure_logging
 
+from . import repository
 from .app import create_app
-from .model_source import ModelSourceError, resolve
+from .model_source import ModelSourceError
 from .settings import parse_settings
 
 
@@ -17,11 +18,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
     try:
-        source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
-    except ModelSourceError as exc:
+        models = repository.load(settings)
+    except (ModelSourceError, repository.RepositoryError) as exc:
         print(f"genmesh-engine: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings, source)
+    app = create_app(settings, models)
     serve(app, settings.host, settings.port, settings.log_level)
     return 0
 

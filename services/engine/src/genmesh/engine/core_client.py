@@ -30,6 +30,9 @@ from .detokenizer import StepDecoder
 
 log = logging.getLogger("genmesh.engine.core_client")
 
+EXIT_GRACE_S = 0.05  # a dead core's last messages are read first: wait this long, while any are queued
+EXIT_DEFERRALS = 40
+
 
 class EngineDeadError(RuntimeError):
     pass
@@ -89,6 +92,8 @@ class CoreClient:
         self._reader: asyncio.Task[None] | None = None
         self._loaded: asyncio.Future[None] | None = None
         self._last_stats_log = 0.0
+        self._exit_deferrals = 0
+        self._closed = False
 
     def attach_decoder(self, decoder: StepDecoder) -> None:
         """The tokenizer loads alongside the core; requests are only accepted once both are ready."""
@@ -132,6 +137,18 @@ class CoreClient:
         loop = asyncio.get_running_loop()
         assert self._proc is not None
         loop.remove_reader(self._proc.sentinel)
+        # Read what the core sent before it died (a LoadFailed with its reason) before declaring it dead.
+        loop.call_later(EXIT_GRACE_S, self._core_exited)
+
+    def _core_exited(self) -> None:
+        assert self._proc is not None
+        if self._closed:
+            return
+        pending = int(self._outbox.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+        if pending and self._exit_deferrals < EXIT_DEFERRALS:
+            self._exit_deferrals += 1
+            asyncio.get_running_loop().call_later(EXIT_GRACE_S, self._core_exited)
+            return
         self._proc.join(0)
         code = self._proc.exitcode
         reason = f"engine core process exited (exit code {code})"
@@ -229,6 +246,7 @@ class CoreClient:
             self._inbox.send(m.encode(m.Abort([request_id])))
 
     async def close(self, timeout_s: float = 10.0) -> None:
+        self._closed = True
         proc = self._proc
         if proc is not None and proc.is_alive():
             with contextlib.suppress(zmq.ZMQError):

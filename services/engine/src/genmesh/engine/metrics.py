@@ -1,4 +1,8 @@
-"""The engine's Prometheus metrics, in a registry of its own (no process-global state)."""
+"""The engine's Prometheus metrics, in a registry of its own (no process-global state).
+
+Every series carries a ``model`` label, so one ``/metrics`` page serves several models;
+``EngineMetrics`` is one model's view with that label bound.
+"""
 
 from __future__ import annotations
 
@@ -10,35 +14,71 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 
-class EngineMetrics:
-    def __init__(self, model: str) -> None:
+class MetricFamilies:
+    """The metric families of one engine server, shared by its models."""
+
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.running = Gauge("genmesh_engine_requests_running", "Requests being generated", registry=r)
-        self.waiting = Gauge("genmesh_engine_requests_waiting", "Requests waiting for the scheduler", registry=r)
-        self.kv_cache_usage = Gauge("genmesh_engine_kv_cache_usage_ratio", "KV cache in use (0-1)", registry=r)
+        m = ["model"]
+        self.running = Gauge("genmesh_engine_requests_running", "Requests being generated", m, registry=r)
+        self.waiting = Gauge("genmesh_engine_requests_waiting", "Requests waiting for the scheduler", m, registry=r)
+        self.kv_cache_usage = Gauge("genmesh_engine_kv_cache_usage_ratio", "KV cache in use (0-1)", m, registry=r)
         self.requests = Counter(
-            "genmesh_engine_requests", "Finished requests", ["endpoint", "finish_reason"], registry=r
+            "genmesh_engine_requests", "Finished requests", ["model", "endpoint", "finish_reason"], registry=r
         )
-        self.prompt_tokens = Counter("genmesh_engine_prompt_tokens", "Prompt tokens processed", registry=r)
-        self.generation_tokens = Counter("genmesh_engine_generation_tokens", "Tokens generated", registry=r)
+        self.prompt_tokens = Counter("genmesh_engine_prompt_tokens", "Prompt tokens processed", m, registry=r)
+        self.generation_tokens = Counter("genmesh_engine_generation_tokens", "Tokens generated", m, registry=r)
         self.ttft = Histogram(
-            "genmesh_engine_time_to_first_token_seconds", "Time to first token", buckets=_LATENCY_BUCKETS, registry=r
+            "genmesh_engine_time_to_first_token_seconds", "Time to first token", m, buckets=_LATENCY_BUCKETS, registry=r
         )
         self.tpot = Histogram(
             "genmesh_engine_time_per_output_token_seconds",
             "Time per output token after the first",
+            m,
             buckets=_TPOT_BUCKETS,
             registry=r,
         )
         self.e2e = Histogram(
             "genmesh_engine_e2e_request_latency_seconds",
             "End-to-end request latency",
+            m,
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.info = Gauge("genmesh_engine_model_info", "Served model", ["model"], registry=r)
-        self.info.labels(model=model).set(1)
+        self.info = Gauge("genmesh_engine_model_info", "Served model", m, registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _RequestCounter:
+    """``requests.labels(endpoint=..., finish_reason=...)`` with the model label already set."""
+
+    def __init__(self, family: Counter, model: str) -> None:
+        self._family = family
+        self._model = model
+
+    def labels(self, *, endpoint: str, finish_reason: str) -> Counter:
+        return self._family.labels(model=self._model, endpoint=endpoint, finish_reason=finish_reason)
+
+
+class EngineMetrics:
+    """One model's metrics."""
+
+    def __init__(self, model: str, families: MetricFamilies | None = None) -> None:
+        f = families if families is not None else MetricFamilies()
+        self.families = f
+        self.running = f.running.labels(model=model)
+        self.waiting = f.waiting.labels(model=model)
+        self.kv_cache_usage = f.kv_cache_usage.labels(model=model)
+        self.requests = _RequestCounter(f.requests, model)
+        self.prompt_tokens = f.prompt_tokens.labels(model=model)
+        self.generation_tokens = f.generation_tokens.labels(model=model)
+        self.ttft = f.ttft.labels(model=model)
+        self.tpot = f.tpot.labels(model=model)
+        self.e2e = f.e2e.labels(model=model)
+        f.info.labels(model=model).set(1)
 
     def set_stats(self, stats: Stats) -> None:
         self.running.set(stats.running)
@@ -46,4 +86,4 @@ class EngineMetrics:
         self.kv_cache_usage.set(stats.cache_usage)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return self.families.render()

@@ -20,6 +20,7 @@ class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GENMESH_ENGINE_", extra="ignore")
 
     model: str = DEFAULT_MODEL
+    config_path: str | None = None
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8008, ge=1, le=65535)
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--model", help="GGUF file or OpenVINO IR folder (optimum-cli export openvino)")
+    p.add_argument(
+        "--config-path",
+        help="OVMS config.json (model_config_list / mediapipe_config_list): serve every model it lists",
+    )
     p.add_argument("--served-model-name", help="name clients use in 'model' (default: from the path)")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8008)")

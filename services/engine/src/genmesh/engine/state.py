@@ -38,8 +38,12 @@ class EngineState:
         raise model_not_found(model)
 
     @classmethod
-    async def start(cls, settings: EngineSettings, source: ModelSource) -> EngineState:
-        metrics = EngineMetrics(source.served_name)
+    async def start(
+        cls, settings: EngineSettings, source: ModelSource, metrics: EngineMetrics | None = None
+    ) -> EngineState:
+        """Load one model: its core process and, alongside, its tokenizer. ``settings`` are the
+        model's own (server-wide flags with its graph.pbtxt options applied)."""
+        metrics = metrics if metrics is not None else EngineMetrics(source.served_name)
         config = CoreConfig(
             model_path=str(source.path),
             device=settings.device,
@@ -60,7 +64,7 @@ class EngineState:
         )
         log.info("starting engine core for %s (%s, %s)", source.served_name, source.kind, source.path)
         # The tokenizer loads in a thread while the core process loads the pipeline.
-        tokenizer_task = asyncio.create_task(asyncio.to_thread(PromptTokenizer, source.path))
+        tokenizer_task = asyncio.create_task(asyncio.to_thread(PromptTokenizer, source.path, source.template_dir))
         try:
             await core.start(settings.startup_timeout_s)
             tokenizer = await tokenizer_task

@@ -20,14 +20,38 @@ SINGLE_MESSAGE_TEMPLATE = (
 )
 
 
+TEMPLATE_FILE = "template.jinja"
+
+
 class PromptTokenizer:
-    def __init__(self, model_path: Path) -> None:
+    def __init__(self, model_path: Path, template_dir: Path | None = None) -> None:
+        """Load the tokenizer (blocking: call it in a thread). The chat template follows OVMS's
+        precedence: ``template.jinja`` in ``template_dir`` (the model folder, or the GGUF's), then
+        the model's own (``tokenizer_config.json`` of an IR export, or the GGUF's metadata), else
+        the single-message default (``has_chat_template`` false)."""
         import openvino_genai as ov_genai
 
         self._tok = ov_genai.Tokenizer(str(model_path))
+        self.chat_template_source = self._choose_chat_template(template_dir)
         self.has_chat_template = bool(self._tok.chat_template)
+        self.vocab_size = self._vocab_size()
         self.eos_token_id = int(self._tok.get_eos_token_id())
         self.table: TokenTable | None = build_token_table(self._tok)
+
+    def _choose_chat_template(self, template_dir: Path | None) -> str:
+        file = template_dir / TEMPLATE_FILE if template_dir is not None else None
+        if file is not None and file.is_file():
+            template = file.read_text(encoding="utf-8")  # unreadable: the model fails to load, as in OVMS
+            if template.strip():
+                self._tok.set_chat_template(template)
+                return str(file)
+        return "model" if self._tok.chat_template else "default (single message)"
+
+    def _vocab_size(self) -> int | None:
+        try:
+            return len(self._tok.get_vocab())
+        except Exception:  # some vocabularies hold bytes that are not UTF-8
+            return None
 
     @property
     def chat_template(self) -> str:
@@ -73,6 +97,10 @@ class PromptTokenizer:
         if self.table is not None:
             return self.table.bytes_of(ids, skip_special_tokens).decode("utf-8", errors="replace")
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens kept (``/detokenize``, as vLLM answers it)."""
+        return self.decode(ids, skip_special_tokens=False)
 
     def decode_batch(self, windows: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """One detokenizer call for many sequences (the per-call cost dominates short decodes)."""

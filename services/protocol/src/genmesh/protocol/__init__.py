@@ -38,6 +38,14 @@ from .errors import (
     unsupported_parameter,
 )
 from .sampling import SamplingFields, neutral
+from .tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 
 __all__ = [
     "ChoiceLogprobs",
@@ -63,6 +71,8 @@ __all__ = [
     "CompletionChoice",
     "CompletionRequest",
     "CompletionResponse",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
     "ErrorDetail",
     "ErrorResponse",
     "FinishReason",
@@ -74,6 +84,10 @@ __all__ = [
     "StreamOptions",
     "StrictRequest",
     "TextPart",
+    "TokenizeChatRequest",
+    "TokenizeCompletionRequest",
+    "TokenizeRequest",
+    "TokenizeResponse",
     "Usage",
     "from_validation_error",
     "internal_error",

@@ -41,7 +41,7 @@ PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completion
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
-    st = engine(request)
+    st = engine(request, body.model)
     model = st.check_model(body.model)
     check_supported(body, st.settings.best_of_limit)
     plan = tools.plan_tools(body, st.tokenizer.chat_template)

@@ -32,7 +32,7 @@ PATHS = ("/v1/completions", "/v3/completions", "/v3/v1/completions")
 
 async def completions(body: CompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
-    st = engine(request)
+    st = engine(request, body.model)
     model = st.check_model(body.model)
     check_supported(body, st.settings.best_of_limit)
     ids = st.tokenizer.completion_prompt(body)

@@ -14,15 +14,21 @@ from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError, internal_error
 
+from ..registry import ModelRegistry
 from ..state import EngineState
 
 T = TypeVar("T")
 log = logging.getLogger("genmesh.engine.http")
 
 
-def engine(request: Request) -> EngineState:
-    state: EngineState = request.app.state.engine
-    return state
+def registry(request: Request) -> ModelRegistry:
+    models: ModelRegistry = request.app.state.registry
+    return models
+
+
+def engine(request: Request, model: str | None) -> EngineState:
+    """The loaded engine serving ``model`` (404 unknown, 503 loading or failed)."""
+    return registry(request).serving(model)
 
 
 def arrival_time() -> float:

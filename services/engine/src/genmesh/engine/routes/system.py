@@ -1,6 +1,8 @@
-"""``/health``, ``/v1/models``, ``/v1/config`` (OVMS model status) and ``/metrics``."""
+"""``/health``, ``/v1/models``, ``/v1/config`` (OVMS model status), ``/version`` and ``/metrics``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -8,24 +10,36 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from genmesh.protocol import ModelCard, ModelList
 
-from .responding import engine
+from .responding import registry
 
 router = APIRouter()
 
 
 @router.get("/health")
-async def health(request: Request) -> JSONResponse:
-    st = engine(request)
-    if st.core.alive:
-        return JSONResponse({"status": "ok", "model": st.model_name})
-    reason = st.core.unavailable_reason()
-    return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
+async def health(request: Request, model: str | None = None) -> JSONResponse:
+    """200 when every served model (or the one ``?model=`` names) is AVAILABLE: loaded, its
+    engine loop alive. Otherwise 503 with each unavailable model's reason."""
+    models = registry(request)
+    chosen = [models.lookup(model)] if model is not None else models.all()
+    states = {m.name: m.status().state for m in chosen}
+    down = {m.name: m.unavailable_reason() for m in chosen if not m.status().available}
+    body: dict[str, Any] = {"status": "ok" if not down else "unavailable"}
+    if len(chosen) == 1:
+        body["model"] = chosen[0].name
+    body["models"] = states
+    if not down:
+        return JSONResponse(body)
+    reasons = [f"{name}: {why}" for name, why in down.items()] if len(chosen) > 1 else list(down.values())
+    body["reason"] = "; ".join(reasons)
+    return JSONResponse(body, status_code=503)
 
 
 async def models(request: Request) -> Response:
-    st = engine(request)
-    cards = ModelList(data=[ModelCard(id=st.model_name, max_model_len=st.source.context_length)])
-    return Response(cards.model_dump_json(), media_type="application/json")
+    cards = [
+        ModelCard(id=m.name, max_model_len=m.spec.source.context_length if m.spec.source is not None else None)
+        for m in registry(request).all()
+    ]
+    return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")
 
 
 for _path in ("/v1/models", "/v3/models", "/v3/v1/models"):
@@ -34,15 +48,20 @@ for _path in ("/v1/models", "/v3/models", "/v3/v1/models"):
 
 @router.get("/v1/config")
 async def config(request: Request) -> JSONResponse:
-    st = engine(request)
-    if st.core.alive:
-        state, code, message = "AVAILABLE", "OK", "OK"
-    else:
-        state, code, message = "UNKNOWN", "UNAVAILABLE", st.core.unavailable_reason()
-    status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
-    return JSONResponse({st.model_name: {"model_version_status": [status]}})
+    reply: dict[str, Any] = {}
+    for m in registry(request).all():
+        s = m.status()
+        status = {"version": "1", "state": s.state, "status": {"error_code": s.error_code, "error_message": s.message}}
+        reply[m.name] = {"model_version_status": [status]}
+    return JSONResponse(reply)
+
+
+@router.get("/version")
+async def version(request: Request) -> JSONResponse:
+    versions: dict[str, str] = request.app.state.versions
+    return JSONResponse(versions)
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    return Response(engine(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(registry(request).families.render(), media_type=CONTENT_TYPE_LATEST)

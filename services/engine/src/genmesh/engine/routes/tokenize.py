@@ -1,0 +1,50 @@
+"""``POST /tokenize`` and ``POST /detokenize`` (vLLM's endpoints and bodies)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from genmesh.protocol import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeRequest,
+    TokenizeResponse,
+    invalid_request,
+    unsupported_parameter,
+)
+
+from .responding import engine
+
+router = APIRouter()
+
+
+@router.post("/tokenize", response_model=None)
+async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    st = engine(request, body.model)
+    if isinstance(body, TokenizeChatRequest):
+        if body.continue_final_message:
+            raise unsupported_parameter("continue_final_message")
+        prompt = st.tokenizer.chat_prompt(
+            body.messages, body.add_generation_prompt, extra_context=body.chat_template_kwargs
+        )
+    else:
+        prompt = body.prompt
+    ids = st.tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens) if prompt else []
+    strs = [st.tokenizer.token_text(i)[0] for i in ids] if body.return_token_strs else None
+    reply = TokenizeResponse(count=len(ids), max_model_len=st.source.context_length, tokens=ids, token_strs=strs)
+    return Response(reply.model_dump_json(), media_type="application/json")
+
+
+@router.post("/detokenize", response_model=None)
+async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
+    st = engine(request, body.model)
+    vocab = st.tokenizer.vocab_size
+    for i, token in enumerate(body.tokens):
+        if vocab is not None and token >= vocab:
+            raise invalid_request(
+                f"token id {token} is outside this model's vocabulary (0-{vocab - 1})", param=f"tokens[{i}]"
+            )
+    reply = DetokenizeResponse(prompt=st.tokenizer.detokenize(body.tokens))
+    return Response(reply.model_dump_json(), media_type="application/json")

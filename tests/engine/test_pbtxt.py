@@ -1,0 +1,174 @@
+"""The protobuf-text parser and the LLM node options, on the graphs OVMS documents and exports."""
+
+from __future__ import annotations
+
+import pytest
+
+from genmesh.engine import pbtxt
+from genmesh.engine.graph import GraphError, llm_node_options
+
+# The graph of the OVMS LLM calculator reference (seed 003), verbatim apart from indentation.
+REFERENCE_GRAPH = """
+input_stream: "HTTP_REQUEST_PAYLOAD:input"
+output_stream: "HTTP_RESPONSE_PAYLOAD:output"
+node: {
+  name: "LLMExecutor"
+  calculator: "HttpLLMCalculator"
+  input_stream: "LOOPBACK:loopback"
+  input_stream: "HTTP_REQUEST_PAYLOAD:input"
+  input_side_packet: "LLM_NODE_RESOURCES:llm"
+  output_stream: "LOOPBACK:loopback"
+  output_stream: "HTTP_RESPONSE_PAYLOAD:output"
+  input_stream_info: {
+    tag_index: 'LOOPBACK:0',
+    back_edge: true
+  }
+  node_options: {
+    [type.googleapis.com / mediapipe.LLMCalculatorOptions]: {
+      models_path: "./"
+    }
+  }
+  input_stream_handler {
+    input_stream_handler: "SyncSetInputStreamHandler",
+    options {
+      [mediapipe.SyncSetInputStreamHandlerOptions.ext] {
+        sync_set {
+          tag_index: "LOOPBACK:0"
+        }
+      }
+    }
+  }
+}
+"""
+
+# What OVMS's export_model.py writes: single-quoted JSON, no blanks after ':', a trailing comma.
+EXPORTED_OPTIONS = """
+      [type.googleapis.com / mediapipe.LLMCalculatorOptions]: {
+          max_num_seqs:256,
+          device: "GPU",
+          models_path: "./",
+          plugin_config: '{"KV_CACHE_PRECISION":"f16" }',
+          enable_prefix_caching: true,
+          reasoning_parser: "qwen3",
+          tool_parser: "hermes3",
+          cache_size: 3,
+          max_num_batched_tokens: 1024, dynamic_split_fuse: false
+          best_of_limit: 4
+          max_tokens_limit: 100,
+      }
+"""
+
+
+def graph_with(options: str) -> str:
+    start = REFERENCE_GRAPH.index("[type.googleapis.com")
+    end = REFERENCE_GRAPH.index("}", start) + 1
+    return REFERENCE_GRAPH[:start] + options + REFERENCE_GRAPH[end:]
+
+
+def test_reference_graph_structure() -> None:
+    graph = pbtxt.parse(REFERENCE_GRAPH)
+    assert graph.get("input_stream") == "HTTP_REQUEST_PAYLOAD:input"
+    (node,) = graph.messages("node")
+    assert node.get("calculator") == "HttpLLMCalculator"
+    assert node.get_all("input_stream") == ["LOOPBACK:loopback", "HTTP_REQUEST_PAYLOAD:input"]
+    info = node.messages("input_stream_info")[0]
+    assert info.to_dict() == {"tag_index": "LOOPBACK:0", "back_edge": True}
+    options = node.messages("node_options")[0]
+    llm = options.messages("[type.googleapis.com/mediapipe.LLMCalculatorOptions]")[0]
+    assert llm.to_dict() == {"models_path": "./"}
+    handler = node.messages("input_stream_handler")[0].messages("options")[0]
+    ext = handler.messages("[mediapipe.SyncSetInputStreamHandlerOptions.ext]")[0]
+    assert ext.messages("sync_set")[0].get("tag_index") == "LOOPBACK:0"
+
+
+def test_scalars_lists_comments_and_angle_brackets() -> None:
+    msg = pbtxt.parse(
+        """
+        # a comment
+        i: -42  f: 2.5e3  h: 0x1F  g: 1.5f  b: false  e: ENUM_VALUE  n: -inf
+        s: "a\\"b\\n" 'c' "\\101"   # adjacent strings concatenate; octal escape
+        xs: [1, 2, 3]  xs: 4
+        empty: []
+        sub < k: "v" >;
+        sub { k: "w" }
+        """
+    )
+    assert msg.to_dict()["i"] == -42
+    assert msg.get("f") == 2500.0
+    assert msg.get("h") == 31
+    assert msg.get("g") == 1.5
+    assert msg.get("b") is False
+    assert msg.get("e") == "ENUM_VALUE"
+    assert msg.get("n") == float("-inf")
+    assert msg.get("s") == 'a"b\ncA'
+    assert msg.get_all("xs") == [1, 2, 3, 4]
+    assert msg.get_all("empty") == []
+    assert [m.get("k") for m in msg.messages("sub")] == ["v", "w"]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('node: {\n  name: "x"\n', "line 2: unexpected end"),
+        ('a: "unterminated\n', "line 1: unexpected character"),
+        ("a 5", "line 1: expected ':' or '{'"),
+        ("a: }", "line 1: expected a value"),
+        ("\n\n[]: 1", "line 3: empty extension name"),
+        ('a: "\\q"', "unknown escape"),
+    ],
+)
+def test_errors_say_where(text: str, where: str) -> None:
+    with pytest.raises(pbtxt.PbtxtError, match=where):
+        pbtxt.parse(text)
+
+
+def test_exported_node_options_are_typed() -> None:
+    opts = llm_node_options(graph_with(EXPORTED_OPTIONS))
+    assert opts.models_path == "./"
+    assert opts.settings_overrides() == {
+        "cache_size": 3,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 1024,
+        "dynamic_split_fuse": False,
+        "enable_prefix_caching": True,
+        "device": "GPU",
+        "plugin_config": {"KV_CACHE_PRECISION": "f16"},
+        "best_of_limit": 4,
+        "max_tokens_limit": 100,
+    }
+    assert opts.ignored == ["reasoning_parser", "tool_parser"]
+
+
+def test_reference_graph_sets_only_the_models_path() -> None:
+    opts = llm_node_options(REFERENCE_GRAPH)
+    assert (opts.models_path, opts.settings_overrides(), opts.ignored) == ("./", {}, [])
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ("[type.googleapis.com / mediapipe.LLMCalculatorOptions]: { cache_size: 2 }", "models_path: Field required"),
+        (
+            '[type.googleapis.com / mediapipe.LLMCalculatorOptions]: { models_path: "./", cache_size: "8" }',
+            "cache_size: Input should be a valid integer",
+        ),
+        (
+            "[type.googleapis.com / mediapipe.LLMCalculatorOptions]: { models_path: \"./\", plugin_config: '{bad' }",
+            "plugin_config is not valid JSON",
+        ),
+        (
+            '[type.googleapis.com / mediapipe.LLMCalculatorOptions]: { models_path: "./", max_num_seqs: 0 }',
+            "max_num_seqs: Input should be greater than or equal to 1",
+        ),
+        ('[type.googleapis.com / mediapipe.OtherOptions]: { models_path: "./" }', "found 0"),
+    ],
+)
+def test_bad_node_options_are_explained(options: str, error: str) -> None:
+    with pytest.raises(GraphError, match=error) as info:
+        llm_node_options(graph_with(options), "m/graph.pbtxt")
+    assert str(info.value).startswith("m/graph.pbtxt: ")
+
+
+def test_unparsable_graph_is_a_graph_error() -> None:
+    with pytest.raises(GraphError, match=r"^g\.pbtxt: line 1: "):
+        llm_node_options("node: {", "g.pbtxt")
