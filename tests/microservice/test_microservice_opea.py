@@ -126,11 +126,11 @@ def test_max_new_tokens_and_sampling_extras_reach_the_engine(microservice_url: s
 
 @GENMESH_ENGINE_ONLY
 def test_a_parameter_the_engine_refuses_is_relayed_with_its_status(microservice_url: str) -> None:
-    # The engine does not implement repetition_penalty yet and says so by name; the microservice relays it.
-    body = {"messages": "hi", "max_tokens": 3, "repetition_penalty": 1.3}
+    # The engine does not implement logit_bias and says so by name; the microservice relays it.
+    body = {"messages": "hi", "max_tokens": 3, "logit_bias": {"42": 5}}
     r = httpx.post(microservice_url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 400
-    assert r.json()["error"]["param"] == "repetition_penalty"
+    assert r.json()["error"]["param"] == "logit_bias"
 
 
 def test_request_id_is_echoed_and_created(microservice_url: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ SINGLE_MESSAGE_TEMPLATE = (
 
 
 TEMPLATE_FILE = "template.jinja"
+_LOAD_LOCK = threading.Lock()
 
 
 class PromptTokenizer:
@@ -31,12 +33,15 @@ class PromptTokenizer:
         the single-message default (``has_chat_template`` false)."""
         import openvino_genai as ov_genai
 
-        self._tok = ov_genai.Tokenizer(str(model_path))
-        self.chat_template_source = self._choose_chat_template(template_dir)
-        self.has_chat_template = bool(self._tok.chat_template)
-        self.vocab_size = self._vocab_size()
-        self.eos_token_id = int(self._tok.get_eos_token_id())
-        self.table: TokenTable | None = build_token_table(self._tok)
+        # One tokenizer loads at a time: several models' tokenizers loading in parallel threads
+        # (an OVMS repository) were seen to hang inside OpenVINO.
+        with _LOAD_LOCK:
+            self._tok = ov_genai.Tokenizer(str(model_path))
+            self.chat_template_source = self._choose_chat_template(template_dir)
+            self.has_chat_template = bool(self._tok.chat_template)
+            self.vocab_size = self._vocab_size()
+            self.eos_token_id = int(self._tok.get_eos_token_id())
+            self.table: TokenTable | None = build_token_table(self._tok)
 
     def _choose_chat_template(self, template_dir: Path | None) -> str:
         file = template_dir / TEMPLATE_FILE if template_dir is not None else None
