@@ -1,7 +1,8 @@
 """``genmesh-bench``: one load generator, several benchmarks.
 
 ``serve`` (any OpenAI-compatible URL, vLLM's metrics), ``plot`` (compare JSON results),
-``engine`` (HTTP server vs in-process pipeline; ``--shared-prefix`` for prefix caching).
+``engine`` (HTTP server vs in-process pipeline; ``--shared-prefix`` for prefix caching),
+``microservice`` and ``gateway`` (what each hop costs).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from . import engine, serve
+from . import engine, gateway, microservice, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         ("plot", "PNG charts comparing JSON results", serve.add_plot_arguments, serve.run_plot),
         ("engine", "engine HTTP server vs in-process pipeline throughput", engine.add_arguments, engine.run),
+        (
+            "microservice",
+            "streams through the microservice vs straight to the engine",
+            microservice.add_arguments,
+            microservice.run,
+        ),
+        ("gateway", "gateway queue mechanics, and streams through the whole mesh", gateway.add_arguments, gateway.run),
     ]
     for name, help_text, add, run in commands:
         sp = sub.add_parser(name, help=help_text, description=help_text)
