@@ -2,7 +2,8 @@
 
 ``serve`` (any OpenAI-compatible URL, vLLM's metrics), ``plot`` (compare JSON results),
 ``engine`` (HTTP server vs in-process pipeline; ``--shared-prefix`` for prefix caching),
-``microservice`` and ``gateway`` (what each hop costs).
+``microservice`` and ``gateway`` (what each hop costs), ``report`` (the standard comparison
+with the peers, written to ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from . import engine, gateway, microservice, serve
+from . import engine, gateway, microservice, report, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
             microservice.run,
         ),
         ("gateway", "gateway queue mechanics, and streams through the whole mesh", gateway.add_arguments, gateway.run),
+        ("report", "the standard report with the peers (docs/benchmarks.md)", report.add_arguments, report.run),
     ]
     for name, help_text, add, run in commands:
         sp = sub.add_parser(name, help=help_text, description=help_text)

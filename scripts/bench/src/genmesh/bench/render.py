@@ -108,13 +108,15 @@ TABLE_COLUMNS = (
     "ITL p50 ms",
     "E2E p50 ms",
     "steal %",
+    "other CPU %",
     "vs (a)",
     "vs best peer",
 )
 
 
 def markdown_table(runs: Sequence[dict[str, Any]], baseline: str) -> str:
-    """One row per run; a steal at or above the threshold is marked ⚠."""
+    """One row per run; a steal at or above the threshold is marked ⚠. "other CPU" is the busy share of
+    the machine not used by the measured processes (other tenants of this guest)."""
     rows = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(" --- " for _ in TABLE_COLUMNS) + "|"]
     for run, (vs_base, vs_peer) in zip(runs, ratios(runs, baseline), strict=True):
         steal = fmt(run.get("steal_percent"))
@@ -133,6 +135,7 @@ def markdown_table(runs: Sequence[dict[str, Any]], baseline: str) -> str:
             fmt(run.get("median_itl_ms")),
             fmt(run.get("median_e2el_ms"), ".0f"),
             steal,
+            fmt(run.get("other_percent"), ".0f"),
             fmt(vs_base, ".2f"),
             fmt(vs_peer, ".2f"),
         ]
