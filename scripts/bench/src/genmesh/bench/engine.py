@@ -24,10 +24,13 @@ from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
+from . import shared_prefix
+from .client import Endpoint, served_model
+from .datasets import RequestSpec
 from .inprocess import InProcessResult, measure_in_subprocess
-from .load import LoadResult, run_load, served_model
+from .load import LoadResult, run_load
 from .progress import say
-from .server import EngineServer
+from .server import start_engine
 from .stats import median, percentile
 from .steal import StealMeter
 from .workload import Scheduler, Workload, default_prompts
@@ -73,15 +76,16 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _http_result(load: LoadResult, meter: StealMeter) -> HttpResult:
-    ttfts = [r.ttft_s for r in load.requests if r.ttft_s is not None]
+    ok = [o for o in load.outputs if o.success]
+    ttfts = [o.ttft_s for o in ok if o.ttft_s is not None]
     health = load.health_latencies_s
     return HttpResult(
-        wall_s=load.wall_s,
-        completion_tokens=load.completion_tokens,
-        tokens_per_s=load.tokens_per_s,
+        wall_s=load.duration_s,
+        completion_tokens=load.output_tokens,
+        tokens_per_s=load.output_tokens_per_s,
         ttft_p50_ms=_ms(percentile(ttfts, 50)),
         ttft_p99_ms=_ms(percentile(ttfts, 99)),
-        e2e_p50_ms=_ms(percentile([r.e2e_s for r in load.requests], 50)),
+        e2e_p50_ms=_ms(percentile([o.e2e_s for o in ok], 50)),
         health_p50_ms=_ms(percentile(health, 50)),
         health_p99_ms=_ms(percentile(health, 99)),
         health_max_ms=_ms(max(health)) if health else None,
@@ -94,16 +98,25 @@ def _http_result(load: LoadResult, meter: StealMeter) -> HttpResult:
     )
 
 
+def _requests(prompts: Sequence[str], max_tokens: int) -> list[RequestSpec]:
+    return [RequestSpec(p, 0, max_tokens) for p in prompts]
+
+
 async def _http_phase(
     base_url: str, workload: Workload, health_interval_s: float, server_pid: int | None
 ) -> HttpResult:
-    model = await served_model(base_url)
+    endpoint = Endpoint(base_url, await served_model(base_url))
     say(f"http: warm-up ({len(workload.warmup_prompts)} requests x {workload.warmup_max_tokens} tokens)")
-    await run_load(base_url, model, workload.warmup_prompts, workload.warmup_max_tokens, workload, None)
+    await run_load(endpoint, _requests(workload.warmup_prompts, workload.warmup_max_tokens))
     say(f"http: measuring {workload.concurrency} concurrent streams x {workload.max_tokens} tokens")
     pids = [os.getpid()] if server_pid is None else [os.getpid(), server_pid]
     with StealMeter(pids) as meter:
-        load = await run_load(base_url, model, workload.prompts, workload.max_tokens, workload, health_interval_s)
+        load = await run_load(
+            endpoint,
+            _requests(workload.prompts, workload.max_tokens),
+            health_url=base_url + "/health",
+            health_interval_s=health_interval_s,
+        )
     return _http_result(load, meter)
 
 
@@ -112,7 +125,7 @@ def measure_http(args: argparse.Namespace, scheduler: Scheduler, workload: Workl
         return asyncio.run(_http_phase(args.url.rstrip("/"), workload, args.health_interval_ms / 1000.0, None))
     say(f"http: starting the engine server (log: {log_path})")
     t0 = time.perf_counter()
-    server = EngineServer.start(args.model, scheduler, log_path, timeout_s=args.startup_timeout_s)
+    server = start_engine(args.model, scheduler, log_path, timeout_s=args.startup_timeout_s)
     try:
         say(f"http: server healthy at {server.url} after {time.perf_counter() - t0:.1f}s")
         return asyncio.run(_http_phase(server.url, workload, args.health_interval_ms / 1000.0, server.proc.pid))
@@ -222,6 +235,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--health-interval-ms", type=float, default=20.0, help="/health poll interval under load")
     p.add_argument("--results-dir", type=Path, default=Path("bench-results"), help="where JSON results go")
     p.add_argument("--startup-timeout-s", type=float, default=300.0, help="seconds allowed for the server to start")
+    p.add_argument(
+        "--shared-prefix",
+        action="store_true",
+        help="instead: --concurrency requests sharing one long system prompt, each with its own question, "
+        "through the engine with prefix caching off and on (TTFT in one run; the in-process side is skipped)",
+    )
+    p.add_argument("--shared-prefix-len", type=int, default=1024, help="system prompt tokens (default 1024)")
     g = p.add_argument_group("scheduler (both sides)")
     g.add_argument("--cache-size", type=int, default=defaults.cache_size, help="KV cache size in GB")
     g.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
@@ -272,6 +292,8 @@ def run(args: argparse.Namespace) -> int:
         enable_prefix_caching=args.enable_prefix_caching,
         plugin_config=args.plugin_config,
     )
+    if args.shared_prefix:
+        return shared_prefix.run(args, scheduler)
     workload = Workload(
         prompts=tuple(default_prompts(args.concurrency)),
         max_tokens=args.max_tokens,

@@ -74,3 +74,75 @@ def measure_in_subprocess(model: str, scheduler: Scheduler, workload: Workload) 
     """:func:`measure` in a fresh process that exits when it is done."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(measure, model, scheduler, workload).result()
+
+
+@dataclass(frozen=True)
+class WaveResult:
+    """One load level of the in-process ceiling: ``concurrency`` requests per ``generate()`` call."""
+
+    concurrency: int
+    requests: int
+    wall_s: float
+    completion_tokens: int
+    steal_percent: float | None
+    busy_percent: float | None
+    other_percent: float | None
+
+
+def measure_waves(
+    model: str,
+    scheduler: Scheduler,
+    messages: list[list[dict[str, str]]],
+    max_tokens: int,
+    levels: list[tuple[int, int]],
+) -> tuple[float, list[WaveResult]]:
+    """For each ``(concurrency, n)`` in ``levels``: the first ``n`` chat ``messages`` in waves of
+    ``concurrency`` requests, one ``generate()`` per wave (``ignore_eos``: every request of a wave
+    ends together, so a wave is a closed loop at that concurrency). Returns (load seconds, results)."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    t0 = time.perf_counter()
+    pipe = ov_genai.ContinuousBatchingPipeline(model, scheduler.to_openvino(ov_genai), "CPU", scheduler.plugin_config)
+    load_s = time.perf_counter() - t0
+    tokenizer = pipe.get_tokenizer()
+    gc = ov_genai.GenerationConfig()
+    gc.max_new_tokens, gc.ignore_eos, gc.do_sample = max_tokens, True, False
+    warm_gc = ov_genai.GenerationConfig()
+    warm_gc.max_new_tokens, warm_gc.ignore_eos, warm_gc.do_sample = 8, True, False
+
+    def tensor(history: list[dict[str, str]]) -> Any:
+        text = tokenizer.apply_chat_template(history, add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False).input_ids.data
+        return ov.Tensor(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+
+    inputs = [tensor(m) for m in messages]
+    pipe.generate(inputs[:2], [warm_gc] * len(inputs[:2]))
+    out: list[WaveResult] = []
+    for concurrency, n in levels:
+        tokens = 0
+        with StealMeter() as meter:
+            start = time.perf_counter()
+            for i in range(0, n, concurrency):
+                wave = inputs[i : min(n, i + concurrency)]
+                results = pipe.generate(wave, [gc] * len(wave))
+                tokens += sum(len(r.m_generation_ids[0]) for r in results)
+            wall = time.perf_counter() - start
+        out.append(
+            WaveResult(concurrency, n, wall, tokens, meter.steal_percent, meter.busy_percent, meter.other_percent)
+        )
+        say(f"in-process c={concurrency}: {tokens / wall:.1f} tok/s")
+    return load_s, out
+
+
+def measure_waves_in_subprocess(
+    model: str,
+    scheduler: Scheduler,
+    messages: list[list[dict[str, str]]],
+    max_tokens: int,
+    levels: list[tuple[int, int]],
+) -> tuple[float, list[WaveResult]]:
+    """:func:`measure_waves` in a fresh process that exits when it is done."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(measure_waves, model, scheduler, messages, max_tokens, levels).result()

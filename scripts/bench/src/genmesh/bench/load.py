@@ -1,102 +1,56 @@
-"""An async streaming load client: N concurrent chat requests, with ``/health`` polled alongside.
+"""The load generator: requests sent at a request rate (Poisson) and/or with at most N in flight.
 
-Each request records its time to first token (first chunk carrying content), its end-to-end
-time and its completion tokens from the final ``usage`` chunk. A separate client in the same
-event loop polls ``GET /health`` every ``health_interval_s`` and records each latency.
+This is the one load loop of ``genmesh-bench``: every sub-command (``serve``, ``engine``,
+``microservice``, ``gateway``, ``report``) sends its requests through :func:`run_load`.
+Optionally a second client in the same event loop polls a health URL and records each latency
+(the engine's ``/health`` must stay fast while it is saturated).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
-from httpx_sse import aconnect_sse
+from tqdm import tqdm
 
-from .workload import Workload
-
-REQUEST_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
-
-
-@dataclass(frozen=True)
-class RequestResult:
-    e2e_s: float
-    ttft_s: float | None
-    completion_tokens: int
-    content_chunks: int
-    error: str | None = None
+from .arrivals import arrival_offsets
+from .client import REQUEST_TIMEOUT, Endpoint, RequestOutput, send
+from .datasets import RequestSpec
 
 
 @dataclass(frozen=True)
 class LoadResult:
-    wall_s: float
-    requests: list[RequestResult]
+    duration_s: float
+    outputs: list[RequestOutput]
     health_latencies_s: list[float] = field(default_factory=list)
     health_failures: int = 0
 
     @property
-    def completion_tokens(self) -> int:
-        return sum(r.completion_tokens for r in self.requests)
-
-    @property
     def errors(self) -> list[str]:
-        return [r.error for r in self.requests if r.error is not None]
+        return [o.error for o in self.outputs if o.error is not None]
 
     @property
-    def tokens_per_s(self) -> float:
-        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+    def output_tokens(self) -> int:
+        return sum(o.output_tokens for o in self.outputs if o.success)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
 
 
-async def served_model(base_url: str) -> str:
-    """The first model id the server lists at ``/v1/models``."""
-    async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
-        resp = await client.get("/v1/models")
-        resp.raise_for_status()
-        return str(resp.json()["data"][0]["id"])
-
-
-async def _one(client: httpx.AsyncClient, body: dict[str, Any]) -> RequestResult:
-    start = time.perf_counter()
-    ttft: float | None = None
-    tokens = 0
-    chunks = 0
-    try:
-        async with aconnect_sse(client, "POST", "/v1/chat/completions", json=body) as source:
-            source.response.raise_for_status()
-            async for event in source.aiter_sse():
-                if event.data == "[DONE]":
-                    break
-                chunk = json.loads(event.data)
-                if "error" in chunk:
-                    raise RuntimeError(str(chunk["error"]))
-                for choice in chunk.get("choices") or ():
-                    if (choice.get("delta") or {}).get("content"):
-                        chunks += 1
-                        if ttft is None:
-                            ttft = time.perf_counter() - start
-                usage = chunk.get("usage")
-                if usage:
-                    tokens = int(usage["completion_tokens"])
-    except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-        return RequestResult(time.perf_counter() - start, ttft, tokens, chunks, f"{type(exc).__name__}: {exc}")
-    if tokens == 0:
-        return RequestResult(time.perf_counter() - start, ttft, 0, chunks, "no usage chunk in the stream")
-    return RequestResult(time.perf_counter() - start, ttft, tokens, chunks)
-
-
-async def _poll_health(base_url: str, interval_s: float, stop: asyncio.Event) -> tuple[list[float], int]:
+async def _poll_health(url: str, interval_s: float, stop: asyncio.Event) -> tuple[list[float], int]:
     latencies: list[float] = []
     failures = 0
-    async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
+    async with httpx.AsyncClient(timeout=10.0) as client:
         while not stop.is_set():
             start = time.perf_counter()
             try:
-                ok = (await client.get("/health")).status_code == 200
+                ok = (await client.get(url)).status_code == 200
             except httpx.HTTPError:
                 ok = False
             elapsed = time.perf_counter() - start
@@ -108,25 +62,48 @@ async def _poll_health(base_url: str, interval_s: float, stop: asyncio.Event) ->
 
 
 async def run_load(
-    base_url: str,
-    model: str,
-    prompts: Sequence[str],
-    max_tokens: int,
-    workload: Workload,
-    health_interval_s: float | None = 0.02,
+    endpoint: Endpoint,
+    requests: Sequence[RequestSpec],
+    *,
+    request_rate: float = math.inf,
+    max_concurrency: int | None = None,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    progress: bool = False,
+    desc: str = "requests",
+    health_url: str | None = None,
+    health_interval_s: float = 0.02,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> LoadResult:
-    """Send all ``prompts`` at once as streaming chat requests; poll ``/health`` meanwhile unless disabled."""
-    limits = httpx.Limits(max_connections=len(prompts) + 1, max_keepalive_connections=len(prompts) + 1)
-    async with httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT, limits=limits) as client:
+    """Send every request: request ``i`` leaves at its Poisson arrival time, and waits for a free slot
+    when ``max_concurrency`` are in flight. ``inf`` rate and no limit sends them all at once.
+    ``transport`` replaces the network (tests)."""
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError("max_concurrency must be at least 1")
+    offsets = arrival_offsets(len(requests), request_rate, burstiness, seed)
+    slots = asyncio.Semaphore(max_concurrency or max(1, len(requests)))
+    conns = min(len(requests), max_concurrency or len(requests)) + 1
+    limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
+    bar = tqdm(total=len(requests), desc=desc, unit="req", disable=not progress, leave=False)
+    async with httpx.AsyncClient(
+        base_url=endpoint.base_url, timeout=REQUEST_TIMEOUT, limits=limits, transport=transport
+    ) as client:
         stop = asyncio.Event()
-        poller = (
-            asyncio.create_task(_poll_health(base_url, health_interval_s, stop))
-            if health_interval_s is not None
-            else None
-        )
+        poller = asyncio.create_task(_poll_health(health_url, health_interval_s, stop)) if health_url else None
         start = time.perf_counter()
-        results = await asyncio.gather(*(_one(client, workload.chat_body(model, p, max_tokens)) for p in prompts))
-        wall = time.perf_counter() - start
+
+        async def one(req: RequestSpec, at: float) -> RequestOutput:
+            delay = at - (time.perf_counter() - start)
+            if delay > 0:
+                await asyncio.sleep(delay)  # the arrival schedule, not synchronisation
+            async with slots:
+                out = await send(client, endpoint, req, time.perf_counter() - start)
+            bar.update(1)
+            return out
+
+        outputs = await asyncio.gather(*(one(r, t) for r, t in zip(requests, offsets, strict=True)))
+        duration = time.perf_counter() - start
         stop.set()
         latencies, failures = await poller if poller is not None else ([], 0)
-    return LoadResult(wall, list(results), latencies, failures)
+    bar.close()
+    return LoadResult(duration, list(outputs), latencies, failures)

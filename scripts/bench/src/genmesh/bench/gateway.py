@@ -1,0 +1,193 @@
+"""``genmesh-bench gateway``: what the gateway costs, in two measurements.
+
+``--mode queue``: queue-mechanics throughput of one gateway process. Starts a private
+``redis-server``, the fake upstream (no delay) and one gateway (auth off), then sends
+``--requests`` unary chat requests from ``--clients`` concurrent connections at a pool of
+``--max-concurrency`` slots, so that requests beyond it wait in Redis and are woken by pub/sub.
+Reports admitted requests/s, latency percentiles, the upstream's peak concurrency (must not
+exceed the limit) and CPU steal over the run.
+
+``--mode mesh``: ``--streams`` concurrent chat streams (``ignore_eos``, ``--max-tokens``,
+temperature 0, usage from the final chunk) through gateway -> llm-microservice -> engine vs
+straight to the engine, in one run: ``--rounds`` batches per target, alternating which goes
+first. Reports output-token throughput and its ratio (target >= 0.95), TTFT p50/p99 of each and
+what the gateway path adds (target p50 <= 10 ms at an idle queue), with CPU steal per batch.
+
+``--mode all`` (the default, ``make bench-gateway``) runs both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from genmesh.engine.settings import DEFAULT_MODEL
+
+from .client import Endpoint
+from .datasets import RequestSpec
+from .mesh import MODEL_NAME, redis_binary, running_mesh, write_gateway_config
+from .results import save
+from .rounds import alternate, chat_batch, totals
+from .runner import measure
+from .server import ManagedServer, free_port, http_ok, start_gateway, start_redis
+from .workload import Scheduler
+
+TARGET_RATIO = 0.95
+TARGET_ADDED_TTFT_P50_MS = 10.0
+
+
+def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log_dir = Path(ns.log_dir)
+        redis = start_redis(redis_binary(), Path(tmp), log_dir / "queue-redis.log")
+        servers = [redis]
+        try:
+            fport = free_port()
+            upstream_url = f"http://127.0.0.1:{fport}"
+            argv = [sys.executable, "-m", "genmesh.gateway.fake_upstream", "--port", str(fport)]
+            servers.append(
+                ManagedServer.start(
+                    "fake-upstream",
+                    argv,
+                    upstream_url,
+                    http_ok(upstream_url + "/health"),
+                    log_dir / "queue-upstream.log",
+                )
+            )
+            cfg = write_gateway_config(Path(tmp) / "bench.yaml", "bench", upstream_url, "/health", ns.max_concurrency)
+            gw = start_gateway(cfg, redis.url, log_dir / "queue-gateway.log")
+            servers.append(gw)
+            endpoint = Endpoint(gw.url, "bench", stream=False, ignore_eos=False)
+            tiny = RequestSpec("hi", 1, 1)
+            warm = [tiny] * min(ns.requests, ns.clients * 4)
+            httpx.post(upstream_url + "/control", json={"reset": True}, timeout=5).raise_for_status()
+            result = measure(
+                endpoint,
+                [tiny] * ns.requests,
+                label="gateway queue",
+                max_concurrency=ns.clients,
+                warmup=warm,
+                pids=[gw.proc.pid, redis.proc.pid],
+                progress=False,
+            )
+            stats = httpx.get(upstream_url + "/stats", timeout=5).json()
+        finally:
+            for server in reversed(servers):
+                server.stop()
+    report: dict[str, Any] = {
+        "clients": ns.clients,
+        "max_concurrency": ns.max_concurrency,
+        "requests": result["completed"],
+        "errors": result["failed"],
+        "admitted_per_s": round(result["request_throughput"], 1),
+        "latency_ms_p50": _round(result["median_e2el_ms"]),
+        "latency_ms_p99": _round(result["p99_e2el_ms"]),
+        "upstream_max_in_flight": stats["max_in_flight"],
+        "cpu_steal_pct": _round(result["steal_percent"], 1),
+    }
+    return report, not result["failed"] and stats["max_in_flight"] <= ns.max_concurrency
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def run_mesh(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    with running_mesh(
+        ns.model, Scheduler(), Path(ns.log_dir), gateway_slots=max(ns.streams, 32), model_name=ns.model_name
+    ) as mesh:
+        assert mesh.gateway is not None
+        assert mesh.microservice is not None
+        targets = {
+            "engine": Endpoint(mesh.engine_url, ns.model_name),
+            "gateway": Endpoint(mesh.gateway.url, ns.model_name),
+        }
+        if ns.with_microservice:
+            targets["microservice"] = Endpoint(mesh.microservice.url, ns.model_name)
+        pids = [s.proc.pid for s in (mesh.engine, mesh.microservice, mesh.gateway) if s is not None]
+        batches = asyncio.run(alternate(targets, chat_batch(ns.streams, ns.max_tokens), ns.rounds, pids=pids))
+    eng, gwt = totals(batches["engine"]), totals(batches["gateway"])
+    ratio = gwt.tokens_per_s / eng.tokens_per_s if eng.tokens_per_s else 0.0
+    added_p50 = None if gwt.ttft_p50_ms is None or eng.ttft_p50_ms is None else gwt.ttft_p50_ms - eng.ttft_p50_ms
+    added_p99 = None if gwt.ttft_p99_ms is None or eng.ttft_p99_ms is None else gwt.ttft_p99_ms - eng.ttft_p99_ms
+    report: dict[str, Any] = {
+        "streams": ns.streams,
+        "max_tokens": ns.max_tokens,
+        "rounds": ns.rounds,
+        "engine": dataclasses.asdict(eng),
+        "gateway_path": dataclasses.asdict(gwt),
+        "throughput_ratio": round(ratio, 3),
+        "added_ttft_ms_p50": _round(added_p50),
+        "added_ttft_ms_p99": _round(added_p99),
+        "cpu_steal_pct": _round(_mean(eng.steal_percent, gwt.steal_percent), 1),
+        **({"microservice_path": dataclasses.asdict(totals(batches["microservice"]))} if ns.with_microservice else {}),
+        "targets": {"throughput_ratio": f">= {TARGET_RATIO}", "added_ttft_ms_p50": f"<= {TARGET_ADDED_TTFT_P50_MS:g}"},
+        "targets_met": {
+            "throughput_ratio": ratio >= TARGET_RATIO,
+            "added_ttft_ms_p50": added_p50 is not None and added_p50 <= TARGET_ADDED_TTFT_P50_MS,
+        },
+    }
+    return report, eng.errors == 0 and gwt.errors == 0
+
+
+def _mean(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=["queue", "mesh", "all"], default="all")
+    p.add_argument("--log-dir", default="bench-results/gateway", help="logs of the servers this starts")
+    p.add_argument("--json", dest="json_out", type=Path, help="also write the results to this JSON file")
+    g = p.add_argument_group("queue mode")
+    g.add_argument("--clients", type=int, default=64, help="requests in flight from the client (default 64)")
+    g.add_argument("--max-concurrency", type=int, default=16, help="the upstream's slots (default 16)")
+    g.add_argument("--requests", type=int, default=3000, help="unary requests measured (default 3000)")
+    m = p.add_argument_group("mesh mode")
+    m.add_argument("--model", default=DEFAULT_MODEL, help="GGUF file for the engine")
+    m.add_argument("--model-name", default=MODEL_NAME, help="model name routed by the gateway")
+    m.add_argument("--streams", type=int, default=32)
+    m.add_argument("--max-tokens", type=int, default=128)
+    m.add_argument("--rounds", type=int, default=4, help="batches per target, alternating which goes first")
+    m.add_argument("--with-microservice", action="store_true", help="also stream straight to the microservice")
+
+
+def run(ns: argparse.Namespace) -> int:
+    try:
+        redis_binary()
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    ok = True
+    results: dict[str, Any] = {}
+    if ns.mode in ("queue", "all"):
+        results["queue"], good = run_queue(ns)
+        ok = ok and good
+    if ns.mode in ("mesh", "all"):
+        if not Path(ns.model).is_file():
+            print(f"mesh mode needs the model {ns.model}: run 'make model'", file=sys.stderr)
+            return 2
+        results["mesh"], good = run_mesh(ns)
+        ok = ok and good
+    doc = results if ns.mode == "all" else next(iter(results.values()))
+    print(json.dumps(doc, indent=2))
+    if ns.json_out:
+        save(doc, ns.json_out)
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="genmesh-bench gateway", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(p)
+    return run(p.parse_args(argv))

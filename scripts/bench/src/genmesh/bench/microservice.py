@@ -1,0 +1,132 @@
+"""``genmesh-bench microservice``: what the microservice hop costs, side by side with the engine.
+
+Starts an engine and a microservice in front of it (or uses ``--engine-url`` and
+``--microservice-url``), then runs rounds of ``--concurrency`` streaming chat requests
+(``ignore_eos``, greedy) against each, alternating which goes first. Reports output-token
+throughput and the ratio microservice/engine, TTFT p50/p99 and what the hop adds, the CPU steal
+of each batch, and the microservice's CPU milliseconds per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from genmesh.engine.settings import DEFAULT_MODEL
+
+from .client import Endpoint, served_model
+from .mesh import MODEL_NAME, running_mesh
+from .render import fmt
+from .results import save
+from .rounds import Totals, alternate, chat_batch, totals
+from .workload import Scheduler
+
+TARGET_RATIO = 0.95
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def summarize(args: argparse.Namespace, batches: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    ms, eng = totals(batches["microservice"]), totals(batches["engine"])
+    per_round = [
+        m["output_throughput"] / e["output_throughput"]
+        for m, e in zip(batches["microservice"], batches["engine"], strict=True)
+        if e["output_throughput"]
+    ]
+    tokens = sum(b["total_output_tokens"] for b in batches["microservice"])
+    return {
+        "concurrency": args.concurrency,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "engine": dataclasses.asdict(eng),
+        "microservice": dataclasses.asdict(ms),
+        "throughput_ratio": ms.tokens_per_s / eng.tokens_per_s if eng.tokens_per_s else math.nan,
+        "throughput_ratio_per_round": per_round,
+        "added_ttft_p50_ms": _diff(ms.ttft_p50_ms, eng.ttft_p50_ms),
+        "added_ttft_p99_ms": _diff(ms.ttft_p99_ms, eng.ttft_p99_ms),
+        "microservice_cpu_ms_per_token": None if ms.cpu_s is None or not tokens else 1000 * ms.cpu_s / tokens,
+        "target_ratio": TARGET_RATIO,
+    }
+
+
+def print_report(summary: dict[str, Any]) -> None:
+    for name in ("engine", "microservice"):
+        t = Totals(**summary[name])
+        print(
+            f"{name:<13} {t.tokens_per_s:7.1f} tok/s   TTFT p50 {fmt(t.ttft_p50_ms, '6.0f')} ms   "
+            f"p99 {fmt(t.ttft_p99_ms, '6.0f')} ms   CPU steal {fmt(t.steal_percent, '4.1f')}%   errors {t.errors}"
+        )
+    ratio = summary["throughput_ratio"]
+    per_round = " ".join(f"{r:.3f}" for r in summary["throughput_ratio_per_round"])
+    verdict = "PASS" if ratio >= TARGET_RATIO else "FAIL"
+    print(
+        f"throughput ratio microservice/engine: {ratio:.3f} (per round: {per_round}) target >= {TARGET_RATIO} {verdict}"
+    )
+    p50, p99 = fmt(summary["added_ttft_p50_ms"], "+.0f"), fmt(summary["added_ttft_p99_ms"], "+.0f")
+    print(f"added TTFT: p50 {p50} ms, p99 {p99} ms")
+    print(f"microservice CPU per token: {fmt(summary['microservice_cpu_ms_per_token'], '.3f')} ms")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model for the engine this starts")
+    p.add_argument("--engine-url", help="use this running engine instead of starting one")
+    p.add_argument("--microservice-url", help="use this running microservice (in front of --engine-url)")
+    p.add_argument("--model-name", help=f"model id sent (default {MODEL_NAME}, or what --engine-url serves)")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=4, help="batches per target, alternating which goes first")
+    p.add_argument("--log-dir", type=Path, default=Path("bench-results/microservice"), help="logs of started servers")
+    p.add_argument("--json", dest="json_out", type=Path, help="also write the summary to this JSON file")
+
+
+async def _measure(args: argparse.Namespace, engine_url: str, ms_url: str, pids: list[int], ms_pid: int | None) -> Any:
+    model = args.model_name or await served_model(engine_url)
+    targets = {"microservice": Endpoint(ms_url, model), "engine": Endpoint(engine_url, model)}
+    return await alternate(
+        targets, chat_batch(args.concurrency, args.max_tokens), args.rounds, pids=pids, watch_pid=ms_pid
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.microservice_url and not args.engine_url:
+        print("genmesh-bench microservice: --microservice-url needs --engine-url", file=sys.stderr)
+        return 2
+    if args.microservice_url:
+        batches = asyncio.run(_measure(args, args.engine_url, args.microservice_url, [], None))
+    else:
+        with running_mesh(
+            args.model,
+            Scheduler(),
+            args.log_dir,
+            engine_url=args.engine_url,
+            gateway=False,
+            model_name=args.model_name or MODEL_NAME,
+        ) as mesh:
+            assert mesh.microservice is not None
+            pids = [s.proc.pid for s in (mesh.engine, mesh.microservice) if s is not None]
+            batches = asyncio.run(
+                _measure(args, mesh.engine_url, mesh.microservice.url, pids, mesh.microservice.proc.pid)
+            )
+    summary = summarize(args, batches)
+    print_report(summary)
+    out = args.json_out or args.log_dir / f"microservice-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    save({"summary": summary, "batches": batches}, out)
+    print(f"results: {out}")
+    return 1 if summary["engine"]["errors"] or summary["microservice"]["errors"] else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="genmesh-bench microservice", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    add_arguments(p)
+    return run(p.parse_args(argv))

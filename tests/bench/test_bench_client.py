@@ -1,0 +1,91 @@
+"""One request against a scripted server, and the load loop's concurrency cap and arrival schedule."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pytest
+
+from genmesh.bench.client import Endpoint, send
+from genmesh.bench.datasets import RequestSpec
+from genmesh.bench.load import run_load
+from support.bench_fakes import ScriptedServer
+
+REQ = RequestSpec("hello", 5, 4)
+
+
+def test_chat_and_completion_bodies() -> None:
+    chat = Endpoint("http://x", "m").body(RequestSpec("q", 1, 9, system="sys"))
+    assert chat["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}]
+    assert chat["max_tokens"] == 9
+    assert chat["ignore_eos"] is True
+    assert chat["stream_options"] == {"include_usage": True}
+    assert chat["temperature"] == 0.0
+    comp = Endpoint("http://x", "m", api="completions", ignore_eos=False, stream=False).body(
+        RequestSpec("q", 1, 9, system="sys")
+    )
+    assert comp["prompt"] == "sys\n\nq"
+    assert "ignore_eos" not in comp
+    assert "stream" not in comp
+    assert Endpoint("http://x", api="completions", prefix="/v3").path == "/v3/completions"
+
+
+async def test_streamed_request_times_tokens_from_usage() -> None:
+    server = ScriptedServer(tokens=4)
+    async with httpx.AsyncClient(base_url="http://srv", transport=server.transport()) as client:
+        out = await send(client, Endpoint("http://srv", "m"), REQ)
+    assert out.success, out.error
+    assert (out.prompt_tokens, out.output_tokens) == (7, 4)
+    assert out.ttft_s is not None
+    assert 0 < out.ttft_s <= out.e2e_s
+    assert len(out.itl_s) == 3  # four content chunks: three gaps
+    assert server.bodies[0]["model"] == "m"
+
+
+async def test_stream_without_usage_fails_the_request() -> None:
+    server = ScriptedServer(tokens=2, usage=False)
+    async with httpx.AsyncClient(base_url="http://srv", transport=server.transport()) as client:
+        out = await send(client, Endpoint("http://srv"), REQ)
+    assert not out.success
+    assert out.error is not None
+    assert "usage" in out.error
+
+
+async def test_http_error_is_a_failed_request_not_an_exception() -> None:
+    server = ScriptedServer(status=503)
+    async with httpx.AsyncClient(base_url="http://srv", transport=server.transport()) as client:
+        out = await send(client, Endpoint("http://srv"), REQ)
+    assert not out.success
+    assert out.error is not None
+    assert "503" in out.error
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+async def test_load_never_exceeds_max_concurrency(cap: int) -> None:
+    server = ScriptedServer(tokens=2)
+    result = await run_load(Endpoint("http://srv"), [REQ] * 9, max_concurrency=cap, transport=server.transport())
+    assert len(result.outputs) == 9
+    assert result.errors == []
+    assert result.output_tokens == 18
+    assert server.max_in_flight == cap
+
+
+async def test_load_without_a_cap_sends_everything_at_once() -> None:
+    server = ScriptedServer(tokens=1)
+    result = await run_load(Endpoint("http://srv"), [REQ] * 6, transport=server.transport())
+    assert server.max_in_flight == 6
+    assert result.output_tokens_per_s > 0
+
+
+async def test_request_rate_spreads_the_sends() -> None:
+    server = ScriptedServer(tokens=1)
+    rate = 40.0
+    result = await run_load(Endpoint("http://srv"), [REQ] * 8, request_rate=rate, seed=5, transport=server.transport())
+    starts = sorted(o.start_s for o in result.outputs)
+    from genmesh.bench.arrivals import arrival_offsets
+
+    planned = arrival_offsets(8, rate, seed=5)
+    assert starts[-1] >= planned[-1]  # nobody leaves before its arrival time
+    assert result.duration_s >= planned[-1]
+    assert not math.isinf(planned[-1])

@@ -1,0 +1,100 @@
+"""The report's table: ratios to the ceiling and to the best peer per load level, steal flags, profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from genmesh.bench.plots import plot_all
+from genmesh.bench.profile import top_functions
+from genmesh.bench.render import high_steal_note, level, markdown_table, ratios, summary_block
+
+
+def run(
+    target: str, conc: int | None, tput: float, *, peer: bool = False, rate: float | None = None, steal: float = 1.0
+) -> dict[str, Any]:
+    return {
+        "label": target,
+        "target": target,
+        "peer": peer,
+        "max_concurrency": conc,
+        "request_rate": rate,
+        "completed": 4,
+        "failed": 0,
+        "output_throughput": tput,
+        "request_throughput": 1.0,
+        "steal_percent": steal,
+        "high_steal": steal >= 10.0,
+        "median_ttft_ms": 12.0,
+        "ttfts_ms": [10.0, 12.0, 14.0],
+        "tpots_ms": [5.0, 6.0],
+    }
+
+
+RUNS = [
+    run("inprocess", 8, 400.0),
+    run("engine", 8, 300.0),
+    run("vllm", 8, 150.0, peer=True),
+    run("llama", 8, 200.0, peer=True, steal=30.0),
+    run("inprocess", 1, 40.0),
+    run("engine", 1, 30.0),
+    run("llama", 1, 60.0, peer=True),
+    run("engine", None, 50.0, rate=2.0),
+    run("llama", None, 25.0, peer=True, rate=2.0),
+]
+
+
+def test_levels() -> None:
+    assert level(RUNS[0]) == "c=8"
+    assert level(RUNS[-1]) == "2 req/s"
+    assert level(run("x", 4, 1.0, rate=0.5)) == "0.5 req/s, c<=4"
+
+
+def test_ratios_compare_within_a_level() -> None:
+    r = ratios(RUNS, "inprocess")
+    assert r[1] == (pytest.approx(0.75), pytest.approx(1.5))  # engine c=8 vs 400 and vs the best peer 200
+    assert r[5] == (pytest.approx(0.75), pytest.approx(0.5))  # engine c=1 vs 40 and vs llama 60
+    assert r[7] == (None, pytest.approx(2.0))  # no in-process line at a request rate
+
+
+def test_markdown_table_rows_and_steal_flag() -> None:
+    table = markdown_table(RUNS, "inprocess").splitlines()
+    assert len(table) == 2 + len(RUNS)
+    assert "| engine | c=8 | 4/0 |" in table[3]
+    assert "| 0.75 | 1.50 |" in table[3]
+    assert "30.0 ⚠" in table[5]
+    note = high_steal_note(RUNS)
+    assert note is not None
+    assert "llama c=8 (30.0 %)" in note
+    assert high_steal_note(RUNS[:2]) is None
+
+
+def test_summary_block_reads_like_vllm() -> None:
+    text = summary_block(
+        {
+            **RUNS[1],
+            "duration_s": 2.0,
+            "total_input_tokens": 40,
+            "total_output_tokens": 600,
+            "total_token_throughput": 320.0,
+        }
+    )
+    assert "Successful requests:" in text
+    assert "Output token throughput (tok/s):" in text
+    assert "Median TTFT (ms):" in text
+    assert "12.00" in text
+
+
+def test_plots_write_pngs(tmp_path: Path) -> None:
+    files = plot_all(RUNS, tmp_path, prefix="t-")
+    assert [f.name for f in files] == ["t-throughput.png", "t-ttft.png", "t-tpot.png"]
+    assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
+
+
+def test_profile_top_functions_from_collapsed_stacks() -> None:
+    collapsed = "main;loop;step (core.py:10) 60\nmain;loop;recv (zmq.py:3) 30\nmain;send (http.py:5) 10\nbad line\n"
+    top = top_functions(collapsed, 2)
+    assert top == [("step (core.py:10)", pytest.approx(0.6)), ("recv (zmq.py:3)", pytest.approx(0.3))]
+    assert top_functions("") == []
