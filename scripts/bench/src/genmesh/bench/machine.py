@@ -32,7 +32,9 @@ def memory_gib() -> float | None:
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        # the report's own outputs (docs/) do not make the measured code dirty
+        status = ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"]
+        dirty = subprocess.run(status, capture_output=True, text=True)
         return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
