@@ -5,8 +5,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from genmesh.protocol import Usage
 
 from .generation import Collected, Event, Generation, Generator, collect
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What every chunk of one streamed reply repeats, and what its usage chunk needs."""
+
+    rid: str
+    model: str
+    created: int
+    n: int
+    prompt_tokens: int
+    include_usage: bool
+
+
+def total_usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    """One reply's usage: the prompt once, the completion tokens of every choice."""
+    return Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
+
+
+def usage_of_results(prompt_tokens: int, results: Sequence[Collected]) -> Usage:
+    return total_usage(prompt_tokens, sum(r.finished.completion_tokens for r in results))
 
 
 async def collect_all(generator: Generator, gens: Sequence[Generation]) -> list[Collected]:

@@ -18,7 +18,6 @@ from genmesh.protocol import (
     ChoiceLogprobs,
     ToolCall,
     ToolCallDelta,
-    Usage,
     invalid_request,
     new_id,
     now,
@@ -26,7 +25,7 @@ from genmesh.protocol import (
 from genmesh.protocol.asgi import unless_disconnected
 
 from .. import tools
-from ..choices import collect_all, merged
+from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Collected, Delta, Event, Finished
 from ..logprobs import chat_logprobs
 from ..params import check_supported, completion_budget, sampling_params, text_options
@@ -67,7 +66,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     gens = st.generator.start("chat", ids, choices, text_options(body), arrival)
     rid = new_id("chatcmpl")
     if body.stream:
-        stream = _Stream(st.tokenizer, rid, model, now(), n, len(ids), body.include_usage(), plan)
+        stream = _Stream(st.tokenizer, Reply(rid, model, now(), n, len(ids), body.include_usage()), plan)
         return sse(guarded(stream.chunks(merged(st.generator, gens))))
     results = await unless_disconnected(request, collect_all(st.generator, gens))
     reply = ChatCompletionResponse(
@@ -75,18 +74,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         created=now(),
         model=model,
         choices=_choices(st.tokenizer, results, plan, bool(body.logprobs)),
-        usage=_usage(len(ids), results),
+        usage=usage_of_results(len(ids), results),
     )
     return Response(reply.model_dump_json(), media_type="application/json")
 
 
 for _path in PATHS:
     router.add_api_route(_path, chat_completions, methods=["POST"], response_model=None)
-
-
-def _usage(prompt_tokens: int, results: list[Collected]) -> Usage:
-    completion = sum(r.finished.completion_tokens for r in results)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
 
 
 def _choice(
@@ -126,33 +120,22 @@ def _choices(
 class _Stream:
     """Chunks of a streamed reply: ``n`` choices interleaved, tool calls sent once complete."""
 
-    def __init__(
-        self,
-        tok: PromptTokenizer,
-        rid: str,
-        model: str,
-        created: int,
-        n: int,
-        prompt_tokens: int,
-        include_usage: bool,
-        plan: tools.ToolPlan | None,
-    ) -> None:
+    def __init__(self, tok: PromptTokenizer, reply: Reply, plan: tools.ToolPlan | None) -> None:
         self.tok = tok
-        self.rid, self.model, self.created = rid, model, created
-        self.n = n
-        self.prompt_tokens = prompt_tokens
-        self.include_usage = include_usage
+        self.reply = reply
         self.plan = plan
-        self.splitters = [tools.CallSplitter() for _ in range(n)] if plan is not None and plan.mode == "auto" else []
-        self.texts = [""] * n  # whole text per choice, for parsing tool calls at the end
+        self.splitters = (
+            [tools.CallSplitter() for _ in range(reply.n)] if plan is not None and plan.mode == "auto" else []
+        )
+        self.texts = [""] * reply.n  # whole text per choice, for parsing tool calls at the end
 
     def chunk(
         self, index: int, delta: ChatDelta, finish: str | None = None, logprobs: ChoiceLogprobs | None = None
     ) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=self.rid,
-            created=self.created,
-            model=self.model,
+            id=self.reply.rid,
+            created=self.reply.created,
+            model=self.reply.model,
             choices=[ChatChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish)],  # type: ignore[arg-type]
         )
 
@@ -166,7 +149,7 @@ class _Stream:
         return ""  # required / named: the whole reply is the call
 
     async def chunks(self, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[ChatCompletionChunk]:
-        for i in range(self.n):
+        for i in range(self.reply.n):
             yield self.chunk(i, ChatDelta(role="assistant", content=""))
         completion_tokens = 0
         async for index, ev in events:
@@ -183,10 +166,11 @@ class _Stream:
                 completion_tokens += ev.completion_tokens
                 async for c in self.finish(index, ev):
                     yield c
-        if self.include_usage:
-            total = self.prompt_tokens + completion_tokens
-            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion_tokens, total_tokens=total)
-            yield ChatCompletionChunk(id=self.rid, created=self.created, model=self.model, choices=[], usage=usage)
+        if self.reply.include_usage:
+            usage = total_usage(self.reply.prompt_tokens, completion_tokens)
+            yield ChatCompletionChunk(
+                id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[], usage=usage
+            )
 
     async def finish(self, index: int, ev: Finished) -> AsyncIterator[ChatCompletionChunk]:
         reason = ev.reason

@@ -12,13 +12,12 @@ from genmesh.protocol import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
-    Usage,
     new_id,
     now,
 )
 from genmesh.protocol.asgi import unless_disconnected
 
-from ..choices import collect_all, merged
+from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Beams, Collected, Delta, Event, Finished
 from ..logprobs import completion_logprobs
 from ..params import check_supported, completion_budget, sampling_params, text_options
@@ -46,7 +45,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     echo = _echo_text(st.tokenizer, body, ids) if body.echo else ""
     rid = new_id("cmpl")
     if body.stream:
-        stream = _Stream(st.tokenizer, rid, model, now(), n, len(ids), body, echo)
+        stream = _Stream(st.tokenizer, Reply(rid, model, now(), n, len(ids), body.include_usage()), body.logprobs, echo)
         return sse(guarded(stream.chunks(merged(st.generator, gens))))
     results = await unless_disconnected(request, collect_all(st.generator, gens))
     reply = CompletionResponse(
@@ -54,7 +53,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
         created=now(),
         model=model,
         choices=_choices(st.tokenizer, results, body.logprobs, echo),
-        usage=_usage(len(ids), results),
+        usage=usage_of_results(len(ids), results),
     )
     return Response(reply.model_dump_json(), media_type="application/json")
 
@@ -66,11 +65,6 @@ for _path in PATHS:
 def _echo_text(tok: PromptTokenizer, body: CompletionRequest, ids: list[int]) -> str:
     prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
     return prompt if isinstance(prompt, str) else tok.decode(ids)
-
-
-def _usage(prompt_tokens: int, results: list[Collected]) -> Usage:
-    completion = sum(r.finished.completion_tokens for r in results)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
 
 
 def _choices(tok: PromptTokenizer, results: list[Collected], top: int | None, echo: str) -> list[CompletionChoice]:
@@ -99,35 +93,24 @@ def _choices(tok: PromptTokenizer, results: list[Collected], top: int | None, ec
 
 
 class _Stream:
-    def __init__(
-        self,
-        tok: PromptTokenizer,
-        rid: str,
-        model: str,
-        created: int,
-        n: int,
-        prompt_tokens: int,
-        body: CompletionRequest,
-        echo: str,
-    ) -> None:
+    def __init__(self, tok: PromptTokenizer, reply: Reply, top: int | None, echo: str) -> None:
         self.tok = tok
-        self.rid, self.model, self.created = rid, model, created
-        self.n = n
-        self.prompt_tokens = prompt_tokens
-        self.include_usage = body.include_usage()
-        self.top = body.logprobs
+        self.reply = reply
+        self.top = top
         self.echo = echo
-        self.offsets = [len(echo)] * n
+        self.offsets = [len(echo)] * reply.n
 
     def chunk(
         self, index: int, text: str, finish: str | None = None, logprobs: CompletionLogprobs | None = None
     ) -> CompletionResponse:
         choice = CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)  # type: ignore[arg-type]
-        return CompletionResponse(id=self.rid, created=self.created, model=self.model, choices=[choice])
+        return CompletionResponse(
+            id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[choice]
+        )
 
     async def chunks(self, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[CompletionResponse]:
         if self.echo:
-            for i in range(self.n):
+            for i in range(self.reply.n):
                 yield self.chunk(i, self.echo)
         completion_tokens = 0
         async for index, ev in events:
@@ -142,7 +125,8 @@ class _Stream:
                 yield self.chunk(index, "", ev.reason)
             elif isinstance(ev, Beams):  # pragma: no cover - best_of with stream is refused
                 continue
-        if self.include_usage:
-            total = self.prompt_tokens + completion_tokens
-            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion_tokens, total_tokens=total)
-            yield CompletionResponse(id=self.rid, created=self.created, model=self.model, choices=[], usage=usage)
+        if self.reply.include_usage:
+            usage = total_usage(self.reply.prompt_tokens, completion_tokens)
+            yield CompletionResponse(
+                id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[], usage=usage
+            )
