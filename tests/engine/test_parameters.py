@@ -178,3 +178,12 @@ def test_user_and_chat_template_kwargs_are_accepted(engine_url: str) -> None:
 def test_max_completion_tokens_wins_over_max_tokens(engine_url: str) -> None:
     body = {"messages": MSG, "max_tokens": 9, "max_completion_tokens": 4, "ignore_eos": True}
     assert post(engine_url + CHAT, body)["usage"]["completion_tokens"] == 4
+
+
+def test_user_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    from genmesh.engine.routes.responding import log_user
+
+    with caplog.at_level("INFO", logger="genmesh.engine.http"):
+        log_user("alice", "chat", "m")
+        log_user(None, "chat", "m")
+    assert [r.user for r in caplog.records] == ["alice"]  # type: ignore[attr-defined]

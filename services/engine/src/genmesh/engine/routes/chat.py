@@ -31,7 +31,7 @@ from ..logprobs import chat_logprobs
 from ..params import check_supported, completion_budget, sampling_params, text_options
 from ..structured import response_constraint
 from ..tokenizer import PromptTokenizer
-from .responding import arrival_time, engine, guarded, sse
+from .responding import arrival_time, engine, guarded, log_user, sse
 
 router = APIRouter()
 
@@ -42,6 +42,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     arrival = arrival_time()
     st = engine(request, body.model)
     model = st.check_model(body.model)
+    log_user(body.user, "chat", model)
     check_supported(body, st.settings.best_of_limit)
     plan = tools.plan_tools(body, st.tokenizer.chat_template)
     if plan is not None and body.response_format is not None and body.response_format.type != "text":

@@ -22,7 +22,7 @@ from ..generation import Beams, Collected, Delta, Event, Finished
 from ..logprobs import completion_logprobs
 from ..params import check_supported, completion_budget, sampling_params, text_options
 from ..tokenizer import PromptTokenizer
-from .responding import arrival_time, engine, guarded, sse
+from .responding import arrival_time, engine, guarded, log_user, sse
 
 router = APIRouter()
 
@@ -33,6 +33,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request, body.model)
     model = st.check_model(body.model)
+    log_user(body.user, "completions", model)
     check_supported(body, st.settings.best_of_limit)
     ids = st.tokenizer.completion_prompt(body)
     budget = completion_budget(

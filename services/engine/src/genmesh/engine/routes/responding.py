@@ -31,6 +31,12 @@ def engine(request: Request, model: str | None) -> EngineState:
     return registry(request).serving(model)
 
 
+def log_user(user: str | None, endpoint: str, model: str) -> None:
+    """OpenAI's ``user`` does not change the reply; it is logged (with the request id) for audits."""
+    if user:
+        log.info("request from user %r", user, extra={"user": user, "endpoint": endpoint, "model": model})
+
+
 def arrival_time() -> float:
     return time.perf_counter()
 
