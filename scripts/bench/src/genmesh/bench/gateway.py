@@ -32,17 +32,19 @@ import httpx
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
+from . import keepalive
 from .client import Endpoint
-from .datasets import RequestSpec
 from .mesh import MODEL_NAME, redis_binary, running_mesh, write_gateway_config
 from .results import save
 from .rounds import alternate, chat_batch, totals
-from .runner import measure
 from .server import ManagedServer, free_port, http_ok, start_gateway, start_redis
+from .stats import percentile
+from .steal import StealMeter
 from .workload import Scheduler
 
 TARGET_RATIO = 0.95
 TARGET_ADDED_TTFT_P50_MS = 10.0
+TARGET_QUEUE_REQ_S = 1000.0
 
 
 def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
@@ -66,19 +68,11 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
             cfg = write_gateway_config(Path(tmp) / "bench.yaml", "bench", upstream_url, "/health", ns.max_concurrency)
             gw = start_gateway(cfg, redis.url, log_dir / "queue-gateway.log")
             servers.append(gw)
-            endpoint = Endpoint(gw.url, "bench", stream=False, ignore_eos=False)
-            tiny = RequestSpec("hi", 1, 1)
-            warm = [tiny] * min(ns.requests, ns.clients * 4)
+            port = int(gw.url.rsplit(":", 1)[1])
+            asyncio.run(keepalive.run("127.0.0.1", port, "bench", ns.clients, min(ns.requests, ns.clients * 4)))
             httpx.post(upstream_url + "/control", json={"reset": True}, timeout=5).raise_for_status()
-            result = measure(
-                endpoint,
-                [tiny] * ns.requests,
-                label="gateway queue",
-                max_concurrency=ns.clients,
-                warmup=warm,
-                pids=[gw.proc.pid, redis.proc.pid],
-                progress=False,
-            )
+            with StealMeter([gw.proc.pid, redis.proc.pid]) as steal:
+                result = asyncio.run(keepalive.run("127.0.0.1", port, "bench", ns.clients, ns.requests))
             stats = httpx.get(upstream_url + "/stats", timeout=5).json()
         finally:
             for server in reversed(servers):
@@ -86,15 +80,24 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     report: dict[str, Any] = {
         "clients": ns.clients,
         "max_concurrency": ns.max_concurrency,
-        "requests": result["completed"],
-        "errors": result["failed"],
-        "admitted_per_s": round(result["request_throughput"], 1),
-        "latency_ms_p50": _round(result["median_e2el_ms"]),
-        "latency_ms_p99": _round(result["p99_e2el_ms"]),
+        "requests": len(result.latencies_s),
+        "errors": len(result.errors),
+        "admitted_per_s": round(result.requests_per_s, 1),
+        "latency_ms_p50": _round(percentile([x * 1000 for x in result.latencies_s], 50)),
+        "latency_ms_p99": _round(percentile([x * 1000 for x in result.latencies_s], 99)),
         "upstream_max_in_flight": stats["max_in_flight"],
-        "cpu_steal_pct": _round(result["steal_percent"], 1),
+        "cpu_steal_pct": _round(steal.steal_percent, 1),
+        "targets": {
+            "admitted_per_s": f">= {TARGET_QUEUE_REQ_S:g}",
+            "upstream_max_in_flight": f"<= {ns.max_concurrency}",
+        },
+        "targets_met": {
+            "admitted_per_s": result.requests_per_s >= TARGET_QUEUE_REQ_S,
+            "upstream_max_in_flight": stats["max_in_flight"] <= ns.max_concurrency,
+        },
     }
-    return report, not result["failed"] and stats["max_in_flight"] <= ns.max_concurrency
+    ok = not result.errors and stats["max_in_flight"] <= ns.max_concurrency
+    return report, ok and result.requests_per_s >= TARGET_QUEUE_REQ_S
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
