@@ -11,7 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
-from support.servers import MODEL_NAME, Server, engine_running, free_port, start_server, wait_until
+from support.servers import (
+    GENMESH_ENGINE_ONLY,
+    MODEL_NAME,
+    Server,
+    engine_running,
+    free_port,
+    start_server,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +80,61 @@ def test_chat_stream_and_cancel_through_the_mesh(
                 break
         assert _running(engine_url) == 1
     wait_until(lambda: _running(engine_url) == 0, 15, what="engine abort after the client left the gateway")
+
+
+@GENMESH_ENGINE_ONLY
+def test_tools_structured_output_and_n_through_the_mesh(
+    start_gateway: Any, mesh_microservice: Server, engine_url: str
+) -> None:
+    """The engine's parameters reach it through gateway and microservice, and its replies come back whole."""
+    ups = [{"url": mesh_microservice.url, "max_concurrency": 4, "health_path": "/v1/health_check"}]
+    gw = start_gateway({MODEL_NAME: {"upstreams": ups}})
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 20}},
+                "required": ["city"],
+            },
+        },
+    }
+    ask = [{"role": "user", "content": "Weather in Oslo?"}]
+    body = {"model": MODEL_NAME, "messages": ask, "tools": [tool], "tool_choice": "required", "max_tokens": 80}
+    body["temperature"] = 0
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    calls = [c for ch in chunks for choice in ch["choices"] for c in choice["delta"].get("tool_calls") or []]
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    assert isinstance(json.loads(calls[0]["function"]["arguments"])["city"], str)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    r = httpx.post(
+        gw.url + "/v1/chat/completions",
+        json={
+            "model": MODEL_NAME,
+            "messages": [{"role": "user", "content": "Invent a cat."}],
+            "response_format": fmt,
+            "n": 2,
+            "max_tokens": 120,
+            "temperature": 0.8,
+            "seed": 11,
+            "logprobs": True,
+        },
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1]
+    finished = [c for c in choices if c["finish_reason"] == "stop"]  # (one cut by max_tokens cannot parse)
+    assert finished, choices
+    assert all(isinstance(json.loads(c["message"]["content"])["age"], int) for c in finished)
+    assert all(c["logprobs"]["content"] for c in choices)
