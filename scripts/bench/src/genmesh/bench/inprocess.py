@@ -96,9 +96,10 @@ def measure_waves(
     max_tokens: int,
     levels: list[tuple[int, int]],
 ) -> tuple[float, list[WaveResult]]:
-    """For each ``(concurrency, n)`` in ``levels``: the first ``n`` chat ``messages`` in waves of
-    ``concurrency`` requests, one ``generate()`` per wave (``ignore_eos``: every request of a wave
-    ends together, so a wave is a closed loop at that concurrency). Returns (load seconds, results)."""
+    """For each ``(concurrency, n)`` in ``levels``: the first ``n`` chat ``messages`` as a closed
+    loop of ``concurrency`` requests in flight, driven with ``add_request``/``step`` as the
+    engine's core drives it (a new request joins as soon as one ends, so the batch stays full,
+    unlike waves of ``generate()``). Returns (load seconds, results)."""
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
@@ -119,15 +120,31 @@ def measure_waves(
 
     inputs = [tensor(m) for m in messages]
     pipe.generate(inputs[:2], [warm_gc] * len(inputs[:2]))
+    ids = iter(range(1 << 30))
+    running = ov_genai.GenerationStatus.RUNNING
+
+    def closed_loop(todo: list[Any], concurrency: int) -> int:
+        tokens = 0
+        live: list[Any] = []
+        todo = list(todo)
+        while todo or live:
+            while todo and len(live) < concurrency:
+                live.append(pipe.add_request(next(ids), todo.pop(0), gc))
+            pipe.step()
+            still: list[Any] = []
+            for handle in live:
+                if handle.can_read():
+                    tokens += sum(len(o.generated_ids) for o in handle.read().values())
+                if handle.get_status() == running:
+                    still.append(handle)
+            live = still
+        return tokens
+
     out: list[WaveResult] = []
     for concurrency, n in levels:
-        tokens = 0
         with StealMeter() as meter:
             start = time.perf_counter()
-            for i in range(0, n, concurrency):
-                wave = inputs[i : min(n, i + concurrency)]
-                results = pipe.generate(wave, [gc] * len(wave))
-                tokens += sum(len(r.m_generation_ids[0]) for r in results)
+            tokens = closed_loop(inputs[:n], concurrency)
             wall = time.perf_counter() - start
         out.append(
             WaveResult(concurrency, n, wall, tokens, meter.steal_percent, meter.busy_percent, meter.other_percent)

@@ -107,9 +107,9 @@ class Report:
             (
                 label,
                 f"openvino-genai {describe()['openvino-genai']}",
-                f"`ContinuousBatchingPipeline.generate()` in one process, engine defaults ({Scheduler()}); "
-                f"a level of concurrency c is waves of c requests (every request of a wave ends together, ignore_eos); "
-                f"no TTFT (generate() returns whole results); loaded in {load_s:.1f} s",
+                f"`ContinuousBatchingPipeline` driven with `add_request`/`step` in one process (no HTTP, no "
+                f"detokenising), engine defaults ({Scheduler()}); a level of concurrency c keeps c requests in "
+                f"flight (closed loop, as the server's core); no TTFT measured; loaded in {load_s:.1f} s",
             )
         )
 
