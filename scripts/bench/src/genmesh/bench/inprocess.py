@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .progress import say
 from .steal import StealMeter
@@ -70,10 +71,18 @@ def measure(model: str, scheduler: Scheduler, workload: Workload) -> InProcessRe
     return InProcessResult(load_s, wall, tokens, meter.steal_percent, meter.busy_percent, meter.other_percent)
 
 
+T = TypeVar("T")
+
+
+def _in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a spawned process that exits when it is done (its pipeline and threads with it)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
 def measure_in_subprocess(model: str, scheduler: Scheduler, workload: Workload) -> InProcessResult:
     """:func:`measure` in a fresh process that exits when it is done."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure, model, scheduler, workload).result()
+    return _in_fresh_process(measure, model, scheduler, workload)
 
 
 @dataclass(frozen=True)
@@ -161,5 +170,4 @@ def measure_waves_in_subprocess(
     levels: list[tuple[int, int]],
 ) -> tuple[float, list[WaveResult]]:
     """:func:`measure_waves` in a fresh process that exits when it is done."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure_waves, model, scheduler, messages, max_tokens, levels).result()
+    return _in_fresh_process(measure_waves, model, scheduler, messages, max_tokens, levels)

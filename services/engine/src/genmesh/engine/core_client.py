@@ -58,7 +58,6 @@ class RequestStream:
     request_id: int
     detok: Any
     queue: asyncio.Queue[TextOutput] = field(default_factory=asyncio.Queue)
-    finished: bool = False
 
 
 class CoreClient:
@@ -200,7 +199,6 @@ class CoreClient:
             if stream is None:
                 continue  # aborted meanwhile
             if out.finish_reason is not None:
-                stream.finished = True
                 del self.streams[out.request_id]
             if out.finish_reason in ("error", "rejected"):
                 stream.queue.put_nowait(TextOutput("", len(out.token_ids), out.finish_reason, out.error))

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from genmesh.protocol import OpenAIError, Usage, internal_error, invalid_request, service_unavailable
+from genmesh.protocol import OpenAIError, internal_error, invalid_request, service_unavailable
 
 from .core_client import CoreClient, EngineDeadError, RequestStream, TextOutput
 from .messages import SamplingParams
@@ -65,14 +65,6 @@ class TextOptions:
     stops: Sequence[str] = ()
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-
-
-def usage_of(fin: Finished) -> Usage:
-    return Usage(
-        prompt_tokens=fin.prompt_tokens,
-        completion_tokens=fin.completion_tokens,
-        total_tokens=fin.prompt_tokens + fin.completion_tokens,
-    )
 
 
 @dataclass
@@ -223,5 +215,4 @@ __all__ = [
     "OpenAIError",
     "TextOptions",
     "collect",
-    "usage_of",
 ]

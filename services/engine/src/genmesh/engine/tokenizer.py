@@ -126,9 +126,7 @@ class PromptTokenizer:
         return text, list(text.encode("utf-8"))
 
     def completion_prompt(self, req: CompletionRequest) -> list[int]:
-        prompt = req.prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
+        prompt = req.single_prompt()
         if isinstance(prompt, str):
             if not prompt:
                 raise invalid_request("'prompt' must not be empty", param="prompt")

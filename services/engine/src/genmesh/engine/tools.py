@@ -59,10 +59,15 @@ class ToolPlan:
 
     @property
     def args_key(self) -> str:
-        return "parameters" if self.format == "llama3_json" else "arguments"
+        return _args_key(self.format)
 
     def template_tools(self) -> list[dict[str, Any]]:
         return [t.model_dump(exclude_none=True) for t in self.tools]
+
+
+def _args_key(fmt: Format) -> str:
+    """Where a call's arguments go: Llama 3 writes ``parameters``, Hermes ``arguments``."""
+    return "parameters" if fmt == "llama3_json" else "arguments"
 
 
 def _call_schema(tool: ToolDefinition, args_key: str) -> dict[str, Any]:
@@ -99,8 +104,7 @@ def plan_tools(req: ChatCompletionRequest, template: str) -> ToolPlan | None:
         if tool.function.parameters is not None:
             check_schema(tool.function.parameters, f"tools[{i}].function.parameters")
     fmt, native = template_format(template)
-    args_key = "parameters" if fmt == "llama3_json" else "arguments"
-    schemas = [_call_schema(t, args_key) for t in tools_for_call]
+    schemas = [_call_schema(t, _args_key(fmt)) for t in tools_for_call]
     constraint: Constraint | None
     if mode != "auto":
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}

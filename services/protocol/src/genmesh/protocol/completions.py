@@ -20,6 +20,13 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=5)
     suffix: str | None = None
 
+    def single_prompt(self) -> Prompt:
+        """The prompt, unwrapped when it is a batch of one (``["text"]`` or ``[[ids]]``)."""
+        prompt = self.prompt
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            return prompt[0]
+        return prompt
+
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str] = Field(default_factory=list)

@@ -99,22 +99,16 @@ def _choice(
 def _choices(
     tok: PromptTokenizer, results: list[Collected], plan: tools.ToolPlan | None, want_logprobs: bool
 ) -> list[ChatChoice]:
+    def logprobs(ids: list[int], lps: list[float]) -> ChoiceLogprobs | None:
+        return chat_logprobs(tok, ids, lps) if want_logprobs else None
+
     if results[0].beams is not None:
+        beams = results[0].beams
         return [
-            _choice(
-                i, b.text, b.finish_reason, chat_logprobs(tok, b.token_ids, b.logprobs) if want_logprobs else None, plan
-            )
-            for i, b in enumerate(results[0].beams)
+            _choice(i, b.text, b.finish_reason, logprobs(b.token_ids, b.logprobs), plan) for i, b in enumerate(beams)
         ]
     return [
-        _choice(
-            i,
-            r.text,
-            r.finished.reason,
-            chat_logprobs(tok, r.token_ids, r.logprobs) if want_logprobs else None,
-            plan,
-        )
-        for i, r in enumerate(results)
+        _choice(i, r.text, r.finished.reason, logprobs(r.token_ids, r.logprobs), plan) for i, r in enumerate(results)
     ]
 
 

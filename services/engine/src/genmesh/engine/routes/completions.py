@@ -64,7 +64,7 @@ for _path in PATHS:
 
 
 def _echo_text(tok: PromptTokenizer, body: CompletionRequest, ids: list[int]) -> str:
-    prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
+    prompt = body.single_prompt()
     return prompt if isinstance(prompt, str) else tok.decode(ids)
 
 
