@@ -50,3 +50,26 @@ def test_core_death_fails_inflight_and_health(doomed_engine: Server) -> None:
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "engine_unavailable"
     assert doomed_engine.proc.poll() is None, "the API process itself stays up to report the failure"
+
+
+@pytest.mark.slow
+def test_a_failed_step_ends_the_core_instead_of_limping_on(doomed_engine: Server) -> None:
+    # A valid JSON schema that the grammar compiler cannot build (a lookahead) fails inside step();
+    # OpenVINO's pipeline is unusable after that, so the core must exit and the engine say so.
+    schema = {"type": "string", "pattern": "(?=a)b"}
+    body = {
+        "messages": [{"role": "user", "content": "x"}],
+        "max_tokens": 5,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    }
+    r = httpx.post(doomed_engine.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 500, r.text
+    assert "engine step failed" in r.json()["error"]["message"]
+
+    def unhealthy() -> bool:
+        return httpx.get(doomed_engine.url + "/health", timeout=5).status_code == 503
+
+    wait_until(unhealthy, 30, what="/health 503 after the core exited")
+    assert "exit code 3" in httpx.get(doomed_engine.url + "/health", timeout=5).json()["reason"]
+    after = httpx.post(doomed_engine.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+    assert after.status_code == 503
