@@ -1,13 +1,12 @@
-"""One request against a scripted server, and the load loop's concurrency cap and arrival schedule."""
+"""One request against a scripted server (real HTTP on loopback); the load loop's concurrency cap and arrivals."""
 
 from __future__ import annotations
 
 import math
 
-import httpx
 import pytest
 
-from genmesh.bench.client import Endpoint, send
+from genmesh.bench.client import Endpoint, send, session
 from genmesh.bench.datasets import RequestSpec
 from genmesh.bench.load import run_load
 from support.bench_fakes import ScriptedServer
@@ -32,9 +31,8 @@ def test_chat_and_completion_bodies() -> None:
 
 
 async def test_streamed_request_times_tokens_from_usage() -> None:
-    server = ScriptedServer(tokens=4)
-    async with httpx.AsyncClient(base_url="http://srv", transport=server.transport()) as client:
-        out = await send(client, Endpoint("http://srv", "m"), REQ)
+    async with ScriptedServer(tokens=4) as server, session(server.url, 2) as client:
+        out = await send(client, Endpoint(server.url, "m"), REQ)
     assert out.success, out.error
     assert (out.prompt_tokens, out.output_tokens) == (7, 4)
     assert out.ttft_s is not None
@@ -44,18 +42,16 @@ async def test_streamed_request_times_tokens_from_usage() -> None:
 
 
 async def test_stream_without_usage_fails_the_request() -> None:
-    server = ScriptedServer(tokens=2, usage=False)
-    async with httpx.AsyncClient(base_url="http://srv", transport=server.transport()) as client:
-        out = await send(client, Endpoint("http://srv"), REQ)
+    async with ScriptedServer(tokens=2, usage=False) as server, session(server.url, 2) as client:
+        out = await send(client, Endpoint(server.url), REQ)
     assert not out.success
     assert out.error is not None
     assert "usage" in out.error
 
 
 async def test_http_error_is_a_failed_request_not_an_exception() -> None:
-    server = ScriptedServer(status=503)
-    async with httpx.AsyncClient(base_url="http://srv", transport=server.transport()) as client:
-        out = await send(client, Endpoint("http://srv"), REQ)
+    async with ScriptedServer(status=503) as server, session(server.url, 2) as client:
+        out = await send(client, Endpoint(server.url), REQ)
     assert not out.success
     assert out.error is not None
     assert "503" in out.error
@@ -63,8 +59,8 @@ async def test_http_error_is_a_failed_request_not_an_exception() -> None:
 
 @pytest.mark.parametrize("cap", [1, 3])
 async def test_load_never_exceeds_max_concurrency(cap: int) -> None:
-    server = ScriptedServer(tokens=2)
-    result = await run_load(Endpoint("http://srv"), [REQ] * 9, max_concurrency=cap, transport=server.transport())
+    async with ScriptedServer(tokens=2) as server:
+        result = await run_load(Endpoint(server.url), [REQ] * 9, max_concurrency=cap)
     assert len(result.outputs) == 9
     assert result.errors == []
     assert result.output_tokens == 18
@@ -72,16 +68,16 @@ async def test_load_never_exceeds_max_concurrency(cap: int) -> None:
 
 
 async def test_load_without_a_cap_sends_everything_at_once() -> None:
-    server = ScriptedServer(tokens=1)
-    result = await run_load(Endpoint("http://srv"), [REQ] * 6, transport=server.transport())
+    async with ScriptedServer(tokens=1) as server:
+        result = await run_load(Endpoint(server.url), [REQ] * 6)
     assert server.max_in_flight == 6
     assert result.output_tokens_per_s > 0
 
 
 async def test_request_rate_spreads_the_sends() -> None:
-    server = ScriptedServer(tokens=1)
     rate = 40.0
-    result = await run_load(Endpoint("http://srv"), [REQ] * 8, request_rate=rate, seed=5, transport=server.transport())
+    async with ScriptedServer(tokens=1) as server:
+        result = await run_load(Endpoint(server.url), [REQ] * 8, request_rate=rate, seed=5)
     starts = sorted(o.start_s for o in result.outputs)
     from genmesh.bench.arrivals import arrival_offsets
 

@@ -1,4 +1,4 @@
-"""Test doubles for the load generator: a character-level codec and a scripted OpenAI server (httpx transport)."""
+"""Test doubles for the load generator: a character-level codec and a scripted OpenAI server on loopback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 
 class CharCodec:
@@ -38,30 +39,45 @@ def stream_chunks(texts: Sequence[str], usage: dict[str, int] | None) -> list[di
 
 
 class ScriptedServer:
-    """An async httpx transport answering every chat request with ``tokens`` chunks and usage, counting
-    requests in flight (``max_in_flight``) and keeping the bodies it got."""
+    """A real HTTP server on loopback (aiohttp) answering every chat request with ``tokens`` streamed
+    chunks and usage, counting requests in flight (``max_in_flight``) and keeping the bodies it got.
+    Use as ``async with ScriptedServer(...) as server`` and send to ``server.url``."""
 
     def __init__(self, tokens: int = 3, usage: bool = True, status: int = 200) -> None:
         self.tokens, self.usage, self.status = tokens, usage, status
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies: list[dict[str, Any]] = []
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self._server = TestServer(app, host="127.0.0.1")
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
+    @property
+    def url(self) -> str:
+        return str(self._server.make_url("")).rstrip("/")
+
+    async def __aenter__(self) -> ScriptedServer:
+        await self._server.start_server()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._server.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            for _ in range(3):  # let other requests start: they overlap as on a real server
-                await asyncio.sleep(0)
-            body = json.loads(request.content)
+            body = await request.json()
             self.bodies.append(body)
             if self.status != 200:
-                return httpx.Response(self.status, json={"error": {"message": "no"}})
+                return web.json_response({"error": {"message": "no"}}, status=self.status)
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
             usage = {"prompt_tokens": 7, "completion_tokens": self.tokens} if self.usage else None
-            payload = sse(stream_chunks([f"t{i}" for i in range(self.tokens)], usage))
-            return httpx.Response(200, content=payload, headers={"content-type": "text/event-stream"})
+            for chunk in stream_chunks([f"t{i}" for i in range(self.tokens)], usage):
+                await response.write(sse([chunk]))
+                await asyncio.sleep(0.005)  # chunks apart in time, and requests overlap as on a real server
+            await response.write_eof()
+            return response
         finally:
             self.in_flight -= 1
-
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)

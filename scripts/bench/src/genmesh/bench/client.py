@@ -5,22 +5,30 @@ before every later such chunk (ITL), the end-to-end time, and the prompt and com
 from the final ``usage`` chunk (``stream_options.include_usage``): tokens are always counted
 from ``usage``, so every engine is measured by its own count of the same work. A request whose
 stream ends without ``usage`` fails. Non-streaming requests take ``usage`` from the body.
+
+The client is aiohttp, as in vLLM's ``benchmark_serving``: the load generator shares this 2-core
+machine with the server it measures, and its CPU is taken from the server. Measured while 32
+streams ran against the engine, httpx with httpx-sse cost the client 2.9 s of CPU for 4,096
+chunks (0.7 ms each, 10 % of the machine); aiohttp with its C parser 0.96 s. The body is read
+line by line: every OpenAI-compatible server we measure (ours, vLLM, llama-server) sends each
+event as one ``data:`` line, and comment or ``event:`` lines are skipped.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import aiohttp
 import httpx
-from httpx_sse import aconnect_sse
 
 from .datasets import RequestSpec
 
 Api = Literal["chat", "completions"]
-REQUEST_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=600.0, connect=10.0)
 
 
 @dataclass(frozen=True)
@@ -89,17 +97,25 @@ def _apply_usage(out: RequestOutput, usage: Any) -> None:
         out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
 
 
-async def _stream(client: httpx.AsyncClient, endpoint: Endpoint, body: dict[str, Any], out: RequestOutput) -> None:
+async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The data of each ``data:`` line of an event stream, until ``[DONE]`` or the end."""
+    async for line in resp.content:
+        if not line.startswith(b"data:"):
+            continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        yield data
+
+
+async def _stream(session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any], out: RequestOutput) -> None:
     start = last = time.perf_counter()
     usage_seen = False
-    async with aconnect_sse(client, "POST", endpoint.path, json=body) as source:
-        if source.response.status_code != 200:
-            await source.response.aread()
-            raise RuntimeError(f"HTTP {source.response.status_code}: {source.response.text[:300]}")
-        async for event in source.aiter_sse():
-            if event.data == "[DONE]":
-                break
-            chunk = json.loads(event.data)
+    async with session.post(endpoint.path, json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
+        async for data in _events(resp):
+            chunk = json.loads(data)
             if "error" in chunk:
                 raise RuntimeError(f"stream error: {chunk['error']}")
             now = time.perf_counter()
@@ -117,27 +133,36 @@ async def _stream(client: httpx.AsyncClient, endpoint: Endpoint, body: dict[str,
         raise RuntimeError("the stream carried no usage (stream_options.include_usage)")
 
 
-async def _unary(client: httpx.AsyncClient, endpoint: Endpoint, body: dict[str, Any], out: RequestOutput) -> None:
+async def _unary(session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any], out: RequestOutput) -> None:
     start = time.perf_counter()
-    resp = await client.post(endpoint.path, json=body)
+    async with session.post(endpoint.path, json=body) as resp:
+        text = await resp.text()
     out.e2e_s = out.ttft_s = time.perf_counter() - start
-    if resp.status_code != 200:
-        raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
-    data = resp.json()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {text[:300]}")
+    data = json.loads(text)
     if "usage" not in data:
         raise RuntimeError("the response carried no usage")
     _apply_usage(out, data["usage"])
 
 
-async def send(client: httpx.AsyncClient, endpoint: Endpoint, req: RequestSpec, start_s: float = 0.0) -> RequestOutput:
+def session(base_url: str, connections: int) -> aiohttp.ClientSession:
+    """The load generator's session: ``connections`` keep-alive connections to ``base_url``."""
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections)
+    return aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=REQUEST_TIMEOUT)
+
+
+async def send(
+    session: aiohttp.ClientSession, endpoint: Endpoint, req: RequestSpec, start_s: float = 0.0
+) -> RequestOutput:
     """Send one request; never raises for a failed request (``success`` False, ``error`` says why)."""
     out = RequestOutput(start_s=start_s)
     t0 = time.perf_counter()
     try:
         body = endpoint.body(req)
-        await (_stream if endpoint.stream else _unary)(client, endpoint, body, out)
+        await (_stream if endpoint.stream else _unary)(session, endpoint, body, out)
         out.success = True
-    except (httpx.HTTPError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+    except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError, KeyError, TypeError) as exc:
         out.e2e_s = time.perf_counter() - t0
         out.error = f"{type(exc).__name__}: {exc}"
     return out

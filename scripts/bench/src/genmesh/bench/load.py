@@ -15,11 +15,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 from tqdm import tqdm
 
 from .arrivals import arrival_offsets
-from .client import REQUEST_TIMEOUT, Endpoint, RequestOutput, send
+from .client import Endpoint, RequestOutput, send, session
 from .datasets import RequestSpec
 
 
@@ -43,21 +43,25 @@ class LoadResult:
         return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
 
 
-async def _poll_health(url: str, interval_s: float, stop: asyncio.Event) -> tuple[list[float], int]:
+async def _poll_health(
+    client: aiohttp.ClientSession, url: str, interval_s: float, stop: asyncio.Event
+) -> tuple[list[float], int]:
     latencies: list[float] = []
     failures = 0
-    async with httpx.AsyncClient(timeout=10.0) as client:
-        while not stop.is_set():
-            start = time.perf_counter()
-            try:
-                ok = (await client.get(url)).status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            elapsed = time.perf_counter() - start
-            latencies.append(elapsed)
-            failures += not ok
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, interval_s - elapsed))
+    timeout = aiohttp.ClientTimeout(total=10.0)
+    while not stop.is_set():
+        start = time.perf_counter()
+        try:
+            async with client.get(url, timeout=timeout) as resp:
+                await resp.read()
+                ok = resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            ok = False
+        elapsed = time.perf_counter() - start
+        latencies.append(elapsed)
+        failures += not ok
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=max(0.0, interval_s - elapsed))
     return latencies, failures
 
 
@@ -73,23 +77,19 @@ async def run_load(
     desc: str = "requests",
     health_url: str | None = None,
     health_interval_s: float = 0.02,
-    transport: httpx.AsyncBaseTransport | None = None,
 ) -> LoadResult:
     """Send every request: request ``i`` leaves at its Poisson arrival time, and waits for a free slot
     when ``max_concurrency`` are in flight. ``inf`` rate and no limit sends them all at once.
-    ``transport`` replaces the network (tests)."""
+    The health poller has a connection of its own."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
     offsets = arrival_offsets(len(requests), request_rate, burstiness, seed)
     slots = asyncio.Semaphore(max_concurrency or max(1, len(requests)))
     conns = min(len(requests), max_concurrency or len(requests)) + 1
-    limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
     bar = tqdm(total=len(requests), desc=desc, unit="req", disable=not progress, leave=False)
-    async with httpx.AsyncClient(
-        base_url=endpoint.base_url, timeout=REQUEST_TIMEOUT, limits=limits, transport=transport
-    ) as client:
+    async with session(endpoint.base_url, conns) as client:
         stop = asyncio.Event()
-        poller = asyncio.create_task(_poll_health(health_url, health_interval_s, stop)) if health_url else None
+        poller = asyncio.create_task(_poll_health(client, health_url, health_interval_s, stop)) if health_url else None
         start = time.perf_counter()
 
         async def one(req: RequestSpec, at: float) -> RequestOutput:
