@@ -70,6 +70,11 @@ class RunResult:
         base = self.in_process.tokens_per_s
         return self.http.tokens_per_s / base if base > 0 else None
 
+    def quiet(self, max_steal_pct: float) -> bool:
+        """Whether neither side lost more than ``max_steal_pct`` of the CPU to other guests (steal)."""
+        steals = (self.http.steal_percent, self.in_process.steal_percent)
+        return all(s is not None and s <= max_steal_pct for s in steals)
+
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
@@ -197,19 +202,52 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, float | None]:
     return {key: median([v[key] for v in per_run]) for key in per_run[0]}
 
 
-def render_table(runs: Sequence[RunResult], summary: dict[str, float | None]) -> str:
+@dataclass(frozen=True)
+class Summary:
+    """The median of every run, and of the quiet runs (steal at most ``max_steal_pct`` on both sides).
+
+    On a shared VM the hypervisor's steal lands on one side of a pair and not the other (seen: 10 %
+    on the HTTP side, 4 % on the in-process side, ratio 0.78; the next pair at 1 % / 5 %, 0.96), so
+    the targets are judged on the quiet runs' median when at least two runs were quiet, and on all
+    runs otherwise; the table shows both."""
+
+    all_runs: dict[str, float | None]
+    quiet_runs: dict[str, float | None] | None
+    quiet_count: int
+    max_steal_pct: float
+
+    @property
+    def judged(self) -> dict[str, float | None]:
+        return self.quiet_runs if self.quiet_runs is not None else self.all_runs
+
+    @property
+    def basis(self) -> str:
+        if self.quiet_runs is not None:
+            return f"median of {self.quiet_count} quiet runs (steal <= {self.max_steal_pct:g}%)"
+        return f"median of all runs (fewer than 2 with steal <= {self.max_steal_pct:g}%)"
+
+
+def summary_of(runs: Sequence[RunResult], max_steal_pct: float) -> Summary:
+    quiet = [r for r in runs if r.quiet(max_steal_pct)]
+    return Summary(summarize(runs), summarize(quiet) if len(quiet) >= 2 else None, len(quiet), max_steal_pct)
+
+
+def render_table(runs: Sequence[RunResult], summary: Summary) -> str:
     rows = [list(COLUMNS)]
     rows += [_row(str(r.run), "/".join(r.order), _values(r)) for r in runs]
-    rows.append(_row("median", "", summary))
+    rows.append(_row("median", "all", summary.all_runs))
+    if summary.quiet_runs is not None:
+        rows.append(_row("median", "quiet", summary.quiet_runs))
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def verdicts(summary: dict[str, float | None], concurrency: int) -> list[str]:
-    ratio, health = summary["ratio"], summary["health_p99_ms"]
+def verdicts(summary: Summary, concurrency: int) -> list[str]:
+    ratio, health = summary.judged["ratio"], summary.judged["health_p99_ms"]
     return [
+        f"judged on the {summary.basis}",
         f"target HTTP/in-process >= {TARGET_RATIO:.2f} at {concurrency} streams: "
         + ("-" if ratio is None else f"{ratio:.3f} {'PASS' if ratio >= TARGET_RATIO else 'FAIL'}"),
         f"target /health p99 < {TARGET_HEALTH_P99_MS:.0f} ms while saturated: "
@@ -230,7 +268,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--concurrency", type=int, default=32, help="concurrent streaming requests (default 32)")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per request, ignore_eos (default 128)")
-    p.add_argument("--repeats", type=int, default=2, help="HTTP/in-process pairs, alternating order (default 2)")
+    p.add_argument("--repeats", type=int, default=4, help="HTTP/in-process pairs, alternating order (default 4)")
+    p.add_argument(
+        "--quiet-steal-pct",
+        type=float,
+        default=5.0,
+        help="a pair is quiet when both sides lost at most this much CPU to steal; targets are judged on the "
+        "quiet pairs when there are two or more (default 5)",
+    )
     p.add_argument("--warmup-requests", type=int, default=4, help="warm-up requests before each side (default 4)")
     p.add_argument("--health-interval-ms", type=float, default=20.0, help="/health poll interval under load")
     p.add_argument("--results-dir", type=Path, default=Path("bench-results"), help="where JSON results go")
@@ -318,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
             http = _http_side(args, scheduler, workload, log_path)
         runs.append(RunResult(i, order, http, inproc))
 
-    summary = summarize(runs)
+    summary = summary_of(runs, args.quiet_steal_pct)
     print(render_table(runs, summary))
     for line in verdicts(summary, args.concurrency):
         print(line)
@@ -336,7 +381,7 @@ def _document(
     scheduler: Scheduler,
     workload: Workload,
     runs: Sequence[RunResult],
-    summary: dict[str, float | None],
+    summary: Summary,
 ) -> dict[str, Any]:
     import openvino_genai as ov_genai
 
@@ -363,17 +408,21 @@ def _document(
                 "run": r.run,
                 "order": r.order,
                 "ratio": r.ratio,
+                "quiet": r.quiet(summary.max_steal_pct),
                 "http": dataclasses.asdict(r.http),
                 "in_process": {**dataclasses.asdict(r.in_process), "tokens_per_s": r.in_process.tokens_per_s},
             }
             for r in runs
         ],
-        "median": summary,
+        "median": summary.all_runs,
+        "median_quiet": summary.quiet_runs,
+        "quiet_steal_pct": summary.max_steal_pct,
         "targets": {
+            "judged_on": summary.basis,
             "ratio_min": TARGET_RATIO,
             "health_p99_ms_max": TARGET_HEALTH_P99_MS,
-            "ratio_met": summary["ratio"] is not None and summary["ratio"] >= TARGET_RATIO,
-            "health_met": summary["health_p99_ms"] is not None and summary["health_p99_ms"] < TARGET_HEALTH_P99_MS,
+            "ratio_met": (ratio := summary.judged["ratio"]) is not None and ratio >= TARGET_RATIO,
+            "health_met": (health := summary.judged["health_p99_ms"]) is not None and health < TARGET_HEALTH_P99_MS,
         },
     }
 
