@@ -36,7 +36,7 @@ from . import keepalive
 from .client import Endpoint
 from .mesh import MODEL_NAME, redis_binary, running_mesh, write_gateway_config
 from .results import save
-from .rounds import alternate, chat_batch, totals
+from .rounds import alternate, chat_batch, quiet_rounds, totals
 from .server import ManagedServer, free_port, http_ok, start_gateway, start_redis
 from .stats import percentile
 from .steal import StealMeter
@@ -117,7 +117,9 @@ def run_mesh(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         if ns.with_microservice:
             targets["microservice"] = Endpoint(mesh.microservice.url, ns.model_name)
         pids = [s.proc.pid for s in (mesh.engine, mesh.microservice, mesh.gateway) if s is not None]
-        batches = asyncio.run(alternate(targets, chat_batch(ns.streams, ns.max_tokens), ns.rounds, pids=pids))
+        all_batches = asyncio.run(alternate(targets, chat_batch(ns.streams, ns.max_tokens), ns.rounds, pids=pids))
+    kept = quiet_rounds(all_batches)
+    batches = kept.batches
     eng, gwt = totals(batches["engine"]), totals(batches["gateway"])
     ratio = gwt.tokens_per_s / eng.tokens_per_s if eng.tokens_per_s else 0.0
     added_p50 = None if gwt.ttft_p50_ms is None or eng.ttft_p50_ms is None else gwt.ttft_p50_ms - eng.ttft_p50_ms
@@ -126,6 +128,8 @@ def run_mesh(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         "streams": ns.streams,
         "max_tokens": ns.max_tokens,
         "rounds": ns.rounds,
+        "judged_on": kept.basis,
+        "rounds_kept": kept.rounds,
         "engine": dataclasses.asdict(eng),
         "gateway_path": dataclasses.asdict(gwt),
         "throughput_ratio": round(ratio, 3),

@@ -25,7 +25,7 @@ from .client import Endpoint, served_model
 from .mesh import MODEL_NAME, running_mesh
 from .render import fmt
 from .results import save
-from .rounds import Totals, alternate, chat_batch, totals
+from .rounds import Totals, alternate, chat_batch, quiet_rounds, totals
 from .workload import Scheduler
 
 TARGET_RATIO = 0.97  # issue 4
@@ -36,7 +36,9 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def summarize(args: argparse.Namespace, batches: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def summarize(args: argparse.Namespace, all_batches: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    kept = quiet_rounds(all_batches)
+    batches = kept.batches
     ms, eng = totals(batches["microservice"]), totals(batches["engine"])
     per_round = [
         m["output_throughput"] / e["output_throughput"]
@@ -48,6 +50,8 @@ def summarize(args: argparse.Namespace, batches: dict[str, list[dict[str, Any]]]
         "concurrency": args.concurrency,
         "max_tokens": args.max_tokens,
         "rounds": args.rounds,
+        "judged_on": kept.basis,
+        "rounds_kept": kept.rounds,
         "engine": dataclasses.asdict(eng),
         "microservice": dataclasses.asdict(ms),
         "throughput_ratio": ms.tokens_per_s / eng.tokens_per_s if eng.tokens_per_s else math.nan,
@@ -60,6 +64,7 @@ def summarize(args: argparse.Namespace, batches: dict[str, list[dict[str, Any]]]
 
 
 def print_report(summary: dict[str, Any]) -> None:
+    print(f"judged on {summary['judged_on']}: rounds {summary['rounds_kept']}")
     for name in ("engine", "microservice"):
         t = Totals(**summary[name])
         print(
@@ -86,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-name", help=f"model id sent (default {MODEL_NAME}, or what --engine-url serves)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=4, help="batches per target, alternating which goes first")
+    p.add_argument("--rounds", type=int, default=6, help="batches per target, alternating which goes first")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/microservice"), help="logs of started servers")
     p.add_argument("--json", dest="json_out", type=Path, help="also write the summary to this JSON file")
 
