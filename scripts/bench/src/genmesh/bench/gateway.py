@@ -2,10 +2,11 @@
 
 ``--mode queue``: queue-mechanics throughput of one gateway process. Starts a private
 ``redis-server``, the fake upstream (no delay) and one gateway (auth off), then sends
-``--requests`` unary chat requests from ``--clients`` concurrent connections at a pool of
-``--max-concurrency`` slots, so that requests beyond it wait in Redis and are woken by pub/sub.
-Reports admitted requests/s, latency percentiles, the upstream's peak concurrency (must not
-exceed the limit) and CPU steal over the run.
+``--passes`` passes of ``--requests`` unary chat requests from ``--clients`` concurrent
+connections at a pool of ``--max-concurrency`` slots, so that requests beyond it wait in Redis
+and are woken by pub/sub. Reports admitted requests/s (the median pass: of the quiet ones, steal
+<= 5 %, when two or more; one 3-second pass on a shared VM ranged 860-1,060 req/s), latency
+percentiles, the upstream's peak concurrency (must not exceed the limit) and CPU steal per pass.
 
 ``--mode mesh``: ``--streams`` concurrent chat streams (``ignore_eos``, ``--max-tokens``,
 temperature 0, usage from the final chunk) through gateway -> llm-microservice -> engine vs
@@ -22,6 +23,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -36,7 +38,7 @@ from . import keepalive
 from .client import Endpoint
 from .mesh import MODEL_NAME, redis_binary, running_mesh, write_gateway_config
 from .results import save
-from .rounds import alternate, chat_batch, quiet_rounds, totals
+from .rounds import QUIET_STEAL_PCT, alternate, chat_batch, quiet_rounds, totals
 from .server import ManagedServer, free_port, http_ok, start_gateway, start_redis
 from .stats import percentile
 from .steal import StealMeter
@@ -71,33 +73,52 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
             port = int(gw.url.rsplit(":", 1)[1])
             asyncio.run(keepalive.run("127.0.0.1", port, "bench", ns.clients, min(ns.requests, ns.clients * 4)))
             httpx.post(upstream_url + "/control", json={"reset": True}, timeout=5).raise_for_status()
-            with StealMeter([gw.proc.pid, redis.proc.pid]) as steal:
-                result = asyncio.run(keepalive.run("127.0.0.1", port, "bench", ns.clients, ns.requests))
+            passes: list[tuple[keepalive.KeepAliveResult, float | None]] = []
+            for i in range(ns.passes):
+                with StealMeter([gw.proc.pid, redis.proc.pid]) as steal:
+                    result = asyncio.run(keepalive.run("127.0.0.1", port, "bench", ns.clients, ns.requests))
+                passes.append((result, steal.steal_percent))
+                print(
+                    f"queue pass {i + 1}/{ns.passes}: {result.requests_per_s:.0f} req/s, "
+                    f"steal {steal.steal_percent or 0:.1f}%",
+                    file=sys.stderr,
+                )
             stats = httpx.get(upstream_url + "/stats", timeout=5).json()
         finally:
             for server in reversed(servers):
                 server.stop()
+    quiet = [(r, st) for r, st in passes if st is not None and st <= QUIET_STEAL_PCT]
+    judged = quiet if len(quiet) >= 2 else passes
+    basis = (
+        f"median of {len(quiet)} quiet passes of {len(passes)} (steal <= {QUIET_STEAL_PCT:g}%)"
+        if judged is quiet
+        else f"median of all {len(passes)} passes (fewer than 2 with steal <= {QUIET_STEAL_PCT:g}%)"
+    )
+    rate = statistics.median(r.requests_per_s for r, _ in judged)
+    latencies = [x * 1000 for r, _ in judged for x in r.latencies_s]
+    errors = sum(len(r.errors) for r, _ in passes)
     report: dict[str, Any] = {
         "clients": ns.clients,
         "max_concurrency": ns.max_concurrency,
-        "requests": len(result.latencies_s),
-        "errors": len(result.errors),
-        "admitted_per_s": round(result.requests_per_s, 1),
-        "latency_ms_p50": _round(percentile([x * 1000 for x in result.latencies_s], 50)),
-        "latency_ms_p99": _round(percentile([x * 1000 for x in result.latencies_s], 99)),
+        "requests_per_pass": ns.requests,
+        "passes": [{"admitted_per_s": round(r.requests_per_s, 1), "cpu_steal_pct": _round(st, 1)} for r, st in passes],
+        "judged_on": basis,
+        "errors": errors,
+        "admitted_per_s": round(rate, 1),
+        "latency_ms_p50": _round(percentile(latencies, 50)),
+        "latency_ms_p99": _round(percentile(latencies, 99)),
         "upstream_max_in_flight": stats["max_in_flight"],
-        "cpu_steal_pct": _round(steal.steal_percent, 1),
         "targets": {
             "admitted_per_s": f">= {TARGET_QUEUE_REQ_S:g}",
             "upstream_max_in_flight": f"<= {ns.max_concurrency}",
         },
         "targets_met": {
-            "admitted_per_s": result.requests_per_s >= TARGET_QUEUE_REQ_S,
+            "admitted_per_s": rate >= TARGET_QUEUE_REQ_S,
             "upstream_max_in_flight": stats["max_in_flight"] <= ns.max_concurrency,
         },
     }
-    ok = not result.errors and stats["max_in_flight"] <= ns.max_concurrency
-    return report, ok and result.requests_per_s >= TARGET_QUEUE_REQ_S
+    ok = not errors and stats["max_in_flight"] <= ns.max_concurrency
+    return report, ok and rate >= TARGET_QUEUE_REQ_S
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -158,7 +179,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("queue mode")
     g.add_argument("--clients", type=int, default=64, help="requests in flight from the client (default 64)")
     g.add_argument("--max-concurrency", type=int, default=16, help="the upstream's slots (default 16)")
-    g.add_argument("--requests", type=int, default=3000, help="unary requests measured (default 3000)")
+    g.add_argument("--requests", type=int, default=3000, help="unary requests per pass (default 3000)")
+    g.add_argument("--passes", type=int, default=5, help="measured passes; the median is judged (default 5)")
     m = p.add_argument_group("mesh mode")
     m.add_argument("--model", default=DEFAULT_MODEL, help="GGUF file for the engine")
     m.add_argument("--model-name", default=MODEL_NAME, help="model name routed by the gateway")
