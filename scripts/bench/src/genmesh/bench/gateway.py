@@ -3,10 +3,14 @@
 ``--mode queue``: queue-mechanics throughput of one gateway process. Starts a private
 ``redis-server``, the fake upstream (no delay) and one gateway (auth off), then sends
 ``--passes`` passes of ``--requests`` unary chat requests from ``--clients`` concurrent
-connections at a pool of ``--max-concurrency`` slots, so that requests beyond it wait in Redis
-and are woken by pub/sub. Reports admitted requests/s (the median pass: of the quiet ones, steal
-<= 5 %, when two or more; one 3-second pass on a shared VM ranged 860-1,060 req/s), latency
-percentiles, the upstream's peak concurrency (must not exceed the limit) and CPU steal per pass.
+connections at a pool of ``--max-concurrency`` slots. Every request is admitted and released
+through Redis; requests wait in the Redis queue (woken by pub/sub) only when the pool is full,
+which an instant upstream rarely lets happen (``upstream_max_in_flight`` says how full it got).
+``--upstream-delay-ms 5 --max-concurrency 4`` keeps the pool full and so measures the waiting
+path as well (330-390 req/s here, against the upstream's own ceiling of 800). Reports admitted
+requests/s (the median pass: of the quiet ones, steal <= 5 %, when two or more; one 3-second
+pass on a shared VM ranged 860-1,060 req/s), latency percentiles, the upstream's peak
+concurrency (must not exceed the limit) and CPU steal per pass.
 
 ``--mode mesh``: ``--streams`` concurrent chat streams (``ignore_eos``, ``--max-tokens``,
 temperature 0, usage from the final chunk) through gateway -> llm-microservice -> engine vs
@@ -58,6 +62,7 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
             fport = free_port()
             upstream_url = f"http://127.0.0.1:{fport}"
             argv = [sys.executable, "-m", "genmesh.gateway.fake_upstream", "--port", str(fport)]
+            argv += ["--delay-ms", str(ns.upstream_delay_ms)]
             servers.append(
                 ManagedServer.start(
                     "fake-upstream",
@@ -100,6 +105,7 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     report: dict[str, Any] = {
         "clients": ns.clients,
         "max_concurrency": ns.max_concurrency,
+        "upstream_delay_ms": ns.upstream_delay_ms,
         "requests_per_pass": ns.requests,
         "passes": [{"admitted_per_s": round(r.requests_per_s, 1), "cpu_steal_pct": _round(st, 1)} for r, st in passes],
         "judged_on": basis,
@@ -180,6 +186,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--clients", type=int, default=64, help="requests in flight from the client (default 64)")
     g.add_argument("--max-concurrency", type=int, default=16, help="the upstream's slots (default 16)")
     g.add_argument("--requests", type=int, default=3000, help="unary requests per pass (default 3000)")
+    g.add_argument("--upstream-delay-ms", type=float, default=0.0, help="the fake upstream's time per request")
     g.add_argument("--passes", type=int, default=5, help="measured passes; the median is judged (default 5)")
     m = p.add_argument_group("mesh mode")
     m.add_argument("--model", default=DEFAULT_MODEL, help="GGUF file for the engine")
