@@ -235,6 +235,7 @@ async def test_request_id_and_api_key_reach_the_engine() -> None:
     assert sent.headers["x-request-id"] == "rid-42"
     assert sent.headers["authorization"] == "Bearer sk-test"
     assert sent.headers["user-agent"] == "genmesh-microservice"
+    assert "accept-encoding" not in sent.headers
     assert json.loads(sent.body) == {"model": "m1", "prompt": "hello", "max_tokens": 4}
 
 
