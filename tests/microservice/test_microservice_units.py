@@ -1,6 +1,6 @@
-"""The microservice's pieces without servers: OPEA normalisation, settings, and the app over a scripted engine.
+"""The microservice's pieces in process: OPEA normalisation, settings, and the app over a scripted engine.
 
-The scripted engine (``httpx.MockTransport``) lets these tests see exactly what the
+The scripted engine (a real aiohttp server on loopback) lets these tests see exactly what the
 microservice sends upstream (headers, paths, bodies) and feed it failures the real engine
 cannot be made to produce on demand. Behaviour against the real engine is in the other modules.
 """
@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from genmesh.microservice import MicroserviceSettings, create_app, parse_settings
 from genmesh.microservice.normalise import CHAT_PATH, COMPLETIONS_PATH, normalise_chat, normalise_completion
 from genmesh.protocol import OpenAIError
 
-Handler = Callable[[httpx.Request], httpx.Response]
+Engine = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # --- normalisation ---------------------------------------------------------------------------
 
@@ -143,27 +147,79 @@ def test_settings_refuse_a_non_http_endpoint() -> None:
 # --- the app over a scripted engine ------------------------------------------------------------
 
 
+def watching(app: ASGIApp, watch: Callable[[bytes], None]) -> ASGIApp:
+    """``app``, with every response body chunk it sends shown to ``watch`` first."""
+
+    async def watched(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_watched(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                watch(message.get("body", b""))
+            await send(message)
+
+        await app(scope, receive, send_watched)
+
+    return watched
+
+
 @asynccontextmanager
-async def app_client(handler: Handler, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
-    base = {"llm_endpoint": "http://engine.test", "llm_model_id": "m1", "ready_cache_ttl_s": 1.5}
-    app = create_app(MicroserviceSettings(**{**base, **settings}), transport=httpx.MockTransport(handler))
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ms.test") as client,
-    ):
-        yield client
+async def app_client(
+    engine: Engine, watch_body: Callable[[bytes], None] | None = None, **settings: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app relaying to ``engine``, which answers every request on a loopback HTTP server;
+    ``watch_body`` sees each body chunk the app sends back."""
+    engine_app = web.Application()
+    engine_app.router.add_route("*", "/{path:.*}", engine)
+    async with TestServer(engine_app, host="127.0.0.1") as server:
+        base = {"llm_endpoint": str(server.make_url("")), "llm_model_id": "m1", "ready_cache_ttl_s": 1.5}
+        app = create_app(MicroserviceSettings(**{**base, **settings}))
+        asgi = app if watch_body is None else watching(app, watch_body)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://ms.test") as client,
+        ):
+            yield client
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the engine got it."""
+
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+    peer: tuple[str, int]  # the microservice's end of the connection
+
+    @classmethod
+    async def of(cls, request: web.Request) -> Seen:
+        assert request.transport is not None
+        return cls(request.path, request.headers, await request.read(), request.transport.get_extra_info("peername"))
 
 
 def sse_data(text: str) -> list[str]:
     return [line.removeprefix("data: ") for line in text.splitlines() if line.startswith("data: ")]
 
 
-async def test_request_id_and_api_key_reach_the_engine() -> None:
-    seen: list[httpx.Request] = []
+async def sse_reply(request: web.Request, *chunks: bytes) -> web.StreamResponse:
+    """A streamed reply sending ``chunks`` one write each (the reply is not ended)."""
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    for chunk in chunks:
+        await response.write(chunk)
+    return response
 
-    def engine(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={"object": "text_completion", "choices": [{"text": "ok"}]})
+
+A = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+B = b'data: {"choices":[{"index":0,"text":"b"}]}\n\n'
+X = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+async def test_request_id_and_api_key_reach_the_engine() -> None:
+    seen: list[Seen] = []
+
+    async def engine(request: web.Request) -> web.Response:
+        seen.append(await Seen.of(request))
+        return web.json_response({"object": "text_completion", "choices": [{"text": "ok"}]})
 
     async with app_client(engine, openai_api_key="sk-test") as client:
         r = await client.post(
@@ -175,30 +231,34 @@ async def test_request_id_and_api_key_reach_the_engine() -> None:
     assert r.headers["x-request-id"] == "rid-42"
     assert r.json()["choices"][0]["text"] == "ok"
     (sent,) = seen
-    assert sent.url.path == "/v1/completions"
+    assert sent.path == "/v1/completions"
     assert sent.headers["x-request-id"] == "rid-42"
     assert sent.headers["authorization"] == "Bearer sk-test"
-    assert json.loads(sent.content) == {"model": "m1", "prompt": "hello", "max_tokens": 4}
+    assert sent.headers["user-agent"] == "genmesh-microservice"
+    assert "accept-encoding" not in sent.headers
+    assert json.loads(sent.body) == {"model": "m1", "prompt": "hello", "max_tokens": 4}
 
 
 async def test_no_authorization_header_without_a_key() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Seen] = []
 
-    def engine(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={"object": "list", "data": []})
+    async def engine(request: web.Request) -> web.Response:
+        seen.append(await Seen.of(request))
+        return web.json_response({"object": "list", "data": []})
 
     async with app_client(engine) as client:
         r = await client.get("/v1/models")
     assert r.status_code == 200
+    assert r.json() == {"object": "list", "data": []}
+    assert seen[0].path == "/v1/models"
     assert "authorization" not in seen[0].headers
 
 
 async def test_engine_error_is_relayed_with_its_status() -> None:
     body = {"error": {"message": "nope", "type": "invalid_request_error", "param": "model", "code": "x"}}
 
-    def engine(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(404, json=body)
+    async def engine(_: web.Request) -> web.Response:
+        return web.json_response(body, status=404)
 
     async with app_client(engine) as client:
         unary = await client.post("/v1/chat/completions", json={"messages": "hi"})
@@ -208,8 +268,8 @@ async def test_engine_error_is_relayed_with_its_status() -> None:
 
 
 async def test_non_json_engine_error_becomes_an_openai_error() -> None:
-    def engine(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(500, text="<html>boom</html>", headers={"content-type": "text/html"})
+    async def engine(_: web.Request) -> web.Response:
+        return web.Response(status=500, text="<html>boom</html>", content_type="text/html")
 
     async with app_client(engine) as client:
         r = await client.post("/v1/chat/completions", json={"messages": "hi"})
@@ -218,20 +278,20 @@ async def test_non_json_engine_error_becomes_an_openai_error() -> None:
     assert "boom" in r.json()["error"]["message"]
 
 
-class _CutStream(httpx.AsyncByteStream):
-    """Two chunks, then the connection breaks."""
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
-        yield b'data: {"choices":[{"index":0,"text":"b"}]}\n\n'
-        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-
-
 async def test_a_stream_cut_by_the_engine_ends_with_an_error_event_then_done() -> None:
-    def engine(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_CutStream())
+    relayed = asyncio.Event()
 
-    async with app_client(engine) as client:
+    async def engine(request: web.Request) -> web.StreamResponse:
+        response = await sse_reply(request, A)
+        # Once the relay reads as bytes arrive, what it got before a cut is relayed before the error.
+        async with asyncio.timeout(5):
+            await relayed.wait()
+        await response.write(B)
+        assert request.transport is not None
+        request.transport.close()  # two chunks, then the connection breaks mid-body
+        return response
+
+    async with app_client(engine, watch_body=lambda chunk: relayed.set() if chunk else None) as client:
         r = await client.post("/v1/chat/completions", json={"messages": "hi", "stream": True})
         metrics = (await client.get("/metrics")).text
     data = sse_data(r.text)
@@ -243,50 +303,83 @@ async def test_a_stream_cut_by_the_engine_ends_with_an_error_event_then_done() -
 
 
 async def test_a_stream_that_ends_without_done_gets_an_error_event_then_done() -> None:
-    def engine(_: httpx.Request) -> httpx.Response:
-        chunk = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunk)
+    async def engine(request: web.Request) -> web.StreamResponse:
+        response = await sse_reply(request, A)
+        await response.write_eof()
+        return response
 
     async with app_client(engine) as client:
         r = await client.post("/v1/completions", json={"prompt": "hi", "stream": True})
     data = sse_data(r.text)
+    assert json.loads(data[0])["choices"][0]["text"] == "a"
     assert json.loads(data[1])["error"]["code"] == "engine_stream_cut"
     assert data[2:] == ["[DONE]"]
 
 
-async def test_upstream_done_is_relayed_exactly_once() -> None:
-    def engine(_: httpx.Request) -> httpx.Response:
-        body = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\ndata: [DONE]\n\n'
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+async def test_upstream_done_is_relayed_exactly_once_and_the_connection_reused() -> None:
+    seen: list[Seen] = []
 
+    async def engine(request: web.Request) -> web.StreamResponse:
+        seen.append(await Seen.of(request))
+        response = await sse_reply(request, X, DONE)
+        await response.write_eof()
+        return response
+
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
     async with app_client(engine) as client:
-        r = await client.post(
-            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "stream": True}
-        )
+        first = await client.post("/v1/chat/completions", json=body)
+        second = await client.post("/v1/chat/completions", json=body)
         metrics = (await client.get("/metrics")).text
-    assert sse_data(r.text)[1:] == ["[DONE]"]
-    assert 'genmesh_microservice_time_to_first_token_seconds_count{endpoint="/v1/chat/completions"} 1.0' in metrics
+    assert sse_data(first.text)[1:] == ["[DONE]"]
+    assert sse_data(second.text)[1:] == ["[DONE]"]
+    assert 'genmesh_microservice_time_to_first_token_seconds_count{endpoint="/v1/chat/completions"} 2.0' in metrics
+    # A stream read to its end hands its connection back: the second request came on the same one.
+    assert seen[0].peer == seen[1].peer
+
+
+async def test_engine_silence_is_a_timeout_before_and_during_a_stream() -> None:
+    release = asyncio.Event()
+
+    async def engine(request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        response = await sse_reply(request, A) if body.get("stream") else web.StreamResponse()
+        await release.wait()  # then nothing more until the test is over
+        return response
+
+    try:
+        async with app_client(engine, read_timeout_s=0.2) as client:
+            unary = await client.post("/v1/completions", json={"prompt": "hi"})
+            streamed = await client.post("/v1/completions", json={"prompt": "hi", "stream": True})
+    finally:
+        release.set()
+    assert unary.status_code == 504
+    assert unary.json()["error"]["code"] == "engine_timeout"
+    data = sse_data(streamed.text)
+    assert json.loads(data[0])["choices"][0]["text"] == "a"
+    assert json.loads(data[1])["error"]["code"] == "engine_timeout"
+    assert data[2:] == ["[DONE]"]
 
 
 async def test_readiness_is_cached_and_concurrent_probes_share_one_engine_call() -> None:
     calls: list[str] = []
 
-    def engine(request: httpx.Request) -> httpx.Response:
-        calls.append(request.url.path)
-        return httpx.Response(200, json={"status": "ok"})
+    async def engine(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"status": "ok"})
 
     async with app_client(engine, ready_cache_ttl_s=60) as client:
         replies = await asyncio.gather(*(client.get("/v1/ready") for _ in range(20)))
     assert {r.status_code for r in replies} == {200}
+    assert replies[0].json()["engine"] == {"status": "ok", "http_status": 200}
     assert calls == ["/health"]
 
 
 async def test_readiness_with_zero_ttl_asks_every_time() -> None:
     calls: list[str] = []
 
-    def engine(request: httpx.Request) -> httpx.Response:
-        calls.append(request.url.path)
-        return httpx.Response(503, json={"status": "unavailable", "reason": "loading"})
+    async def engine(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"status": "unavailable", "reason": "loading"}, status=503)
 
     async with app_client(engine, ready_cache_ttl_s=0) as client:
         first = await client.get("/v1/ready")

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
-import httpx
 from fastapi import FastAPI
 
 from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
@@ -25,14 +24,14 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def create_app(settings: MicroserviceSettings, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
-    """Build the app; ``transport`` replaces the network to the engine (tests, in-process use)."""
+def create_app(settings: MicroserviceSettings) -> FastAPI:
+    """Build the app; its client to the engine is made when it starts (lifespan) and closed at shutdown."""
     metrics = MicroserviceMetrics()
     app_version = package_version()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = MicroserviceState.start(settings, app_version, metrics, transport)
+        state = MicroserviceState.start(settings, app_version, metrics)
         app.state.microservice = state
         try:
             yield

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from genmesh.protocol import OpenAIError
 
@@ -40,7 +40,7 @@ class ReadinessProbe:
     upstream: Upstream
     metrics: MicroserviceMetrics
     ttl_s: float
-    probe_timeout: httpx.Timeout
+    probe_timeout: aiohttp.ClientTimeout
     clock: Callable[[], float] = time.monotonic
     _last: Readiness | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -58,17 +58,17 @@ class ReadinessProbe:
 
     async def _ask_engine(self) -> Readiness:
         try:
-            response = await self.upstream.fetch("GET", "/health", "readiness", timeouts=self.probe_timeout)
+            reply = await self.upstream.fetch("GET", "/health", "readiness", timeouts=self.probe_timeout)
         except OpenAIError as err:
             self.metrics.readiness_checks.labels(result="unreachable").inc()
             return Readiness(False, {"reason": err.message}, self.clock())
-        ok = response.status_code == 200
+        ok = reply.status == 200
         self.metrics.readiness_checks.labels(result="ready" if ok else "unavailable").inc()
         try:
-            detail = response.json()
+            detail = reply.json()
         except ValueError:
-            detail = {"body": response.text[:200]}
+            detail = {"body": reply.text[:200]}
         if not isinstance(detail, dict):
             detail = {"body": detail}
-        detail["http_status"] = response.status_code
+        detail["http_status"] = reply.status
         return Readiness(ok, detail, self.clock())

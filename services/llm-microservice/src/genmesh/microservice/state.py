@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from .metrics import MicroserviceMetrics
 from .readiness import ReadinessProbe
@@ -26,10 +26,14 @@ class MicroserviceState:
         settings: MicroserviceSettings,
         version: str,
         metrics: MicroserviceMetrics,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> MicroserviceState:
-        upstream = Upstream(settings, transport)
-        probe_timeout = httpx.Timeout(settings.connect_timeout_s + 1.0, connect=settings.connect_timeout_s)
+        """Build it all; call inside the running event loop (the app's lifespan)."""
+        upstream = Upstream(settings)
+        # A probe waits at most a second more than a connect for the engine's answer.
+        probe_s = settings.connect_timeout_s + 1.0
+        probe_timeout = aiohttp.ClientTimeout(
+            total=None, connect=probe_s, sock_connect=settings.connect_timeout_s, sock_read=probe_s
+        )
         readiness = ReadinessProbe(upstream, metrics, settings.ready_cache_ttl_s, probe_timeout)
         return cls(settings, version, upstream, metrics, readiness)
 

@@ -1,12 +1,22 @@
-"""The one HTTP client to the engine: timeouts, credentials, request ids, and transport errors as OpenAI errors."""
+"""The one HTTP client to the engine: timeouts, credentials, request ids, and transport errors as OpenAI errors.
+
+One ``aiohttp.ClientSession`` per process (its keep-alive pool, TCP_NODELAY and C parser are
+what keep the relay cheap per token). Nothing is added on the way: no ``Accept-Encoding``, no
+decompression, no cookies kept, no redirects followed, no proxy or netrc read from the
+environment; the engine's bytes are relayed as they come.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import anyio
-import httpx
+import aiohttp
+from yarl import URL
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
@@ -16,32 +26,66 @@ log = logging.getLogger("genmesh.microservice.upstream")
 
 # Upstream response headers worth handing to our client; hop-by-hop and framing headers are ours.
 RELAYED_HEADERS = ("content-type",)
+# Idle connections are dropped before uvicorn's (and vLLM's) 5 s keep-alive would close them under
+# us: aiohttp never resends a POST that met a connection the engine had just closed.
+KEEPALIVE_S = 4.0
+# Request bodies as compact UTF-8 JSON (aiohttp's default adds spaces and escapes non-ASCII).
+_compact_json = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+# No connection to the engine could be had: nothing was sent.
+_UNAVAILABLE = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An engine reply read in full."""
+
+    status: int
+    headers: Mapping[str, str]  # aiohttp's: names match whatever their case
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON; ``ValueError`` when it is not."""
+        return json.loads(self.body)
 
 
 class Upstream:
-    """An ``httpx.AsyncClient`` bound to the engine's base URL; every failure leaves as an ``OpenAIError``."""
+    """An ``aiohttp.ClientSession`` bound to the engine's base URL; every failure leaves as an ``OpenAIError``.
 
-    def __init__(self, settings: MicroserviceSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    Build it inside the running event loop (the app's lifespan) and ``aclose`` it at shutdown.
+    """
+
+    def __init__(self, settings: MicroserviceSettings) -> None:
         headers = {"user-agent": "genmesh-microservice"}
         if settings.openai_api_key is not None:
             headers["authorization"] = f"Bearer {settings.openai_api_key.get_secret_value()}"
         self.endpoint = settings.llm_endpoint
         self.read_timeout_s = settings.read_timeout_s
-        self.client = httpx.AsyncClient(
-            base_url=settings.llm_endpoint,
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=settings.connect_timeout_s,
-                read=settings.read_timeout_s,
-                write=settings.read_timeout_s,
-                pool=settings.read_timeout_s,
-            ),
-            limits=httpx.Limits(
-                max_connections=settings.max_connections,
-                max_keepalive_connections=settings.max_connections,
-            ),
-            transport=transport,
+        self._urls: dict[str, URL] = {}
+        self.timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=settings.read_timeout_s,  # waiting for a pooled connection, then connecting
+            sock_connect=settings.connect_timeout_s,
+            sock_read=settings.read_timeout_s,  # the longest silence between two reads
         )
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=settings.max_connections, keepalive_timeout=KEEPALIVE_S),
+            headers=headers,
+            timeout=self.timeout,
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding",),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            json_serialize=_compact_json,
+        )
+
+    def _url(self, path: str) -> URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = URL(self.endpoint + path)
+        return url
 
     async def open(
         self,
@@ -49,23 +93,33 @@ class Upstream:
         path: str,
         request_id: str,
         json_body: dict[str, Any] | None = None,
-        timeouts: httpx.Timeout | None = None,
-    ) -> httpx.Response:
+        timeouts: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
         """Send a request and return as soon as the status and headers are in; the body is left to stream.
 
         The caller owns the response and must ``close`` it.
         """
-        request = self.client.build_request(
-            method,
-            path,
-            json=json_body,
-            headers={"x-request-id": request_id},
-            timeout=timeouts if timeouts is not None else httpx.USE_CLIENT_DEFAULT,
-        )
         try:
-            return await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            return await self.session.request(
+                method,
+                self._url(path),
+                json=json_body,
+                headers={"x-request-id": request_id},
+                timeout=timeouts if timeouts is not None else self.timeout,
+                allow_redirects=False,
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise self.failure(exc) from exc
+
+    async def read(self, response: aiohttp.ClientResponse) -> Reply:
+        """Read the rest of ``response`` and close it."""
+        try:
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self.failure(exc) from exc
+        finally:
+            await close(response)
+        return Reply(response.status, response.headers, body)
 
     async def fetch(
         self,
@@ -73,27 +127,20 @@ class Upstream:
         path: str,
         request_id: str,
         json_body: dict[str, Any] | None = None,
-        timeouts: httpx.Timeout | None = None,
-    ) -> httpx.Response:
+        timeouts: aiohttp.ClientTimeout | None = None,
+    ) -> Reply:
         """Send a request and read the whole body."""
-        response = await self.open(method, path, request_id, json_body, timeouts)
-        try:
-            await response.aread()
-        except httpx.HTTPError as exc:
-            raise self.failure(exc) from exc
-        finally:
-            await close(response)
-        return response
+        return await self.read(await self.open(method, path, request_id, json_body, timeouts))
 
-    def failure(self, exc: Exception) -> OpenAIError:
+    def failure(self, exc: BaseException) -> OpenAIError:
         """The OpenAI error a client sees for a transport failure talking to the engine."""
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        if isinstance(exc, _UNAVAILABLE):
             log.warning("engine unreachable at %s: %s", self.endpoint, detail)
             return service_unavailable(
                 f"The LLM engine at {self.endpoint} is unreachable ({detail})", code="engine_unavailable"
             )
-        if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout):
+        if isinstance(exc, TimeoutError):  # aiohttp's SocketTimeoutError (sock_read) among them
             log.warning("engine timed out: %s", detail)
             return OpenAIError(
                 f"The LLM engine at {self.endpoint} sent nothing for {self.read_timeout_s:g} s",
@@ -110,18 +157,19 @@ class Upstream:
         )
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.session.close()
 
 
-async def close(response: httpx.Response) -> None:
-    """Close an upstream response even while our task is being cancelled (a client went away).
+async def close(response: aiohttp.ClientResponse) -> None:
+    """Done with an upstream response, even while our task is being cancelled (a client went away).
 
-    Closing a response whose body is not fully read drops the connection, which is how the
-    engine learns that the generation is no longer wanted.
+    A reply read to its end hands its connection back to the pool; one that is not (our client
+    left, the stream broke) has its connection closed, which is how the engine learns that the
+    generation is no longer wanted. ``release`` is synchronous, so no cancellation can come
+    between the call and the close (nothing to shield, unlike an awaited close).
     """
-    with anyio.CancelScope(shield=True):
-        await response.aclose()
+    response.release()
 
 
-def relayed_headers(response: httpx.Response) -> dict[str, str]:
-    return {k: v for k in RELAYED_HEADERS if (v := response.headers.get(k)) is not None}
+def relayed_headers(reply: Reply) -> dict[str, str]:
+    return {k: v for k in RELAYED_HEADERS if (v := reply.headers.get(k)) is not None}

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import httpx
+import aiohttp
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from sse_starlette import ServerSentEvent
@@ -30,7 +30,7 @@ from genmesh.protocol.asgi import unless_disconnected
 from ..metrics import MicroserviceMetrics
 from ..normalise import EngineCall, parse_json_object
 from ..state import MicroserviceState
-from ..upstream import Upstream, close, relayed_headers
+from ..upstream import Reply, Upstream, close, relayed_headers
 
 T = TypeVar("T")
 log = logging.getLogger("genmesh.microservice.http")
@@ -51,22 +51,22 @@ async def json_body(request: Request) -> dict[str, Any]:
     return parse_json_object(await request.body())
 
 
-def _error_json(response: httpx.Response) -> Response:
+def _error_json(reply: Reply) -> Response:
     """An engine error reply with its status, as OpenAI error JSON whatever the engine's own shape."""
-    if response.headers.get("content-type", "").startswith("application/json"):
+    if reply.headers.get("content-type", "").startswith("application/json"):
         try:
-            body = json.loads(response.content)
+            body = reply.json()
         except ValueError:
             body = None
-        err = normalise_upstream_error(response.status_code, body)
+        err = normalise_upstream_error(reply.status, body)
         return Response(
             json.dumps(err.body()),
             status_code=err.status,
-            headers=relayed_headers(response),
+            headers=relayed_headers(reply),
             media_type="application/json",
         )
     err = OpenAIError(
-        f"The LLM engine answered {response.status_code}: {response.text[:200]}",
+        f"The LLM engine answered {reply.status}: {reply.text[:200]}",
         status=502,
         type="upstream_error",
         code="engine_error",
@@ -76,10 +76,10 @@ def _error_json(response: httpx.Response) -> Response:
 
 async def relay_unary(request: Request, upstream: Upstream, method: str, path: str, body: Any = None) -> Response:
     """One engine request, its whole reply relayed with its status (errors included)."""
-    response = await unless_disconnected(request, upstream.fetch(method, path, request_id(request), body))
-    if response.status_code >= 400:
-        return _error_json(response)
-    return Response(response.content, status_code=response.status_code, headers=relayed_headers(response))
+    reply = await unless_disconnected(request, upstream.fetch(method, path, request_id(request), body))
+    if reply.status >= 400:
+        return _error_json(reply)
+    return Response(reply.body, status_code=reply.status, headers=relayed_headers(reply))
 
 
 async def relay_call(request: Request, call: EngineCall) -> Response:
@@ -88,15 +88,9 @@ async def relay_call(request: Request, call: EngineCall) -> Response:
         return await relay_unary(request, st.upstream, "POST", call.path, call.body)
     started = time.perf_counter()
     response = await unless_disconnected(request, st.upstream.open("POST", call.path, request_id(request), call.body))
-    if response.status_code != 200:
+    if response.status != 200:
         # The engine refuses before streaming (validation, context length, ...): relay that reply as is.
-        try:
-            await response.aread()
-        except httpx.HTTPError as exc:
-            raise st.upstream.failure(exc) from exc
-        finally:
-            await close(response)
-        return _error_json(response)
+        return _error_json(await st.upstream.read(response))
     events = _relay_bytes(response, st.upstream, st.metrics, request.url.path, started)
     return StreamingResponse(
         events,
@@ -117,15 +111,16 @@ def _error_event(err: OpenAIError) -> ServerSentEvent:
 
 
 async def _relay_bytes(
-    response: httpx.Response, upstream: Upstream, metrics: MicroserviceMetrics, endpoint: str, started: float
+    response: aiohttp.ClientResponse, upstream: Upstream, metrics: MicroserviceMetrics, endpoint: str, started: float
 ) -> AsyncIterator[bytes]:
     saw_done = False
     saw_text = False
     tail = b""  # end of the previous chunk, so a marker split across two chunks is still seen
     error: OpenAIError | None = None
+    content = response.content
     try:
         try:
-            async for chunk in response.aiter_bytes():
+            while chunk := await content.readany():  # whatever has arrived, b"" at the end
                 if saw_done:
                     continue  # drain to the end so the connection can be reused
                 window = tail + chunk
@@ -136,7 +131,7 @@ async def _relay_bytes(
                     saw_done = True
                 tail = window[-(len(_DONE) - 1) :]
                 yield chunk
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             if not saw_done:
                 error = upstream.failure(exc)
     finally:
