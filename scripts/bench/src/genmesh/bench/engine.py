@@ -32,7 +32,7 @@ from .load import LoadResult, run_load
 from .progress import say
 from .server import start_engine
 from .stats import median, percentile
-from .steal import StealMeter
+from .steal import QUIET_STEAL_PCT, StealMeter, is_quiet, quiet_indices
 from .workload import Scheduler, Workload, default_prompts
 
 TARGET_RATIO = 0.90
@@ -70,10 +70,10 @@ class RunResult:
         base = self.in_process.tokens_per_s
         return self.http.tokens_per_s / base if base > 0 else None
 
-    def quiet(self, max_steal_pct: float) -> bool:
-        """Whether neither side lost more than ``max_steal_pct`` of the CPU to other guests (steal)."""
-        steals = (self.http.steal_percent, self.in_process.steal_percent)
-        return all(s is not None and s <= max_steal_pct for s in steals)
+    @property
+    def steals(self) -> tuple[float | None, float | None]:
+        """CPU steal of each side (HTTP, in-process)."""
+        return (self.http.steal_percent, self.in_process.steal_percent)
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -204,12 +204,9 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, float | None]:
 
 @dataclass(frozen=True)
 class Summary:
-    """The median of every run, and of the quiet runs (steal at most ``max_steal_pct`` on both sides).
-
-    On a shared VM the hypervisor's steal lands on one side of a pair and not the other (seen: 10 %
-    on the HTTP side, 4 % on the in-process side, ratio 0.78; the next pair at 1 % / 5 %, 0.96), so
-    the targets are judged on the quiet runs' median when at least two runs were quiet, and on all
-    runs otherwise; the table shows both."""
+    """The median of every run, and of the quiet runs (:func:`.steal.quiet_indices`: steal at most
+    ``max_steal_pct`` on both sides, two or more of them); the targets are judged on the quiet runs'
+    median when there is one, on all runs otherwise, and the table shows both."""
 
     all_runs: dict[str, float | None]
     quiet_runs: dict[str, float | None] | None
@@ -228,8 +225,9 @@ class Summary:
 
 
 def summary_of(runs: Sequence[RunResult], max_steal_pct: float) -> Summary:
-    quiet = [r for r in runs if r.quiet(max_steal_pct)]
-    return Summary(summarize(runs), summarize(quiet) if len(quiet) >= 2 else None, len(quiet), max_steal_pct)
+    quiet = quiet_indices([r.steals for r in runs], max_steal_pct)
+    quiet_runs = None if quiet is None else summarize([runs[i] for i in quiet])
+    return Summary(summarize(runs), quiet_runs, len(quiet or ()), max_steal_pct)
 
 
 def render_table(runs: Sequence[RunResult], summary: Summary) -> str:
@@ -272,7 +270,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quiet-steal-pct",
         type=float,
-        default=5.0,
+        default=QUIET_STEAL_PCT,
         help="a pair is quiet when both sides lost at most this much CPU to steal; targets are judged on the "
         "quiet pairs when there are two or more (default 5)",
     )
@@ -408,7 +406,7 @@ def _document(
                 "run": r.run,
                 "order": r.order,
                 "ratio": r.ratio,
-                "quiet": r.quiet(summary.max_steal_pct),
+                "quiet": is_quiet(r.steals, summary.max_steal_pct),
                 "http": dataclasses.asdict(r.http),
                 "in_process": {**dataclasses.asdict(r.in_process), "tokens_per_s": r.in_process.tokens_per_s},
             }

@@ -42,10 +42,10 @@ from . import keepalive
 from .client import Endpoint
 from .mesh import MODEL_NAME, redis_binary, running_mesh, write_gateway_config
 from .results import save
-from .rounds import QUIET_STEAL_PCT, alternate, chat_batch, quiet_rounds, totals
+from .rounds import alternate, chat_batch, quiet_rounds, totals
 from .server import ManagedServer, free_port, http_ok, start_gateway, start_redis
 from .stats import percentile
-from .steal import StealMeter
+from .steal import QUIET_STEAL_PCT, StealMeter, quiet_indices
 from .workload import Scheduler
 
 TARGET_RATIO = 0.95
@@ -92,15 +92,15 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         finally:
             for server in reversed(servers):
                 server.stop()
-    quiet = [(r, st) for r, st in passes if st is not None and st <= QUIET_STEAL_PCT]
-    judged = quiet if len(quiet) >= 2 else passes
-    basis = (
-        f"median of {len(quiet)} quiet passes of {len(passes)} (steal <= {QUIET_STEAL_PCT:g}%)"
-        if judged is quiet
-        else f"median of all {len(passes)} passes (fewer than 2 with steal <= {QUIET_STEAL_PCT:g}%)"
-    )
-    rate = statistics.median(r.requests_per_s for r, _ in judged)
-    latencies = [x * 1000 for r, _ in judged for x in r.latencies_s]
+    quiet = quiet_indices([[st] for _, st in passes])
+    if quiet is not None:
+        judged = [passes[i][0] for i in quiet]
+        basis = f"median of {len(quiet)} quiet passes of {len(passes)} (steal <= {QUIET_STEAL_PCT:g}%)"
+    else:
+        judged = [r for r, _ in passes]
+        basis = f"median of all {len(passes)} passes (fewer than 2 with steal <= {QUIET_STEAL_PCT:g}%)"
+    rate = statistics.median(r.requests_per_s for r in judged)
+    latencies = [x * 1000 for r in judged for x in r.latencies_s]
     errors = sum(len(r.errors) for r, _ in passes)
     report: dict[str, Any] = {
         "clients": ns.clients,

@@ -2,10 +2,8 @@
 
 Used where one hop is compared with the path without it (``microservice``, ``gateway``): the
 order alternates so that drift in machine noise (CPU steal, other tenants) lands on every target.
-Steal that lands on one target's batch and not the other's still skews a comparison (seen: 19 %
-and 31 % steal in two microservice batches, under 2 % in every engine batch), so the comparison
-keeps only the quiet rounds (every target's batch at most ``QUIET_STEAL_PCT`` steal) when there
-are at least two, and says so.
+Steal that lands on one target's batch and not the other's still skews a comparison, so the
+comparison keeps only the quiet rounds (:func:`.steal.quiet_indices`) and says so.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ from .datasets import RequestSpec
 from .progress import say
 from .runner import measure_async
 from .stats import percentile
-
-QUIET_STEAL_PCT = 5.0
+from .steal import QUIET_STEAL_PCT, quiet_indices
 
 
 @dataclass(frozen=True)
@@ -39,13 +36,9 @@ def quiet_rounds(batches: Mapping[str, Sequence[dict[str, Any]]], max_steal_pct:
     """The rounds in which no target's batch lost more than ``max_steal_pct`` of the CPU to steal,
     when there are two or more of them; otherwise every round."""
     n = min(len(b) for b in batches.values())
-
-    def quiet(i: int) -> bool:
-        steals = [b[i]["steal_percent"] for b in batches.values()]
-        return all(s is not None and s <= max_steal_pct for s in steals)
-
-    keep = [i for i in range(n) if quiet(i)]
-    if len(keep) >= 2:
+    quiet = quiet_indices([[b[i]["steal_percent"] for b in batches.values()] for i in range(n)], max_steal_pct)
+    if quiet is not None:
+        keep = quiet
         basis = f"{len(keep)} quiet rounds of {n} (steal <= {max_steal_pct:g}% in every batch)"
     else:
         keep = list(range(n))
