@@ -9,6 +9,7 @@ import pytest
 from genmesh.bench.client import Endpoint, send, session
 from genmesh.bench.datasets import RequestSpec
 from genmesh.bench.load import run_load
+from genmesh.bench.microservice import idle_ttfts
 from support.bench_fakes import ScriptedServer
 
 REQ = RequestSpec("hello", 5, 4)
@@ -85,3 +86,13 @@ async def test_request_rate_spreads_the_sends() -> None:
     assert starts[-1] >= planned[-1]  # nobody leaves before its arrival time
     assert result.duration_s >= planned[-1]
     assert not math.isinf(planned[-1])
+
+
+async def testidle_ttfts_send_one_request_at_a_time_to_each_target() -> None:
+
+    async with ScriptedServer(tokens=2) as a, ScriptedServer(tokens=2) as b:
+        ttfts = await idle_ttfts({"a": Endpoint(a.url), "b": Endpoint(b.url)}, 3, 2)
+    assert {name: len(v) for name, v in ttfts.items()} == {"a": 3, "b": 3}
+    assert all(t > 0 for v in ttfts.values() for t in v)
+    assert a.max_in_flight == b.max_in_flight == 1
+    assert [body["max_tokens"] for body in a.bodies] == [2, 2, 2]

@@ -4,7 +4,9 @@ Starts an engine and a microservice in front of it (or uses ``--engine-url`` and
 ``--microservice-url``), then runs rounds of ``--concurrency`` streaming chat requests
 (``ignore_eos``, greedy) against each, alternating which goes first. Reports output-token
 throughput and the ratio microservice/engine, TTFT p50/p99 and what the hop adds, the CPU steal
-of each batch, and the microservice's CPU milliseconds per token.
+of each batch, and the microservice's CPU milliseconds per token. Then ``--idle-requests`` sent
+one at a time to each, alternating: the TTFT the hop adds when nothing competes for the CPU
+(reported beside the target, which is judged at 32 concurrent streams).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from .client import Endpoint, served_model
+from .client import Endpoint, send, served_model, session
 from .mesh import MODEL_NAME, running_mesh
 from .render import fmt
 from .results import save
 from .rounds import Totals, alternate, chat_batch, quiet_rounds, totals
+from .stats import percentile
 from .workload import Scheduler
 
 TARGET_RATIO = 0.97  # issue 4
@@ -36,7 +39,9 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def summarize(args: argparse.Namespace, all_batches: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def summarize(
+    args: argparse.Namespace, all_batches: dict[str, list[dict[str, Any]]], idle: dict[str, list[float]]
+) -> dict[str, Any]:
     kept = quiet_rounds(all_batches)
     batches = kept.batches
     ms, eng = totals(batches["microservice"]), totals(batches["engine"])
@@ -58,6 +63,8 @@ def summarize(args: argparse.Namespace, all_batches: dict[str, list[dict[str, An
         "throughput_ratio_per_round": per_round,
         "added_ttft_p50_ms": _diff(ms.ttft_p50_ms, eng.ttft_p50_ms),
         "added_ttft_p99_ms": _diff(ms.ttft_p99_ms, eng.ttft_p99_ms),
+        "idle_ttft_p50_ms": {name: percentile(ttfts, 50) for name, ttfts in idle.items()},
+        "added_idle_ttft_p50_ms": _diff(percentile(idle["microservice"], 50), percentile(idle["engine"], 50)),
         "microservice_cpu_ms_per_token": None if ms.cpu_s is None or not tokens else 1000 * ms.cpu_s / tokens,
         "target_ratio": TARGET_RATIO,
     }
@@ -81,6 +88,8 @@ def print_report(summary: dict[str, Any]) -> None:
     added = summary["added_ttft_p50_ms"]
     ttft_verdict = "PASS" if added is not None and added <= TARGET_ADDED_TTFT_P50_MS else "FAIL"
     print(f"added TTFT: p50 {p50} ms, p99 {p99} ms; target p50 <= {TARGET_ADDED_TTFT_P50_MS:.0f} ms {ttft_verdict}")
+    idle = fmt(summary["added_idle_ttft_p50_ms"], "+.1f")
+    print(f"added TTFT one request at a time (no target; the hop's own latency): p50 {idle} ms")
     print(f"microservice CPU per token: {fmt(summary['microservice_cpu_ms_per_token'], '.3f')} ms")
 
 
@@ -92,16 +101,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=6, help="batches per target, alternating which goes first")
+    p.add_argument("--idle-requests", type=int, default=16, help="requests per target sent one at a time (default 16)")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/microservice"), help="logs of started servers")
     p.add_argument("--json", dest="json_out", type=Path, help="also write the summary to this JSON file")
 
 
-async def _measure(args: argparse.Namespace, engine_url: str, ms_url: str, pids: list[int], ms_pid: int | None) -> Any:
+async def idle_ttfts(targets: dict[str, Endpoint], n: int, max_tokens: int) -> dict[str, list[float]]:
+    """TTFT (ms) of ``n`` requests per target sent one at a time, alternating targets request by
+    request: what the hop adds when nothing else competes for the CPU."""
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    clients = {name: session(endpoint.base_url, 1) for name, endpoint in targets.items()}
+    try:
+        for req in chat_batch(n, max_tokens):
+            for name, endpoint in targets.items():
+                result = await send(clients[name], endpoint, req)
+                if result.ttft_s is not None:
+                    out[name].append(result.ttft_s * 1000.0)
+    finally:
+        for client in clients.values():
+            await client.close()
+    return out
+
+
+async def _measure(
+    args: argparse.Namespace, engine_url: str, ms_url: str, pids: list[int], ms_pid: int | None
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[float]]]:
     model = args.model_name or await served_model(engine_url)
     targets = {"microservice": Endpoint(ms_url, model), "engine": Endpoint(engine_url, model)}
-    return await alternate(
+    batches = await alternate(
         targets, chat_batch(args.concurrency, args.max_tokens), args.rounds, pids=pids, watch_pid=ms_pid
     )
+    return batches, await idle_ttfts(targets, args.idle_requests, args.max_tokens)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         print("genmesh-bench microservice: --microservice-url needs --engine-url", file=sys.stderr)
         return 2
     if args.microservice_url:
-        batches = asyncio.run(_measure(args, args.engine_url, args.microservice_url, [], None))
+        batches, idle = asyncio.run(_measure(args, args.engine_url, args.microservice_url, [], None))
     else:
         with running_mesh(
             args.model,
@@ -121,10 +151,10 @@ def run(args: argparse.Namespace) -> int:
         ) as mesh:
             assert mesh.microservice is not None
             pids = [s.proc.pid for s in (mesh.engine, mesh.microservice) if s is not None]
-            batches = asyncio.run(
+            batches, idle = asyncio.run(
                 _measure(args, mesh.engine_url, mesh.microservice.url, pids, mesh.microservice.proc.pid)
             )
-    summary = summarize(args, batches)
+    summary = summarize(args, batches, idle)
     print_report(summary)
     out = args.json_out or args.log_dir / f"microservice-{time.strftime('%Y%m%d-%H%M%S')}.json"
     save({"summary": summary, "batches": batches}, out)
