@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from support.servers import wait_until
+
 
 def _chat(gw: Any, helpers: Any, headers: dict[str, str], **kw: Any) -> httpx.Response:
     return httpx.post(gw.url + "/v1/chat/completions", json=helpers.chat("one", **kw), headers=headers, timeout=30)
@@ -67,7 +69,14 @@ def test_keys_cli_create_list_revoke(gw: Any, helpers: Any, redis_server: Any) -
     assert cli("revoke", "000000000000").returncode == 1
 
 
+def _clear_of_the_minute_edge(gw: Any) -> None:
+    """Per-key limits count in fixed one-minute windows of Redis time: a test that makes a few
+    requests and expects the last to be refused starts at least 10 s before the window turns."""
+    wait_until(lambda: int(gw.redis.time()[0]) % 60 < 50, timeout_s=15, interval_s=0.2, what="a fresh RPM window")
+
+
 def test_requests_per_minute(gw: Any, helpers: Any) -> None:
+    _clear_of_the_minute_edge(gw)
     key = gw.create_key(rpm=3)
     assert [_chat(gw, helpers, helpers.auth(key)).status_code for _ in range(3)] == [200, 200, 200]
     r = _chat(gw, helpers, helpers.auth(key))
@@ -79,6 +88,7 @@ def test_requests_per_minute(gw: Any, helpers: Any) -> None:
 
 
 def test_tokens_per_minute(gw: Any, helpers: Any) -> None:
+    _clear_of_the_minute_edge(gw)
     key = gw.create_key(tpm=20)
     first = _chat(gw, helpers, helpers.auth(key), max_tokens=10)  # 5 prompt + 10 completion = 15
     assert first.status_code == 200
