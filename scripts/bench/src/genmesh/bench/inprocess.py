@@ -1,7 +1,7 @@
 """The ceiling: the same work through ``ContinuousBatchingPipeline.generate()`` in one process.
 
-:func:`measure_in_subprocess` runs :func:`measure` in a fresh spawned process, so the
-pipeline's memory and OpenVINO threads are gone before the HTTP server starts.
+:class:`Ceiling` keeps the pipeline loaded in a spawned worker process and times one
+``generate()`` of the whole workload each time it is asked.
 
 The prompts go through the same path as the server's chat route: the model's chat template
 with ``add_generation_prompt=True``, then tokenised without special tokens, and the token
@@ -45,8 +45,20 @@ def _prompt_tensors(ov: Any, np: Any, tokenizer: Any, prompts: tuple[str, ...]) 
     return tensors
 
 
-def measure(model: str, scheduler: Scheduler, workload: Workload) -> InProcessResult:
-    """Load the pipeline, warm it up, then time one ``generate()`` of the whole workload."""
+@dataclass
+class _Loaded:
+    pipe: Any
+    inputs: list[Any]
+    configs: list[Any]
+    load_s: float
+
+
+_LOADED: _Loaded | None = None  # the worker process's pipeline (see :class:`Ceiling`)
+
+
+def _load(model: str, scheduler: Scheduler, workload: Workload) -> None:
+    """Load the pipeline and warm it up (in the worker process, once)."""
+    global _LOADED
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
@@ -59,30 +71,47 @@ def measure(model: str, scheduler: Scheduler, workload: Workload) -> InProcessRe
     say(f"in-process: loaded in {load_s:.1f}s; warm-up ({len(workload.warmup_prompts)} requests)")
     warm = _prompt_tensors(ov, np, tokenizer, workload.warmup_prompts)
     pipe.generate(warm, [workload.generation_config(ov_genai, workload.warmup_max_tokens)] * len(warm))
-
     inputs = _prompt_tensors(ov, np, tokenizer, workload.prompts)
     configs = [workload.generation_config(ov_genai, workload.max_tokens)] * len(inputs)
-    say(f"in-process: measuring {len(inputs)} requests x {workload.max_tokens} tokens")
+    _LOADED = _Loaded(pipe, inputs, configs, load_s)
+
+
+def _generate_once() -> InProcessResult:
+    """Time one ``generate()`` of the whole workload on the loaded pipeline."""
+    assert _LOADED is not None, "pipeline not loaded in this process"
+    say(f"in-process: measuring {len(_LOADED.inputs)} requests")
     with StealMeter() as meter:
         start = time.perf_counter()
-        results = pipe.generate(inputs, configs)
+        results = _LOADED.pipe.generate(_LOADED.inputs, _LOADED.configs)
         wall = time.perf_counter() - start
     tokens = sum(len(r.m_generation_ids[0]) for r in results)
-    return InProcessResult(load_s, wall, tokens, meter.steal_percent, meter.busy_percent, meter.other_percent)
+    return InProcessResult(_LOADED.load_s, wall, tokens, meter.steal_percent, meter.busy_percent, meter.other_percent)
 
 
-T = TypeVar("T")
+class Ceiling:
+    """The pipeline loaded once in a spawned worker process, measured as often as asked.
 
+    Between measurements the worker sits idle (no CPU), so it can stay loaded while the HTTP
+    side is measured; pairs then cost no reloads, and the two sides can alternate closely.
+    Use it as a context manager: the worker exits, pipeline and threads with it, on the way out.
+    """
 
-def _in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a spawned process that exits when it is done (its pipeline and threads with it)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
+    def __init__(self, model: str, scheduler: Scheduler, workload: Workload) -> None:
+        self._pool = ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_load,
+            initargs=(model, scheduler, workload),
+        )
 
+    def __enter__(self) -> Ceiling:
+        return self
 
-def measure_in_subprocess(model: str, scheduler: Scheduler, workload: Workload) -> InProcessResult:
-    """:func:`measure` in a fresh process that exits when it is done."""
-    return _in_fresh_process(measure, model, scheduler, workload)
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def measure(self) -> InProcessResult:
+        return self._pool.submit(_generate_once).result()
 
 
 @dataclass(frozen=True)
@@ -160,6 +189,15 @@ def measure_waves(
         )
         say(f"in-process c={concurrency}: {tokens / wall:.1f} tok/s")
     return load_s, out
+
+
+T = TypeVar("T")
+
+
+def _in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a spawned process that exits when it is done (its pipeline and threads with it)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def measure_waves_in_subprocess(
