@@ -9,7 +9,7 @@ import pytest
 from genmesh.bench.client import Endpoint, send, session
 from genmesh.bench.datasets import RequestSpec
 from genmesh.bench.load import run_load
-from genmesh.bench.microservice import idle_ttfts
+from genmesh.bench.rounds import idle_ttfts
 from support.bench_fakes import ScriptedServer
 
 REQ = RequestSpec("hello", 5, 4)
@@ -88,7 +88,7 @@ async def test_request_rate_spreads_the_sends() -> None:
     assert not math.isinf(planned[-1])
 
 
-async def testidle_ttfts_send_one_request_at_a_time_to_each_target() -> None:
+async def test_idle_ttfts_send_one_request_at_a_time_to_each_target() -> None:
 
     async with ScriptedServer(tokens=2) as a, ScriptedServer(tokens=2) as b:
         ttfts = await idle_ttfts({"a": Endpoint(a.url), "b": Endpoint(b.url)}, 3, 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from genmesh.bench.rounds import quiet_rounds
+from genmesh.bench.rounds import quiet_rounds, round_ttft_diffs
 
 
 def _batch(steal: float | None, tok_s: float) -> dict[str, Any]:
@@ -30,3 +30,9 @@ def test_a_round_with_steal_in_any_target_is_dropped() -> None:
 def test_unknown_steal_is_not_quiet() -> None:
     batches = {"a": [_batch(None, 1), _batch(1.0, 1), _batch(1.0, 1)], "b": [_batch(1.0, 1)] * 3}
     assert quiet_rounds(batches).rounds == [2, 3]
+
+
+def test_added_ttft_is_paired_within_each_round() -> None:
+    hop = [{"ttfts_ms": [100.0, 300.0, 200.0]}, {"ttfts_ms": [50.0]}, {"ttfts_ms": []}]
+    direct = [{"ttfts_ms": [150.0, 190.0, 170.0]}, {"ttfts_ms": [60.0]}, {"ttfts_ms": [1.0]}]
+    assert round_ttft_diffs(hop, direct) == [30.0, -10.0, None]  # p50 200 - 170, 50 - 60, no first token

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from .client import Endpoint
+from .client import Endpoint, send, session
 from .datasets import RequestSpec
 from .progress import say
 from .runner import measure_async
@@ -122,4 +122,30 @@ async def alternate(
                 f"round {r + 1} {name:<12} {result['total_output_tokens']} tokens in {result['duration_s']:.2f}s, "
                 f"failed {result['failed']}, steal {result['steal_percent'] or 0:.1f}%"
             )
+    return out
+
+
+def round_ttft_diffs(hop: Sequence[dict[str, Any]], direct: Sequence[dict[str, Any]]) -> list[float | None]:
+    """Per round: TTFT p50 of the batch through the hop minus that of the direct batch of the same round."""
+    out: list[float | None] = []
+    for h, d in zip(hop, direct, strict=True):
+        a, b = percentile(h["ttfts_ms"], 50), percentile(d["ttfts_ms"], 50)
+        out.append(None if a is None or b is None else a - b)
+    return out
+
+
+async def idle_ttfts(targets: dict[str, Endpoint], n: int, max_tokens: int) -> dict[str, list[float]]:
+    """TTFT (ms) of ``n`` requests per target sent one at a time, alternating targets request by
+    request: what the hop adds when nothing else competes for the CPU."""
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    clients = {name: session(endpoint.base_url, 1) for name, endpoint in targets.items()}
+    try:
+        for req in chat_batch(n, max_tokens):
+            for name, endpoint in targets.items():
+                result = await send(clients[name], endpoint, req)
+                if result.ttft_s is not None:
+                    out[name].append(result.ttft_s * 1000.0)
+    finally:
+        for client in clients.values():
+            await client.close()
     return out
