@@ -115,23 +115,24 @@ def _requests(prompts: Sequence[str], max_tokens: int) -> list[RequestSpec]:
     return [RequestSpec(p, 0, max_tokens) for p in prompts]
 
 
-async def _warm_up(base_url: str, workload: Workload) -> None:
+async def _warm_up(base_url: str, workload: Workload) -> Endpoint:
+    """Warm the server up; returns the endpoint every measurement then uses (the model it serves)."""
     endpoint = Endpoint(base_url, await served_model(base_url))
     say(f"http: warm-up ({len(workload.warmup_prompts)} requests x {workload.warmup_max_tokens} tokens)")
     await run_load(endpoint, _requests(workload.warmup_prompts, workload.warmup_max_tokens))
+    return endpoint
 
 
 async def _http_phase(
-    base_url: str, workload: Workload, health_interval_s: float, server_pid: int | None
+    endpoint: Endpoint, workload: Workload, health_interval_s: float, server_pid: int | None
 ) -> HttpResult:
-    endpoint = Endpoint(base_url, await served_model(base_url))
     say(f"http: measuring {workload.concurrency} concurrent streams x {workload.max_tokens} tokens")
     pids = [os.getpid()] if server_pid is None else [os.getpid(), server_pid]
     with StealMeter(pids) as meter:
         load = await run_load(
             endpoint,
             _requests(workload.prompts, workload.max_tokens),
-            health_url=base_url + "/health",
+            health_url=endpoint.base_url + "/health",
             health_interval_s=health_interval_s,
         )
     return _http_result(load, meter)
@@ -323,8 +324,8 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _http_side(args: argparse.Namespace, workload: Workload, url: str, pid: int | None) -> HttpResult:
-    http = asyncio.run(_http_phase(url, workload, args.health_interval_ms / 1000.0, pid))
+def _http_side(args: argparse.Namespace, workload: Workload, endpoint: Endpoint, pid: int | None) -> HttpResult:
+    http = asyncio.run(_http_phase(endpoint, workload, args.health_interval_ms / 1000.0, pid))
     say(
         f"http: {http.tokens_per_s:.1f} tok/s, steal {_fmt(http.steal_percent)}%, other CPU {_fmt(http.other_percent)}%"
     )
@@ -369,16 +370,16 @@ def run(args: argparse.Namespace) -> int:
     runs: list[RunResult] = []
     log_path = args.results_dir / f"engine-{stamp}-server.log"
     with http_server(args, scheduler, log_path) as (url, pid), Ceiling(args.model, scheduler, workload) as ceiling:
-        asyncio.run(_warm_up(url, workload))
+        endpoint = asyncio.run(_warm_up(url, workload))
         for i in range(1, args.repeats + 1):
             order = ["http", "in-process"] if i % 2 else ["in-process", "http"]
             say(f"run {i}/{args.repeats}: {' then '.join(order)}")
             if i % 2:
-                http = _http_side(args, workload, url, pid)
+                http = _http_side(args, workload, endpoint, pid)
                 inproc = _in_process_side(ceiling)
             else:
                 inproc = _in_process_side(ceiling)
-                http = _http_side(args, workload, url, pid)
+                http = _http_side(args, workload, endpoint, pid)
             runs.append(RunResult(i, order, http, inproc))
 
     summary = summary_of(runs, args.quiet_steal_pct)

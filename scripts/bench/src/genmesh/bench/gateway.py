@@ -48,7 +48,7 @@ from .mesh import MODEL_NAME, redis_binary, running_mesh, write_gateway_config
 from .results import save
 from .rounds import alternate, chat_batch, idle_ttfts, quiet_rounds, round_ttft_diffs, totals
 from .server import ManagedServer, free_port, http_ok, start_gateway, start_redis
-from .stats import percentile
+from .stats import difference, percentile
 from .steal import QUIET_STEAL_PCT, StealMeter, quiet_indices
 from .workload import Scheduler
 
@@ -154,10 +154,9 @@ def run_mesh(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     batches = kept.batches
     eng, gwt = totals(batches["engine"]), totals(batches["gateway"])
     ratio = gwt.tokens_per_s / eng.tokens_per_s if eng.tokens_per_s else 0.0
-    added_p50 = None if gwt.ttft_p50_ms is None or eng.ttft_p50_ms is None else gwt.ttft_p50_ms - eng.ttft_p50_ms
-    added_p99 = None if gwt.ttft_p99_ms is None or eng.ttft_p99_ms is None else gwt.ttft_p99_ms - eng.ttft_p99_ms
-    idle_gw, idle_eng = percentile(idle["gateway"], 50), percentile(idle["engine"], 50)
-    added_idle = None if idle_gw is None or idle_eng is None else idle_gw - idle_eng
+    added_p50 = difference(gwt.ttft_p50_ms, eng.ttft_p50_ms)
+    added_p99 = difference(gwt.ttft_p99_ms, eng.ttft_p99_ms)
+    added_idle = difference(percentile(idle["gateway"], 50), percentile(idle["engine"], 50))
     report: dict[str, Any] = {
         "streams": ns.streams,
         "max_tokens": ns.max_tokens,

@@ -28,15 +28,11 @@ from .mesh import MODEL_NAME, running_mesh
 from .render import fmt
 from .results import save
 from .rounds import Totals, alternate, chat_batch, idle_ttfts, quiet_rounds, round_ttft_diffs, totals
-from .stats import percentile
+from .stats import difference, percentile
 from .workload import Scheduler
 
 TARGET_RATIO = 0.97  # issue 4
 TARGET_ADDED_TTFT_P50_MS = 5.0
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
 
 
 def summarize(
@@ -61,11 +57,11 @@ def summarize(
         "microservice": dataclasses.asdict(ms),
         "throughput_ratio": ms.tokens_per_s / eng.tokens_per_s if eng.tokens_per_s else math.nan,
         "throughput_ratio_per_round": per_round,
-        "added_ttft_p50_ms": _diff(ms.ttft_p50_ms, eng.ttft_p50_ms),
-        "added_ttft_p99_ms": _diff(ms.ttft_p99_ms, eng.ttft_p99_ms),
+        "added_ttft_p50_ms": difference(ms.ttft_p50_ms, eng.ttft_p50_ms),
+        "added_ttft_p99_ms": difference(ms.ttft_p99_ms, eng.ttft_p99_ms),
         "added_ttft_p50_ms_per_round": round_ttft_diffs(batches["microservice"], batches["engine"]),
         "idle_ttft_p50_ms": {name: percentile(ttfts, 50) for name, ttfts in idle.items()},
-        "added_idle_ttft_p50_ms": _diff(percentile(idle["microservice"], 50), percentile(idle["engine"], 50)),
+        "added_idle_ttft_p50_ms": difference(percentile(idle["microservice"], 50), percentile(idle["engine"], 50)),
         "microservice_cpu_ms_per_token": None if ms.cpu_s is None or not tokens else 1000 * ms.cpu_s / tokens,
         "target_ratio": TARGET_RATIO,
     }

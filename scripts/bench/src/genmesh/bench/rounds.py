@@ -19,7 +19,7 @@ from .client import Endpoint, send, session
 from .datasets import RequestSpec
 from .progress import say
 from .runner import measure_async
-from .stats import percentile
+from .stats import difference, percentile
 from .steal import QUIET_STEAL_PCT, quiet_indices
 
 
@@ -116,7 +116,7 @@ async def alternate(
                 progress=False,
             )
             cpu1 = cpu_seconds(watch_pid)
-            result["watched_cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+            result["watched_cpu_s"] = difference(cpu1, cpu0)
             out[name].append(result)
             say(
                 f"round {r + 1} {name:<12} {result['total_output_tokens']} tokens in {result['duration_s']:.2f}s, "
@@ -127,11 +127,10 @@ async def alternate(
 
 def round_ttft_diffs(hop: Sequence[dict[str, Any]], direct: Sequence[dict[str, Any]]) -> list[float | None]:
     """Per round: TTFT p50 of the batch through the hop minus that of the direct batch of the same round."""
-    out: list[float | None] = []
-    for h, d in zip(hop, direct, strict=True):
-        a, b = percentile(h["ttfts_ms"], 50), percentile(d["ttfts_ms"], 50)
-        out.append(None if a is None or b is None else a - b)
-    return out
+    return [
+        difference(percentile(h["ttfts_ms"], 50), percentile(d["ttfts_ms"], 50))
+        for h, d in zip(hop, direct, strict=True)
+    ]
 
 
 async def idle_ttfts(targets: dict[str, Endpoint], n: int, max_tokens: int) -> dict[str, list[float]]:

@@ -25,6 +25,11 @@ def percentile(samples: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(samples, dtype=np.float64), q))
 
 
+def difference(a: float | None, b: float | None) -> float | None:
+    """``a - b``, ``None`` when either is missing."""
+    return None if a is None or b is None else a - b
+
+
 def median(values: Sequence[float | None]) -> float | None:
     """Median of the values that are not ``None``."""
     present = [v for v in values if v is not None]
