@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -11,33 +12,14 @@ import openai
 import pytest
 
 from genmesh.engine import tools
+from genmesh.engine.grammar import GrammarLimits
 from genmesh.protocol import ChatCompletionRequest
 from support.servers import GENMESH_ENGINE_ONLY
+from support.structured_cases import CASES, CITY, FLAT, SEEDS, WEATHER_TOOL, reply_text, report, run_cases
 
 CHAT = "/v1/chat/completions"
 
-CAT = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 20},
-        "age": {"type": "integer", "minimum": 0, "maximum": 30},
-    },
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["C", "F"]}},
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
+WEATHER = WEATHER_TOOL
 TIME = {
     "type": "function",
     "function": {
@@ -61,39 +43,137 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 @GENMESH_ENGINE_ONLY
-def test_json_object_parses(engine_url: str) -> None:
-    body = {
-        "messages": [{"role": "user", "content": "Describe a cat as JSON with keys name and age."}],
-        "response_format": {"type": "json_object"},
-        "max_tokens": 200,
-        "temperature": 0,
-        "frequency_penalty": 1.0,  # the 135M model otherwise repeats keys until max_tokens
-    }
-    choice = post(engine_url, body)["choices"][0]
-    assert choice["finish_reason"] == "stop"
-    assert isinstance(json.loads(choice["message"]["content"]), dict)
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "streamed"])
+async def test_every_sampled_structured_reply_parses_and_validates(engine_url: str, stream: bool) -> None:
+    tallies = await run_cases(engine_url, CASES, stream=stream)
+    print(report(f"the engine ({'streamed' if stream else 'unary'})", tallies))
+    for t in tallies:
+        assert not t.failures, (t.case, t.failures)
+        assert t.valid + t.cut == t.sent == SEEDS
 
 
 @GENMESH_ENGINE_ONLY
-@pytest.mark.parametrize("streamed", [False, True])
-def test_json_schema_output_validates(engine_url: str, streamed: bool) -> None:
+def test_greedy_json_never_runs_away_in_digits_or_whitespace(engine_url: str) -> None:
+    """The issue's own case: an unbounded integer at temperature 0 wrote 1111... until max_tokens."""
     body = {
-        "messages": [{"role": "user", "content": "Invent a cat."}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "cat", "schema": CAT}},
-        "max_tokens": 120,
-        "temperature": 0.8,
-        "seed": 11,
+        "messages": [{"role": "user", "content": "Name a big city and its population."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}},
+        "temperature": 0,
+        "max_tokens": 200,
     }
-    if streamed:
-        text = ""
-        with httpx.stream("POST", engine_url + CHAT, json={**body, "stream": True}, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    for c in json.loads(line[6:])["choices"]:
-                        text += c["delta"].get("content") or ""
+    choice = post(engine_url, body)["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    value = json.loads(choice["message"]["content"])
+    jsonschema.validate(value, CITY)
+    assert len(str(abs(value["population"]))) <= 19
+
+
+VLLM_FIELDS = [
+    ({"structured_outputs": {"choice": ["positive", "negative"]}}, lambda t: t in ("positive", "negative")),
+    ({"guided_choice": ["yes", "no"]}, lambda t: t in ("yes", "no")),
+    ({"structured_outputs": {"regex": r"[A-Z]{3}-[0-9]{2}"}}, lambda t: re.fullmatch(r"[A-Z]{3}-[0-9]{2}", t)),
+    ({"guided_regex": r"(cat|dog)s?"}, lambda t: re.fullmatch(r"(cat|dog)s?", t)),
+    ({"structured_outputs": {"grammar": 'root ::= "SELECT " [a-z]{1,8} " FROM " [a-z]{1,8}'}}, None),
+    ({"guided_grammar": 'root ::= ("up" | "down") " " [0-9]'}, lambda t: re.fullmatch(r"(up|down) [0-9]", t)),
+    ({"structured_outputs": {"json": FLAT}}, lambda t: jsonschema.validate(json.loads(t), FLAT) is None),
+    ({"guided_json": json.dumps(FLAT)}, lambda t: jsonschema.validate(json.loads(t), FLAT) is None),
+    ({"structured_outputs": {"json_object": True}}, lambda t: isinstance(json.loads(t), dict)),
+]
+
+
+@GENMESH_ENGINE_ONLY
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize(("fields", "check"), VLLM_FIELDS)
+def test_vllm_structured_output_fields(engine_url: str, path: str, fields: dict[str, Any], check: Any) -> None:
+    if path == "/v1/chat/completions":
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": "Answer."}]}
     else:
-        text = post(engine_url, body)["choices"][0]["message"]["content"]
-    jsonschema.validate(json.loads(text), CAT)
+        body = {"prompt": "Answer:"}
+    r = httpx.post(engine_url + path, json={**body, **fields, "max_tokens": 120, "temperature": 0}, timeout=120)
+    assert r.status_code == 200, r.text
+    text, finish = reply_text(r.json())
+    assert finish == "stop", (text, finish)
+    if check is None:
+        assert re.fullmatch(r"SELECT [a-z]{1,8} FROM [a-z]{1,8}", text), text
+    else:
+        assert check(text), text
+
+
+UNIQUE = {"type": "array", "uniqueItems": True}
+
+
+@GENMESH_ENGINE_ONLY
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
+        ({"structured_outputs": {"choice": ["a"], "regex": "b"}}, "structured_outputs.choice"),
+        ({"structured_outputs": {}}, "structured_outputs"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag"),
+        ({"guided_whitespace_pattern": " *", "guided_json": {}}, "guided_whitespace_pattern"),
+        ({"guided_regex": "a(?=b)"}, "guided_regex"),
+        ({"guided_grammar": 'root ::= root "a"'}, "guided_grammar"),
+        ({"guided_grammar": "root ::= undefined_rule"}, "guided_grammar"),
+        ({"guided_json": "{not json"}, "guided_json"),
+        ({"guided_choice": []}, "guided_choice"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"type": "array", "uniqueItems": True}},
+                }
+            },
+            "response_format.json_schema.schema.uniqueItems",
+        ),
+        (
+            {"structured_outputs": {"json": {"properties": {"n": {"type": "integer", "multipleOf": 3}}}}},
+            "structured_outputs.json.properties.n.multipleOf",
+        ),
+        ({"tools": [WEATHER], "tool_choice": "required", "guided_choice": ["a"]}, "guided_choice"),
+    ],
+)
+def test_constraints_that_cannot_be_enforced_are_400s_naming_the_field(
+    engine_url: str, body: dict[str, Any], param: str
+) -> None:
+    r = httpx.post(engine_url + CHAT, json={"messages": ASK, "max_tokens": 5, **body}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param, error
+    assert len(r.content) < 4096
+    assert httpx.get(engine_url + "/health", timeout=10).status_code == 200
+
+
+@GENMESH_ENGINE_ONLY
+def test_oversized_grammars_are_refused_before_the_engine(engine_url: str) -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        deep = {"type": "array", "items": deep}
+    wide = {"type": "object", "properties": {f"p{i}": {"enum": [f"v{i}_{j}" for j in range(40)]} for i in range(400)}}
+    for schema in (deep, wide):
+        r = httpx.post(engine_url + CHAT, json={"messages": ASK, "guided_json": schema}, timeout=60)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"].startswith("guided_json"), error
+        assert len(error["param"]) <= 201
+        assert len(r.content) < 4096
+
+
+@GENMESH_ENGINE_ONLY
+def test_tricky_client_grammars_compile_in_the_engine(engine_url: str) -> None:
+    """Everything the writer emits must compile in OpenVINO GenAI: a grammar that does not
+    fails inside a batched step and ends the engine core, with every request in it."""
+    grammars = [
+        'root ::= "q\\"b\\\\s\\t" [\\x00-\\x1f\\]\\^\\-\\[]? "é中"',
+        'root ::= [^\\x00-\\x7f]{1,3} | "\\U0001f600"',
+        'root ::= a\na ::= "x" | a "y"',
+        'root ::= ("a" | "b"){0} "c" ("d"?)* "" e\ne ::= [\\d\\w\\s]',
+        'root ::= [^] [-a] [a-] "end"',
+    ]
+    body = {"messages": ASK, "max_tokens": 8, "temperature": 1.0}
+    for grammar in grammars:
+        r = httpx.post(engine_url + CHAT, json={**body, "guided_grammar": grammar}, timeout=60)
+        assert r.status_code == 200, (grammar, r.text)
+        assert httpx.get(engine_url + "/health", timeout=10).status_code == 200, grammar
 
 
 @GENMESH_ENGINE_ONLY
@@ -167,7 +247,7 @@ def test_tool_results_in_the_history_reach_the_prompt(engine_url: str) -> None:
 
 def plan(choice: Any = "auto", template: str = "") -> tools.ToolPlan:
     req = ChatCompletionRequest.model_validate({"messages": ASK, "tools": [WEATHER, TIME], "tool_choice": choice})
-    p = tools.plan_tools(req, template)
+    p = tools.plan_tools(req, template, GrammarLimits())
     assert p is not None
     return p
 
@@ -209,4 +289,4 @@ def test_call_splitter_holds_back_a_partial_tag() -> None:
 
 def test_tool_choice_none_means_no_plan() -> None:
     req = ChatCompletionRequest.model_validate({"messages": ASK, "tools": [WEATHER], "tool_choice": "none"})
-    assert tools.plan_tools(req, "") is None
+    assert tools.plan_tools(req, "", GrammarLimits()) is None

@@ -41,14 +41,13 @@ class CoreConfig:
 
 
 def _structured_output(ov_genai: Any, c: m.Constraint) -> Any:
-    if c.json_schema is not None:
-        return ov_genai.StructuredOutputConfig(json_schema=c.json_schema)
-    if c.regex is not None:
-        return ov_genai.StructuredOutputConfig(regex=c.regex)
-    tags = [ov_genai.StructuralTagItem(begin=t.begin, schema=t.json_schema, end=t.end) for t in c.tags]
-    return ov_genai.StructuredOutputConfig(
-        structural_tags_config=ov_genai.StructuralTagsConfig(structural_tags=tags, triggers=list(c.triggers))
-    )
+    config = ov_genai.StructuredOutputConfig
+    if c.grammar is not None:
+        return config(grammar=c.grammar)
+    tags = [config.Tag(t.begin, config.EBNF(t.grammar), t.end) for t in c.tags]
+    out = config()
+    out.structural_tags_config = config.TriggeredTags(triggers=list(c.triggers), tags=tags)
+    return out
 
 
 def _generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:

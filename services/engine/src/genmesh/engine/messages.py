@@ -14,16 +14,18 @@ import msgspec
 
 class StructuralTag(msgspec.Struct, array_like=True, frozen=True):
     begin: str
-    json_schema: str
+    grammar: str  # EBNF (written by ``genmesh.engine.grammar``) of what lies between begin and end
     end: str
 
 
 class Constraint(msgspec.Struct, frozen=True):
-    """Grammar the output must follow (OpenVINO GenAI structured output); one kind at a time."""
+    """Grammar the output must follow (OpenVINO GenAI structured output): a whole-output EBNF
+    grammar, or free text in which a trigger opens one of the tags (tool calls).
 
-    json_schema: str | None = None
-    regex: str | None = None
-    # Free text, except that after a trigger the text must match one of the tags (tool calls).
+    Every grammar here was written by ``genmesh.engine.grammar``: one the engine cannot compile
+    fails inside a batched step and ends the engine core."""
+
+    grammar: str | None = None
     tags: list[StructuralTag] = msgspec.field(default_factory=list)
     triggers: list[str] = msgspec.field(default_factory=list)
 

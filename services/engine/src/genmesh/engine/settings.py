@@ -39,6 +39,12 @@ class EngineSettings(BaseSettings):
     stats_log_interval_s: float = Field(default=10.0, ge=0)
     startup_timeout_s: float = Field(default=600.0, gt=0)
     stall_timeout_s: float = Field(default=60.0, gt=0)
+    structured_max_depth: int = Field(default=32, ge=1, le=256)
+    structured_max_grammar_bytes: int = Field(default=131072, ge=1024)
+    structured_free_json_max_string: int = Field(default=256, ge=1, le=100_000)
+    structured_free_json_max_key: int = Field(default=64, ge=1, le=10_000)
+    structured_free_json_max_items: int = Field(default=16, ge=1, le=10_000)
+    structured_free_json_max_depth: int = Field(default=4, ge=1, le=32)
 
     @field_validator("plugin_config", mode="before")
     @classmethod
@@ -89,6 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats-log-interval-s", type=float, help="seconds between scheduler log lines (0: off)")
     p.add_argument("--startup-timeout-s", type=float, help="seconds allowed for the model to load")
     p.add_argument("--stall-timeout-s", type=float, help="engine loop silent this long counts as unhealthy")
+    p.add_argument(
+        "--structured-max-depth", type=int, help="deepest JSON schema accepted for structured output (default 32)"
+    )
+    p.add_argument(
+        "--structured-max-grammar-bytes",
+        type=int,
+        help="largest grammar a structured-output request may compile to, in bytes (default 131072)",
+    )
+    free = "schema-free JSON (json_object mode, values a schema leaves open)"
+    p.add_argument("--structured-free-json-max-string", type=int, help=f"{free}: longest string (default 256)")
+    p.add_argument("--structured-free-json-max-key", type=int, help=f"{free}: longest key (default 64)")
+    p.add_argument(
+        "--structured-free-json-max-items", type=int, help=f"{free}: most members or items per container (default 16)"
+    )
+    p.add_argument("--structured-free-json-max-depth", type=int, help=f"{free}: deepest nesting (default 4)")
     return p
 
 

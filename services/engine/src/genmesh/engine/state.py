@@ -11,6 +11,7 @@ from genmesh.protocol import model_not_found
 from .core import CoreConfig
 from .core_client import CoreClient
 from .generation import Generator
+from .grammar import FreeJsonCaps, GrammarLimits
 from .metrics import EngineMetrics
 from .model_source import ModelSource
 from .settings import EngineSettings
@@ -31,6 +32,19 @@ class EngineState:
     @property
     def model_name(self) -> str:
         return self.source.served_name
+
+    @property
+    def grammar_limits(self) -> GrammarLimits:
+        s = self.settings
+        free = FreeJsonCaps(
+            max_string=s.structured_free_json_max_string,
+            max_key=s.structured_free_json_max_key,
+            max_items=s.structured_free_json_max_items,
+            max_depth=s.structured_free_json_max_depth,
+        )
+        return GrammarLimits(
+            max_depth=s.structured_max_depth, max_grammar_bytes=s.structured_max_grammar_bytes, free=free
+        )
 
     def check_model(self, model: str | None) -> str:
         if model is None or model in (self.source.served_name, str(self.source.path), self.settings.model):

@@ -33,8 +33,9 @@ from genmesh.protocol import (
     invalid_request,
 )
 
+from .grammar import GrammarLimits
 from .messages import Constraint, StructuralTag
-from .structured import check_schema
+from .structured import schema_constraint_text
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
@@ -80,7 +81,7 @@ def _call_schema(tool: ToolDefinition, args_key: str) -> dict[str, Any]:
     }
 
 
-def plan_tools(req: ChatCompletionRequest, template: str) -> ToolPlan | None:
+def plan_tools(req: ChatCompletionRequest, template: str, limits: GrammarLimits) -> ToolPlan | None:
     """How this request uses its tools; None when it does not (no tools, or ``tool_choice: none``)."""
     tools = req.tools or []
     choice = req.tool_choice
@@ -101,16 +102,16 @@ def plan_tools(req: ChatCompletionRequest, template: str) -> ToolPlan | None:
     else:
         tools_for_call, mode = tools, "auto"
     for i, tool in enumerate(tools):
-        if tool.function.parameters is not None:
-            check_schema(tool.function.parameters, f"tools[{i}].function.parameters")
+        if tool.function.parameters is not None:  # checked alone first, so a 400 names the tool's own field
+            schema_constraint_text(tool.function.parameters, f"tools[{i}].function.parameters", limits)
     fmt, native = template_format(template)
     schemas = [_call_schema(t, _args_key(fmt)) for t in tools_for_call]
     constraint: Constraint | None
     if mode != "auto":
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-        constraint = Constraint(json_schema=json.dumps(schema))
+        constraint = Constraint(grammar=schema_constraint_text(schema, "tools", limits))
     elif fmt == "hermes":
-        tags = [StructuralTag(OPEN, json.dumps(s), CLOSE) for s in schemas]
+        tags = [StructuralTag(OPEN, schema_constraint_text(s, "tools", limits), CLOSE) for s in schemas]
         constraint = Constraint(tags=tags, triggers=[OPEN])
     else:
         constraint = None  # the model's own format; the library's parser reads it

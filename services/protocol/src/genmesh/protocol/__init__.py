@@ -38,6 +38,7 @@ from .errors import (
     unsupported_parameter,
 )
 from .sampling import SamplingFields, neutral
+from .structured import GuidedFields, StructuredOutputs
 from .tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -80,7 +81,9 @@ __all__ = [
     "ModelList",
     "OpenAIError",
     "OtherPart",
+    "GuidedFields",
     "SamplingFields",
+    "StructuredOutputs",
     "StreamOptions",
     "StrictRequest",
     "TextPart",

@@ -11,10 +11,11 @@ from typing import Any
 
 from pydantic import Field
 
-from .common import StreamOptions, StrictRequest
+from .common import StreamOptions
+from .structured import GuidedFields
 
 
-class SamplingFields(StrictRequest):
+class SamplingFields(GuidedFields):
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)

@@ -29,7 +29,7 @@ from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Collected, Delta, Event, Finished
 from ..logprobs import chat_logprobs
 from ..params import check_supported, completion_budget, sampling_params, text_options
-from ..structured import response_constraint
+from ..structured import output_constraint
 from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, log_user, sse
 
@@ -44,10 +44,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     model = st.check_model(body.model)
     log_user(body.user, "chat", model)
     check_supported(body, st.settings.best_of_limit)
-    plan = tools.plan_tools(body, st.tokenizer.chat_template)
-    if plan is not None and body.response_format is not None and body.response_format.type != "text":
-        raise invalid_request("use either 'tools' or 'response_format', not both", param="response_format")
-    constraint = plan.constraint if plan is not None else response_constraint(body.response_format)
+    limits = st.grammar_limits
+    plan = tools.plan_tools(body, st.tokenizer.chat_template, limits)
+    constraint, source = output_constraint(body, limits)
+    if plan is not None and source is not None:
+        raise invalid_request(f"use either 'tools' or '{source}', not both", param=source)
+    if plan is not None:
+        constraint = plan.constraint
     prompt = st.tokenizer.chat_prompt(
         body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs
     )

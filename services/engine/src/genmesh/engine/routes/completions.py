@@ -21,6 +21,7 @@ from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Beams, Collected, Delta, Event, Finished
 from ..logprobs import completion_logprobs
 from ..params import check_supported, completion_budget, sampling_params, text_options
+from ..structured import output_constraint
 from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, log_user, sse
 
@@ -35,13 +36,14 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     model = st.check_model(body.model)
     log_user(body.user, "completions", model)
     check_supported(body, st.settings.best_of_limit)
+    constraint, _ = output_constraint(body, st.grammar_limits)
     ids = st.tokenizer.completion_prompt(body)
     budget = completion_budget(
         body.max_tokens, len(ids), st.source.context_length, st.settings.max_tokens_limit, "max_tokens", "prompt"
     )
     n = body.n or 1
     engine_requests = 1 if (body.best_of or 1) > 1 else n
-    choices = [sampling_params(body, budget, None, i) for i in range(engine_requests)]
+    choices = [sampling_params(body, budget, constraint, i) for i in range(engine_requests)]
     gens = st.generator.start("completions", ids, choices, text_options(body), arrival)
     echo = _echo_text(st.tokenizer, body, ids) if body.echo else ""
     rid = new_id("cmpl")

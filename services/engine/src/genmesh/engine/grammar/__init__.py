@@ -1,0 +1,40 @@
+"""Grammars for structured output: JSON schemas, regexes, choices and clients' EBNF, written as
+the EBNF OpenVINO GenAI's grammar engine compiles (see ``ebnf`` for why only one writer)."""
+
+from __future__ import annotations
+
+from .ebnf import Grammar, GrammarError, Lit, alt
+from .free_json import FreeJsonCaps
+from .json_schema import FORMATS, GrammarLimits, any_object_grammar, schema_grammar
+from .regex import regex_expr
+from .user_ebnf import parse_ebnf
+
+
+def regex_grammar(pattern: str) -> Grammar:
+    """Output that matches ``pattern`` whole."""
+    grammar = Grammar()
+    grammar.add("root", regex_expr(pattern, json=False))
+    return grammar
+
+
+def choice_grammar(choices: list[str]) -> Grammar:
+    """Output that is exactly one of ``choices``."""
+    if not choices:
+        raise GrammarError("must list at least one choice")
+    grammar = Grammar()
+    grammar.add("root", alt(*(Lit(c) for c in choices)))
+    return grammar
+
+
+__all__ = [
+    "FORMATS",
+    "FreeJsonCaps",
+    "Grammar",
+    "GrammarError",
+    "GrammarLimits",
+    "any_object_grammar",
+    "choice_grammar",
+    "parse_ebnf",
+    "regex_grammar",
+    "schema_grammar",
+]
