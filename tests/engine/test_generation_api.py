@@ -19,7 +19,9 @@ def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
 
 
 def test_unary_chat_has_text_and_exact_usage(engine_url: str) -> None:
-    r = post(engine_url, "/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 30, "messages": CHAT})
+    # Greedy: a sampled reply may end at once with the end-of-turn token (one token, empty text).
+    body = {"model": MODEL_NAME, "max_tokens": 30, "messages": CHAT, "temperature": 0}
+    r = post(engine_url, "/v1/chat/completions", body)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "chat.completion"
@@ -99,8 +101,9 @@ def test_completion_unary_and_stream_agree(engine_url: str, path: str) -> None:
 def test_stop_string_ends_generation_without_it(engine_url: str) -> None:
     base = {"prompt": "Count: 1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 40, "temperature": 0, "ignore_eos": True}
     free = post(engine_url, "/v1/completions", base).json()["choices"][0]["text"]
-    assert "," in free, free
-    stop = ","
+    # The stop string is taken from this machine's own greedy text (the text differs between CPUs).
+    stop = free[len(free) // 2 :].strip()[:2]
+    assert stop, free
     body = post(engine_url, "/v1/completions", {**base, "stop": [stop, "never-appears"]}).json()
     choice = body["choices"][0]
     assert choice["finish_reason"] == "stop"

@@ -144,7 +144,7 @@ def _first_sse_event(lines: Any) -> dict[str, Any]:
 
 
 def test_a_client_leaving_a_stream_aborts_the_generation(microservice_url: str, engine_url: str) -> None:
-    assert engine_running(engine_url) == 0
+    wait_until(lambda: engine_running(engine_url) == 0, 60, what="an idle engine")
     body = {"messages": "Tell me a long story.", "stream": True, **LONG}
     with (
         httpx.Client(timeout=60) as client,
@@ -161,7 +161,7 @@ def test_a_client_leaving_a_stream_aborts_the_generation(microservice_url: str, 
 
 
 def test_a_client_leaving_a_unary_request_aborts_the_generation(microservice_url: str, engine_url: str) -> None:
-    assert engine_running(engine_url) == 0
+    wait_until(lambda: engine_running(engine_url) == 0, 60, what="an idle engine")
     payload = json.dumps({"messages": [{"role": "user", "content": "Tell me a long story."}], **LONG}).encode()
     host, port = httpx.URL(microservice_url).host, httpx.URL(microservice_url).port
     with socket.create_connection((host, port)) as sock:
