@@ -35,6 +35,7 @@ async def metrics(request: Request) -> Response:
         for (model, up), n in (await st.admission.in_flight()).items():
             m.in_flight.labels(model, up).set(n)
     for model, pool in st.pool.models.items():
+        m.peers.labels(model).set(st.admission.peers(model))
         for u in pool:
             m.healthy.labels(model, u.name).set(1 if u.available() else 0)
     return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
