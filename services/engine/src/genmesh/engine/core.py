@@ -139,12 +139,12 @@ class _Loop:
             self.stopping = True
 
     def _drain(self, block: bool) -> None:
+        if os.getppid() != self.parent:  # checked busy or idle: an orphan must not keep stepping
+            log.warning("API process is gone; engine core exits")
+            self.stopping = True
+            return
         if block and not self.inbox.poll(IDLE_POLL_MS):
-            if os.getppid() != self.parent:
-                log.warning("API process is gone; engine core exits")
-                self.stopping = True
-            else:
-                self.outbox.send(m.encode(m.Heartbeat()))
+            self.outbox.send(m.encode(m.Heartbeat()))
             return
         while True:
             try:
