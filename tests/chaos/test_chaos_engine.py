@@ -23,7 +23,7 @@ async def test_engine_core_sigkill_under_load(chaos: Chaos) -> None:
         async def restarting() -> bool:
             return (await ld.client.get(chaos.engine + "/health")).json()["status"] == "restarting"
 
-        await until(restarting, 5, "the engine to say it is restarting its core")
+        said = await until(restarting, 5, "the engine to say it is restarting its core", every_s=0.005)
         # while the new core starts, every hop answers 503 with Retry-After
         for hop, headers in ((chaos.engine, {}), (chaos.microservice, {}), (chaos.gateway, chaos.auth)):
             r = await ld.client.post(hop + "/v1/chat/completions", json=SHORT, headers=headers, timeout=10)
@@ -37,6 +37,7 @@ async def test_engine_core_sigkill_under_load(chaos: Chaos) -> None:
         serving = await until_serving(ld.client, chaos.gateway, chaos.auth, 60)
         peak = ld.gauge.peak
     assert not any(r.hung for r in results)
+    record(name, "engine says 'restarting' (503 for new requests) (s)", said - t0)
     assert record(name, "in-flight streams ended with an error event (s)", errors_s, "<= 1") <= 1.0
     assert record(name, "mesh serving again (s)", serving - t0, "<= 30") <= 30
     assert record(name, "engine in-flight peak (gauge)", peak, f"<= {SLOTS}") <= SLOTS

@@ -22,7 +22,9 @@ async def health() -> JSONResponse:
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
     ok, detail = await gateway(request).ready()
-    return JSONResponse({"status": "ready" if ok else "not_ready", **detail}, status_code=200 if ok else 503)
+    if ok:
+        return JSONResponse({"status": "ready", **detail})
+    return JSONResponse({"status": "not_ready", **detail}, status_code=503, headers={"Retry-After": "1"})
 
 
 @router.get("/metrics")
