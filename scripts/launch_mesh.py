@@ -4,10 +4,11 @@
 Starts, in order, each waiting for the previous one to be healthy (with progress):
   redis (a private redis-server, only when none answers on --redis-url)
   engine :8008 → llm-microservice :9000 → gateway :8888
-Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. Ctrl-C
-(or SIGTERM) stops them all in reverse order; if one dies, the others are stopped and the
-launcher exits non-zero. A lock (.run/mesh.lock) makes a second launch report the running
-mesh instead of starting another copy.
+Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. A child
+that exits is restarted with back-off while the others keep running (``mesh_supervision.py``).
+Ctrl-C (or SIGTERM) stops them all in reverse order. A lock (.run/mesh.lock) makes a second
+launch report the running mesh instead of starting another copy. The private Redis is
+ephemeral unless --redis-dir names a folder for its append-only file.
 Standard library only; run it with the virtual environment's python (``make run`` does).
 """
 
@@ -32,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from mesh_supervision import Supervisor
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -48,6 +51,7 @@ class Component:
     ready: Callable[[], bool]
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
 
 
 def redis_answers(url: str) -> bool:
@@ -83,8 +87,8 @@ class Mesh:
         self.running: list[Component] = []
         self.stopping = threading.Event()
 
-    def start(self, c: Component, timeout_s: float) -> None:
-        say(f"starting {c.name}: {' '.join(c.argv)}")
+    def spawn(self, c: Component) -> None:
+        c.started_at = time.monotonic()
         c.proc = subprocess.Popen(
             c.argv,
             cwd=ROOT,
@@ -93,10 +97,15 @@ class Mesh:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the launcher only; it stops children in order
         )
-        self.running.append(c)
         assert c.proc.stdout is not None
         log_path = self.log_dir / f"{c.name}.log"
         threading.Thread(target=pump, args=(c.name, c.proc.stdout, log_path), daemon=True).start()
+
+    def start(self, c: Component, timeout_s: float) -> None:
+        say(f"starting {c.name}: {' '.join(c.argv)}")
+        self.spawn(c)
+        self.running.append(c)
+        assert c.proc is not None
         started = time.monotonic()
         next_note = started + 5
         while True:
@@ -116,13 +125,8 @@ class Mesh:
             self.stopping.wait(0.2)
 
     def watch(self) -> int:
-        while not self.stopping.is_set():
-            for c in self.running:
-                if c.proc is not None and c.proc.poll() is not None:
-                    say(f"{c.name} exited unexpectedly with code {c.proc.returncode}; stopping the mesh")
-                    return 1
-            self.stopping.wait(0.5)
-        return 0
+        """Restart whatever exits, until Ctrl-C or SIGTERM."""
+        return Supervisor(self.running, self.spawn, self.stopping, say).run()
 
     def stop(self) -> None:
         for c in reversed(self.running):
@@ -170,21 +174,18 @@ def build(args: argparse.Namespace) -> list[Component]:
         if server is None:
             raise RuntimeError("redis-server not found: run 'make redis' (installs Debian's redis-server)")
         port = urllib.parse.urlparse(args.redis_url).port or 6379
-        data = args.run_dir / "redis"
+        data: Path = args.redis_dir or args.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
-        argv = [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(data),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
+        argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", ""]
+        if args.redis_dir:  # the append-only file keeps API keys, limits and usage across restarts
+            argv += ["--appendonly", "yes", "--appendfsync", "everysec"]
+            say(f"the private Redis keeps its data in {data} (append-only file)")
+        else:
+            argv += ["--appendonly", "no"]
+            say(
+                "the private Redis is ephemeral: API keys, limits and usage are lost when it stops "
+                "(--redis-dir DIR keeps them)"
+            )
         comps.append(Component("redis", argv, args.redis_url, lambda: redis_answers(args.redis_url)))
     if "engine" in wanted and args.engine == "openvino":
         comps.append(
@@ -267,11 +268,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--run-dir", type=Path, default=ROOT / ".run", help="logs, lock and private Redis files")
     p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument(
+        "--redis-dir",
+        type=Path,
+        default=None,
+        help="keep the private Redis's data here (append-only file), so keys and usage survive restarts",
+    )
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag (repeatable)")
     p.add_argument("--startup-timeout-s", type=float, default=600.0)
     args = p.parse_args(argv)
 
     args.run_dir = args.run_dir.resolve()
+    if args.redis_dir is not None:
+        args.redis_dir = args.redis_dir.resolve()
     (args.run_dir / "logs").mkdir(parents=True, exist_ok=True)
     lock = (args.run_dir / "mesh.lock").open("a+")
     try:

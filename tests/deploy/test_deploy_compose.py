@@ -193,3 +193,16 @@ def test_env_example_documents_every_variable() -> None:
     documented = set(re.findall(r"^#?\s*([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.M))
     assert used, "the compose file reads no variables?"
     assert used <= documented, f"not in .env.example: {sorted(used - documented)}"
+
+
+def test_redis_keeps_its_data_on_a_named_volume_and_everything_restarts(compose: list[str], tmp_path: Path) -> None:
+    data = resolved(compose, tmp_path, "openvino")
+    redis = data["services"]["redis"]
+    command = redis["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"  # AOF: keys, limits and usage survive a restart
+    assert command[command.index("--appendfsync") + 1] == "everysec"
+    [volume] = redis["volumes"]
+    assert (volume["type"], volume["source"], volume["target"]) == ("volume", "redis-data", "/data")
+    assert "redis-data" in data["volumes"]
+    # a service that exits (an engine past its core-restart cap exits 75 on purpose) is started again
+    assert {s.get("restart") for s in data["services"].values()} == {"unless-stopped"}

@@ -5,72 +5,25 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT, free_port, wait_until
-
-
-@dataclass
-class Mesh:
-    proc: subprocess.Popen[str]
-    lines: list[str]
-    ports: dict[str, int]
-    run_dir: Path
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
-
-
-def _read(stream: object, lines: list[str]) -> None:
-    for line in stream:  # type: ignore[attr-defined]
-        lines.append(line)
-
-
-def launch(run_dir: Path, ports: dict[str, int]) -> Mesh:
-    argv = [
-        sys.executable,
-        str(ROOT / "scripts" / "launch_mesh.py"),
-        "--model", str(DEFAULT_MODEL),
-        "--served-model-name", MODEL_NAME,
-        "--engine-port", str(ports["engine"]),
-        "--microservice-port", str(ports["microservice"]),
-        "--gateway-port", str(ports["gateway"]),
-        "--redis-url", f"redis://127.0.0.1:{ports['redis']}/0",
-        "--run-dir", str(run_dir),
-        "--engine-arg=--cache-size=1",
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    threading.Thread(target=_read, args=(proc.stdout, lines), daemon=True).start()
-    return Mesh(proc, lines, ports, run_dir)
+from support.mesh import Mesh, launch, wait_up
+from support.servers import ROOT, wait_until
 
 
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[Mesh]:
-    ports = {name: free_port() for name in ("engine", "microservice", "gateway", "redis")}
-    m = launch(tmp_path / "run", ports)
-
-    def up() -> bool:
-        assert m.proc.poll() is None, "".join(m.lines[-30:])
-        return any("the mesh is up" in line for line in m.lines)
-
+    m = launch(tmp_path / "run")
     try:
-        wait_until(up, 240, interval_s=0.2, what="the mesh to come up")
+        wait_up(m)
         yield m
     finally:
-        if m.proc.poll() is None:
-            m.proc.send_signal(signal.SIGINT)
-            try:
-                m.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
+        m.stop()
 
 
 def test_mesh_serves_the_seed_requests_and_stops_clean(mesh: Mesh) -> None:
@@ -98,6 +51,7 @@ def test_mesh_serves_the_seed_requests_and_stops_clean(mesh: Mesh) -> None:
     assert r.json()["choices"][0]["message"]["content"]
     assert r.json()["usage"]["completion_tokens"] == 17
     assert any("curl" in line for line in mesh.lines)
+    assert any("the private Redis is ephemeral" in line for line in mesh.lines)  # and says so
     # a second launch on the same run dir does not start another copy
     again = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "launch_mesh.py"), "--run-dir", str(mesh.run_dir)],

@@ -1,8 +1,12 @@
-"""If the engine-core process dies: in-flight requests end with an error, /health turns 503."""
+"""The engine-core process dies or hangs: in-flight requests end with an error, new ones get 503
+``engine_restarting`` with Retry-After, and a new core takes over by itself; past the restart cap
+the API process exits (status 75) so that whatever runs it starts it afresh."""
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,12 +16,15 @@ import pytest
 
 from support.servers import Server, start_engine, wait_until
 
+LONG = {"prompt": "Tell a long story.", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+
 
 @pytest.fixture
-def doomed_engine(tmp_path: Path) -> Iterator[Server]:
-    server = start_engine(tmp_path)
-    yield server
-    server.stop()
+def engine_factory() -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for server in started:
+        server.stop()
 
 
 def core_process(server: Server) -> psutil.Process:
@@ -27,49 +34,111 @@ def core_process(server: Server) -> psutil.Process:
     return cores[0]
 
 
-@pytest.mark.slow
-def test_core_death_fails_inflight_and_health(doomed_engine: Server) -> None:
-    url = doomed_engine.url
-    body = {"prompt": "Tell a long story.", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+def restarts(url: str, cause: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("genmesh_engine_core_restarts_total{") and f'cause="{cause}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def stream_until_killed(url: str, after: int, kill: threading.Event | None = None) -> list[str]:
+    """Stream a long generation; after ``after`` events set ``kill`` (the test acts on it); return every payload."""
     payloads: list[str] = []
-    core = core_process(doomed_engine)
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
+    with httpx.stream("POST", url + "/v1/completions", json=LONG, timeout=60) as r:
+        assert r.status_code == 200
         for line in r.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            payloads.append(line[6:])
-            if len(payloads) == 3:
-                core.kill()
+            if line.startswith("data: "):
+                payloads.append(line[6:])
+                if len(payloads) == after and kill is not None:
+                    kill.set()
+    return payloads
+
+
+def serves(url: str) -> bool:
+    r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+    return r.status_code == 200
+
+
+@pytest.mark.slow
+def test_killed_core_is_replaced_and_a_crash_loop_exits(tmp_path: Path, engine_factory: list[Server]) -> None:
+    flags = ("--core-restart-limit", "1", "--core-restart-backoff-s", "2", "--core-restart-window-s", "600")
+    engine = start_engine(tmp_path, *flags)
+    engine_factory.append(engine)
+    url = engine.url
+    core = core_process(engine)
+    killed = threading.Event()
+    threading.Thread(target=lambda: killed.wait(30) and core.kill(), daemon=True).start()
+    payloads = stream_until_killed(url, 3, killed)
     # the stream ended (did not hang) with an error event and [DONE]
     assert payloads[-1] == "[DONE]"
     err = json.loads(payloads[-2])["error"]
     assert err["type"] == "service_unavailable_error"
     assert "exited" in err["message"]
-    wait_until(lambda: httpx.get(url + "/health").status_code == 503, 5, what="/health 503")
-    r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    # while the new core starts: 503 engine_restarting with Retry-After, and /health says why
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=10)
     assert r.status_code == 503
-    assert r.json()["error"]["code"] == "engine_unavailable"
-    assert doomed_engine.proc.poll() is None, "the API process itself stays up to report the failure"
+    assert r.json()["error"]["code"] == "engine_restarting"
+    assert int(r.headers["retry-after"]) >= 1
+    health = httpx.get(url + "/health", timeout=5)
+    assert health.status_code == 503
+    assert health.json()["status"] == "restarting"
+    assert "exit code -9" in health.json()["reason"]
+    assert httpx.get(url + "/health/live", timeout=5).status_code == 200
+    # a new core, in the same API process, serves again by itself
+    wait_until(lambda: httpx.get(url + "/health", timeout=5).status_code == 200, 120, interval_s=0.2, what="new core")
+    assert serves(url)
+    new_core = core_process(engine)
+    assert new_core.pid != core.pid
+    assert restarts(url, "exited") == 1
+    assert engine.proc.poll() is None
+    # one restart allowed per window: the next death makes the server exit with status 75
+    new_core.kill()
+    assert engine.proc.wait(60) == 75
+    assert "the server exits (status 75)" in engine.log_tail(80)
 
 
 @pytest.mark.slow
-def test_a_failed_step_ends_the_core_instead_of_limping_on(doomed_engine: Server) -> None:
+def test_a_hung_core_is_detected_killed_and_replaced(tmp_path: Path, engine_factory: list[Server]) -> None:
+    engine = start_engine(tmp_path, "--watchdog-timeout-s", "3", "--core-restart-backoff-s", "0.5")
+    engine_factory.append(engine)
+    core = core_process(engine)
+    stop = threading.Event()
+    threading.Thread(target=lambda: stop.wait(30) and core.send_signal(signal.SIGSTOP), daemon=True).start()
+    payloads = stream_until_killed(engine.url, 3, stop)
+    assert payloads[-1] == "[DONE]"
+    err = json.loads(payloads[-2])["error"]
+    assert err["type"] == "service_unavailable_error"
+    assert "hung" in err["message"]
+    assert "in flight" in err["message"]  # caught by its progress, with work waiting
+    assert not core.is_running() or core.status() == psutil.STATUS_ZOMBIE
+    wait_until(lambda: serves(engine.url), 120, interval_s=0.2, what="a new core to serve")
+    assert restarts(engine.url, "hung") == 1
+    assert core_process(engine).pid != core.pid
+
+
+@pytest.mark.slow
+def test_a_failed_step_ends_the_core_instead_of_limping_on(tmp_path: Path, engine_factory: list[Server]) -> None:
     # A valid JSON schema that the grammar compiler cannot build (a lookahead) fails inside step();
     # OpenVINO's pipeline is unusable after that, so the core must exit and the engine say so.
+    # (A long back-off keeps the replacement away while the test looks.)
+    engine = start_engine(tmp_path, "--core-restart-backoff-s", "60", "--core-restart-backoff-max-s", "60")
+    engine_factory.append(engine)
     schema = {"type": "string", "pattern": "(?=a)b"}
     body = {
         "messages": [{"role": "user", "content": "x"}],
         "max_tokens": 5,
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
     }
-    r = httpx.post(doomed_engine.url + "/v1/chat/completions", json=body, timeout=60)
+    r = httpx.post(engine.url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 500, r.text
     assert "engine step failed" in r.json()["error"]["message"]
 
     def unhealthy() -> bool:
-        return httpx.get(doomed_engine.url + "/health", timeout=5).status_code == 503
+        return httpx.get(engine.url + "/health", timeout=5).status_code == 503
 
     wait_until(unhealthy, 30, what="/health 503 after the core exited")
-    assert "exit code 3" in httpx.get(doomed_engine.url + "/health", timeout=5).json()["reason"]
-    after = httpx.post(doomed_engine.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+    assert "exit code 3" in httpx.get(engine.url + "/health", timeout=5).json()["reason"]
+    after = httpx.post(engine.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
     assert after.status_code == 503
+    assert after.json()["error"]["code"] == "engine_restarting"
+    assert 55 <= int(after.headers["retry-after"]) <= 120

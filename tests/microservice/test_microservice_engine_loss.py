@@ -46,6 +46,8 @@ def test_engine_killed_mid_stream(tmp_path: Path, start_microservice: Callable[.
         assert time.monotonic() - started < 2.0
         assert after.status_code == 503
         assert after.json()["error"]["code"] == "engine_unavailable"
+        assert int(after.headers["retry-after"]) >= 1
         wait_until(lambda: httpx.get(ms.url + "/v1/ready").status_code == 503, 5, what="readiness to turn 503")
+        assert httpx.get(ms.url + "/v1/ready").headers["retry-after"] == "1"
     finally:
         engine.stop()

@@ -122,11 +122,11 @@ class Fake:
 @pytest.fixture
 def fake(fake_upstream: Server) -> Iterator[Fake]:
     f = Fake(fake_upstream.url)
-    f.control(hold=False, delay_ms=20)
+    f.control(hold=False, delay_ms=20, fail_status=0)
     wait_until(lambda: f.stats()["in_flight"] == 0, 15, what="fake upstream idle before the test")
     f.control(reset=True)
     yield f
-    f.control(hold=False, delay_ms=20)
+    f.control(hold=False, delay_ms=20, fail_status=0)
 
 
 @pytest.fixture(autouse=True)

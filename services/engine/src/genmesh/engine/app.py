@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
+from genmesh.protocol.asgi import RequestIdMiddleware, ShutdownSwitch, install_error_handlers
 
 from .registry import ModelRegistry
 from .repository import Repository
@@ -23,14 +23,15 @@ def _version(distribution: str) -> str:
         return "unknown"
 
 
-def create_app(settings: EngineSettings, repository: Repository) -> FastAPI:
+def create_app(settings: EngineSettings, repository: Repository, switch: ShutdownSwitch | None = None) -> FastAPI:
     """One model (``--model``): the server starts answering once it is loaded, and a load
     failure stops the server. A model repository (``--config-path``): the server answers at
-    once, the models load concurrently, and each one's state shows in ``/v1/config``."""
+    once, the models load concurrently, and each one's state shows in ``/v1/config``.
+    ``switch`` stops the server when a model's engine core keeps dying."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        models = ModelRegistry(repository)
+        models = ModelRegistry(repository, switch.stop if switch is not None else None)
         app.state.registry = models
         try:
             await models.start(wait=repository.config_path is None)

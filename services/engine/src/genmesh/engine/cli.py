@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from genmesh.protocol.asgi import serve
+from genmesh.protocol.asgi import ShutdownSwitch, serve
 from genmesh.protocol.logs import configure_logging
 
 from . import repository
@@ -22,9 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ModelSourceError, repository.RepositoryError) as exc:
         print(f"genmesh-engine: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings, models)
-    serve(app, settings.host, settings.port, settings.log_level)
-    return 0
+    switch = ShutdownSwitch()
+    app = create_app(settings, models, switch)
+    return serve(app, settings.host, settings.port, settings.log_level, switch)
 
 
 if __name__ == "__main__":

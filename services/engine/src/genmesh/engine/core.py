@@ -110,6 +110,8 @@ class _Loop:
         self.parent = os.getppid()
         self.stopping = False
         self.failed = False
+        self.steps = 0  # progress, reported with every step's stats
+        self.tokens = 0
 
     # -- input -------------------------------------------------------------------------
     def _handle(self, msg: m.ToCore) -> None:
@@ -136,12 +138,12 @@ class _Loop:
             self.stopping = True
 
     def _drain(self, block: bool) -> None:
+        if os.getppid() != self.parent:  # checked busy or idle: an orphan must not keep stepping
+            log.warning("API process is gone; engine core exits")
+            self.stopping = True
+            return
         if block and not self.inbox.poll(IDLE_POLL_MS):
-            if os.getppid() != self.parent:
-                log.warning("API process is gone; engine core exits")
-                self.stopping = True
-            else:
-                self.outbox.send(m.encode(m.Heartbeat()))
+            self.outbox.send(m.encode(m.Heartbeat()))
             return
         while True:
             try:
@@ -178,6 +180,7 @@ class _Loop:
                 if reason is None:
                     reason, error = self._end_without_reason(status)
             if tokens or reason is not None:
+                self.tokens += len(tokens)
                 outputs.append(m.RequestOutput(rid, tokens, reason, error, logprobs))
         for rid in done:
             del self.handles[rid]
@@ -210,7 +213,7 @@ class _Loop:
         metrics = self.pipe.get_metrics()
         live = len(self.handles)
         running = min(int(metrics.scheduled_requests), live)
-        return m.Stats(running=running, waiting=live - running, cache_usage=float(metrics.cache_usage) / 100.0)
+        return m.Stats(running, live - running, float(metrics.cache_usage) / 100.0, self.steps, self.tokens)
 
     def run(self) -> None:
         busy = False
@@ -232,6 +235,7 @@ class _Loop:
                     self.outbox.send(m.encode(m.StepOutputs(self.pending, m.Stats(0, 0, 0.0))))
                     self.failed = True
                     return
+                self.steps += 1
             outputs = self._collect()
             now_busy = self.pipe.has_non_finished_requests() or bool(self.handles)
             if outputs or now_busy or busy:

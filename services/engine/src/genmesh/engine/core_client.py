@@ -17,7 +17,7 @@ import multiprocessing
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,7 @@ class CoreClient:
         stats_log_interval_s: float = 10.0,
         stall_timeout_s: float = 60.0,
         decoder: StepDecoder | None = None,
+        ids: Iterator[int] | None = None,
     ) -> None:
         self._detok = decoder
         self.stall_timeout_s = stall_timeout_s
@@ -82,7 +83,10 @@ class CoreClient:
         self.ready = False
         self.dead_reason: str | None = None
         self.core_pid: int | None = None
-        self._ids = itertools.count(1)
+        # Request ids; a supervisor passes one counter to every core it starts, so that an abort
+        # meant for a request of a dead core can never hit a request of its replacement.
+        self._ids = ids if ids is not None else itertools.count(1)
+        self.on_exit: Callable[[str], None] | None = None  # told once, with the reason, when the core dies
         self._ctx = zmq.asyncio.Context()
         self._dir = tempfile.mkdtemp(prefix="genmesh-engine-")
         self._inbox = self._ctx.socket(zmq.PUSH)  # to the core
@@ -143,8 +147,7 @@ class CoreClient:
         assert self._proc is not None
         if self._closed:
             return
-        pending = int(self._outbox.getsockopt(zmq.EVENTS)) & zmq.POLLIN
-        if pending and self._exit_deferrals < EXIT_DEFERRALS:
+        if self.has_unread_output() and self._exit_deferrals < EXIT_DEFERRALS:
             self._exit_deferrals += 1
             asyncio.get_running_loop().call_later(EXIT_GRACE_S, self._core_exited)
             return
@@ -156,10 +159,13 @@ class CoreClient:
             log.error(reason)
         if self._loaded is not None and not self._loaded.done():
             self._loaded.set_exception(EngineDeadError(reason))
+        why = self.dead_reason
         for stream in list(self.streams.values()):
-            stream.queue.put_nowait(TextOutput("", 0, "error", reason))
+            stream.queue.put_nowait(TextOutput("", 0, "error", why))
         self.streams.clear()
-        self._set_stats(m.Stats(0, 0, 0.0))
+        self._set_stats(m.Stats(0, 0, 0.0, self.stats.steps, self.stats.tokens))
+        if self.on_exit is not None:
+            self.on_exit(why)
 
     def _set_stats(self, stats: m.Stats) -> None:
         self.stats = stats
@@ -242,6 +248,18 @@ class CoreClient:
     def abort(self, request_id: int) -> None:
         if self.streams.pop(request_id, None) is not None and self.alive:
             self._inbox.send(m.encode(m.Abort([request_id])))
+
+    def kill(self, reason: str) -> None:
+        """SIGKILL the core (it works on a stopped process too); its death is then handled as any other."""
+        if self.dead_reason is None:
+            self.dead_reason = reason
+            log.error(reason)
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+
+    def has_unread_output(self) -> bool:
+        """Messages from the core wait to be read (a busy API process, not a silent core)."""
+        return bool(int(self._outbox.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
     async def close(self, timeout_s: float = 10.0) -> None:
         self._closed = True

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 from genmesh.protocol import OpenAIError, internal_error, invalid_request, service_unavailable
 
-from .core_client import CoreClient, EngineDeadError, RequestStream, TextOutput
+from .core_client import EngineDeadError, RequestStream, TextOutput
 from .messages import SamplingParams
 from .metrics import EngineMetrics
 from .stop import StopMatcher
+from .supervisor import CoreSupervisor, EngineRestarting
 from .tokenizer import PromptTokenizer
 
 
@@ -99,7 +100,7 @@ async def collect(events: AsyncIterator[Event]) -> Collected:
 
 
 class Generator:
-    def __init__(self, core: CoreClient, tokenizer: PromptTokenizer, metrics: EngineMetrics) -> None:
+    def __init__(self, core: CoreSupervisor, tokenizer: PromptTokenizer, metrics: EngineMetrics) -> None:
         self.core = core
         self.tokenizer = tokenizer
         self.metrics = metrics
@@ -120,7 +121,8 @@ class Generator:
         except EngineDeadError as exc:
             for handle in started:
                 self.core.abort(handle.request_id)
-            raise service_unavailable(f"engine unavailable: {exc}", code="engine_unavailable") from exc
+            code = "engine_restarting" if isinstance(exc, EngineRestarting) else "engine_unavailable"
+            raise service_unavailable(f"engine unavailable: {exc}", code, self.core.retry_after_s()) from exc
         return [Generation(h.request_id, self._run(h, endpoint, prompt_ids, text, arrival)) for h in started]
 
     def abort(self, generations: Sequence[Generation]) -> None:
@@ -132,7 +134,7 @@ class Generator:
         if out.finish_reason == "rejected":
             raise invalid_request(out.error or "the engine rejected the request")
         if not self.core.alive:
-            raise service_unavailable(out.error or "engine died", code="engine_unavailable")
+            raise service_unavailable(out.error or "engine died", "engine_unavailable", self.core.retry_after_s())
         raise internal_error(out.error or "generation failed")
 
     async def _run(

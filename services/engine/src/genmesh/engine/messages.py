@@ -3,8 +3,8 @@
 API → core: ``AddRequest``, ``Abort``, ``Shutdown``.
 core → API: ``Ready`` once the pipeline is loaded, ``LoadFailed`` if it cannot be, then one
 ``StepOutputs`` per engine step (new tokens of every request that produced any, plus the
-scheduler gauges), an idle ``StepOutputs`` whenever the engine runs dry, and a ``Heartbeat``
-every second while idle.
+scheduler gauges and the core's progress counters), an idle ``StepOutputs`` whenever the
+engine runs dry, and a ``Heartbeat`` every second while idle.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ class Stats(msgspec.Struct, array_like=True, frozen=True):
     running: int
     waiting: int
     cache_usage: float
+    # Progress since the core started, for the API process's watchdog: engine steps done, tokens out.
+    steps: int = 0
+    tokens: int = 0
 
 
 class StepOutputs(msgspec.Struct, tag="step", frozen=True):

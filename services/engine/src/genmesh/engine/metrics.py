@@ -47,6 +47,15 @@ class MetricFamilies:
             registry=r,
         )
         self.info = Gauge("genmesh_engine_model_info", "Served model", m, registry=r)
+        self.core_restarts = Counter(
+            "genmesh_engine_core_restarts",
+            "Engine cores started to replace one that died (cause: exited, hung, start_failed)",
+            ["model", "cause"],
+            registry=r,
+        )
+        self.core_uptime = Gauge(
+            "genmesh_engine_core_uptime_seconds", "Seconds the serving engine core has been up (0: none)", m, registry=r
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -78,7 +87,12 @@ class EngineMetrics:
         self.ttft = f.ttft.labels(model=model)
         self.tpot = f.tpot.labels(model=model)
         self.e2e = f.e2e.labels(model=model)
+        self.core_uptime = f.core_uptime.labels(model=model)
+        self._model = model
         f.info.labels(model=model).set(1)
+
+    def core_restarted(self, cause: str) -> None:
+        self.families.core_restarts.labels(model=self._model, cause=cause).inc()
 
     def set_stats(self, stats: Stats) -> None:
         self.running.set(stats.running)

@@ -1,14 +1,17 @@
 """The set of models one engine serves, each with its own engine-core process and status.
 
-Models load concurrently. A model that fails to load (or whose core later dies) is reported
-in ``/v1/config`` and ``/health`` and answers 503, while the others keep serving. Requests
-find their model by ``model`` (404 ``model_not_found`` for a name not served).
+Models load concurrently. A model that fails to load is reported in ``/v1/config`` and
+``/health`` and answers 503, while the others keep serving. Each loaded model's core is
+supervised: while it is being replaced the model shows ``LOADING`` with the reason, and its
+requests get 503 ``engine_restarting``. Requests find their model by ``model`` (404
+``model_not_found`` for a name not served).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from genmesh.protocol import invalid_request, model_not_found, service_unavailable
@@ -35,6 +38,7 @@ class ModelStatus:
 
 LOADING = ModelStatus("LOADING", "OK", "OK")
 AVAILABLE = ModelStatus("AVAILABLE", "OK", "OK")
+LOADING_RETRY_AFTER_S = 5  # a model loads in seconds to minutes
 
 
 class ServedModel:
@@ -53,9 +57,12 @@ class ServedModel:
             return ModelStatus("LOADING", "FAILED_PRECONDITION", self.error)
         if self.state is None:
             return LOADING
-        if self.state.core.alive:
+        core = self.state.core
+        if core.alive:
             return AVAILABLE
-        return ModelStatus("UNKNOWN", "UNAVAILABLE", self.state.core.unavailable_reason())
+        if core.restarting:  # as OVMS reports a model version being reloaded
+            return ModelStatus("LOADING", "UNAVAILABLE", core.unavailable_reason())
+        return ModelStatus("UNKNOWN", "UNAVAILABLE", core.unavailable_reason())
 
     def unavailable_reason(self) -> str:
         status = self.status()
@@ -63,12 +70,13 @@ class ServedModel:
             return "engine is loading the model"
         return status.message
 
-    async def load(self, families: MetricFamilies) -> None:
+    async def load(self, families: MetricFamilies, on_fatal: Callable[[int], None] | None = None) -> None:
         spec = self.spec
         assert spec.settings is not None, "only resolved models load"
         assert spec.source is not None, "only resolved models load"
         try:
-            self.state = await EngineState.start(spec.settings, spec.source, EngineMetrics(spec.name, families))
+            metrics = EngineMetrics(spec.name, families)
+            self.state = await EngineState.start(spec.settings, spec.source, metrics, on_fatal)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -80,8 +88,10 @@ class ServedModel:
 
 
 class ModelRegistry:
-    def __init__(self, repository: Repository) -> None:
+    def __init__(self, repository: Repository, on_fatal: Callable[[int], None] | None = None) -> None:
+        """``on_fatal(exit status)``: a model's core keeps dying; the server should exit."""
         self.repository = repository
+        self.on_fatal = on_fatal
         self.families = MetricFamilies()
         self.models = {spec.name: ServedModel(spec) for spec in repository.models}
         self._aliases = {alias: m for m in self.models.values() for alias in m.spec.aliases}
@@ -101,7 +111,7 @@ class ModelRegistry:
 
     async def _load(self, model: ServedModel, quiet: bool) -> None:
         try:
-            await model.load(self.families)
+            await model.load(self.families, self.on_fatal)
         except Exception:
             if quiet:
                 raise
@@ -122,7 +132,9 @@ class ModelRegistry:
         found = self.lookup(model)
         if found.state is None:
             raise service_unavailable(
-                f"model '{found.name}' is not available: {found.unavailable_reason()}", code="engine_unavailable"
+                f"model '{found.name}' is not available: {found.unavailable_reason()}",
+                "engine_unavailable",
+                LOADING_RETRY_AFTER_S,
             )
         return found.state
 

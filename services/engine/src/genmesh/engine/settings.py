@@ -45,6 +45,14 @@ class EngineSettings(BaseSettings):
     structured_free_json_max_key: int = Field(default=64, ge=1, le=10_000)
     structured_free_json_max_items: int = Field(default=16, ge=1, le=10_000)
     structured_free_json_max_depth: int = Field(default=4, ge=1, le=32)
+    # Supervision of each model's engine core (supervisor.py): a core that dies, or hangs, is replaced.
+    watchdog_timeout_s: float = Field(
+        default=30.0, ge=0, description="work in flight but no progress (or no word at all) this long: hung (0: off)"
+    )
+    core_restart_backoff_s: float = Field(default=1.0, gt=0, description="wait before the first restart; doubles")
+    core_restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    core_restart_limit: int = Field(default=5, ge=0, description="restarts allowed per window; past it, exit")
+    core_restart_window_s: float = Field(default=600.0, gt=0)
 
     @field_validator("plugin_config", mode="before")
     @classmethod
@@ -110,6 +118,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--structured-free-json-max-items", type=int, help=f"{free}: most members or items per container (default 16)"
     )
     p.add_argument("--structured-free-json-max-depth", type=int, help=f"{free}: deepest nesting (default 4)")
+    p.add_argument(
+        "--watchdog-timeout-s",
+        type=float,
+        help="a core with work but no progress (or silent) this long is hung: killed and replaced (default 30; 0: off)",
+    )
+    p.add_argument("--core-restart-backoff-s", type=float, help="wait before replacing a dead core (default 1, x2)")
+    p.add_argument("--core-restart-backoff-max-s", type=float, help="longest wait between restarts (default 30)")
+    p.add_argument(
+        "--core-restart-limit",
+        type=int,
+        help="core restarts allowed per window; one more and the server exits with status 75 (default 5)",
+    )
+    p.add_argument("--core-restart-window-s", type=float, help="the window of --core-restart-limit (default 600)")
     return p
 
 

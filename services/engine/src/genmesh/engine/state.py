@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from genmesh.protocol import model_not_found
@@ -15,6 +16,7 @@ from .grammar import FreeJsonCaps, GrammarLimits
 from .metrics import EngineMetrics
 from .model_source import ModelSource
 from .settings import EngineSettings
+from .supervisor import CoreSupervisor
 from .tokenizer import PromptTokenizer
 
 log = logging.getLogger("genmesh.engine")
@@ -25,7 +27,7 @@ class EngineState:
     settings: EngineSettings
     source: ModelSource
     tokenizer: PromptTokenizer
-    core: CoreClient
+    core: CoreSupervisor
     metrics: EngineMetrics
     generator: Generator
 
@@ -53,10 +55,16 @@ class EngineState:
 
     @classmethod
     async def start(
-        cls, settings: EngineSettings, source: ModelSource, metrics: EngineMetrics | None = None
+        cls,
+        settings: EngineSettings,
+        source: ModelSource,
+        metrics: EngineMetrics | None = None,
+        on_fatal: Callable[[int], None] | None = None,
     ) -> EngineState:
         """Load one model: its core process and, alongside, its tokenizer. ``settings`` are the
-        model's own (server-wide flags with its graph.pbtxt options applied)."""
+        model's own (server-wide flags with its graph.pbtxt options applied). The core is then
+        supervised (replaced when it dies or hangs); ``on_fatal(exit status)`` is called if that
+        keeps failing."""
         metrics = metrics if metrics is not None else EngineMetrics(source.served_name)
         config = CoreConfig(
             model_path=str(source.path),
@@ -69,20 +77,26 @@ class EngineState:
             num_kv_blocks=settings.num_kv_blocks,
             plugin_config=settings.plugin_config,
         )
-        core = CoreClient(
-            config,
-            log_level=settings.log_level,
-            on_stats=metrics.set_stats,
-            stats_log_interval_s=settings.stats_log_interval_s,
-            stall_timeout_s=settings.stall_timeout_s,
-        )
+        engine_metrics = metrics
+
+        def make_core(ids: Iterator[int]) -> CoreClient:
+            return CoreClient(
+                config,
+                log_level=settings.log_level,
+                on_stats=engine_metrics.set_stats,
+                stats_log_interval_s=settings.stats_log_interval_s,
+                stall_timeout_s=settings.stall_timeout_s,
+                ids=ids,
+            )
+
+        core = CoreSupervisor(source.served_name, make_core, settings, metrics, on_fatal)
         log.info("starting engine core for %s (%s, %s)", source.served_name, source.kind, source.path)
         # The tokenizer loads in a thread while the core process loads the pipeline.
         tokenizer_task = asyncio.create_task(asyncio.to_thread(PromptTokenizer, source.path, source.template_dir))
         try:
-            await core.start(settings.startup_timeout_s)
+            await core.start()
             tokenizer = await tokenizer_task
-            core.attach_decoder(tokenizer.step_decoder())
+            core.attach_decoder(tokenizer.step_decoder)
             how = "byte table" if tokenizer.table is not None else "batched tokenizer calls"
             log.info("detokenising with %s", how)
         except BaseException:

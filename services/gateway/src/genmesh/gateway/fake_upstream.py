@@ -3,7 +3,8 @@
 ``max_tokens`` chunks are produced ``--delay-ms`` apart (SSE when ``stream``), usage is
 ``prompt_tokens=5, completion_tokens=max_tokens``. It counts requests in flight (and the most at
 once), records the order in which requests started (their ``user`` field), counts clients that
-went away before the end, and can hold every request at the start (``POST /control {"hold": true}``).
+went away before the end, and can hold every request at the start (``POST /control {"hold": true}``)
+or answer every one with an error status (``{"fail_status": 503}``, no Retry-After; 0 clears it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class FakeUpstream:
         self.delay_s = delay_s
         self.gate = asyncio.Event()
         self.gate.set()
+        self.fail_status = 0
         self.reset()
 
     def reset(self) -> None:
@@ -70,7 +72,12 @@ class FakeUpstream:
                 self.gate.clear() if ctl["hold"] else self.gate.set()
             if "delay_ms" in ctl:
                 self.delay_s = float(ctl["delay_ms"]) / 1000
+            if "fail_status" in ctl:
+                self.fail_status = int(ctl["fail_status"])
             await _json(send, 200, self.stats())
+        elif path in ("/v1/chat/completions", "/v1/completions") and self.fail_status:
+            error = {"message": "the fake upstream fails on request", "type": "service_unavailable_error"}
+            await _json(send, self.fail_status, {"error": error})
         elif path in ("/v1/chat/completions", "/v1/completions"):
             await self._generate(json.loads(body), path, receive, send)
         else:

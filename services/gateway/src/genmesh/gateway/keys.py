@@ -26,12 +26,15 @@ class ModelKeys:
     queue: str  # ZSET, all scores 0, members "<class><round><seq>|<id>" ordered lexicographically
     waiters: str  # HASH id -> "q|<member>" (queued) or "g|<upstream index>" (granted)
     alive: str  # ZSET id -> expiry ms: heartbeats of queued and running requests
-    rounds: str  # HASH fair-queue bookkeeping: "c<class>" current round, "t<class>:<tenant>" last round, "seq"
+    # HASH fair-queue bookkeeping: "c<class>" current round, "t<class>:<tenant>" last round, "seq";
+    # and the state's "epoch" (new when Redis lost the state) and "hold" (no grants until then, ms)
+    rounds: str
+    members: str  # ZSET gateway id -> expiry ms: gateways with requests of this model, renewed with them
     slots: tuple[str, ...]  # one ZSET per upstream (config order): lease id -> expiry ms
     channel: str  # pub/sub channel on which grants are announced
 
     def all(self) -> list[str]:
-        return [self.queue, self.waiters, self.alive, self.rounds, *self.slots]
+        return [self.queue, self.waiters, self.alive, self.rounds, self.members, *self.slots]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class KeySpace:
             waiters=f"{base}:waiters",
             alive=f"{base}:alive",
             rounds=f"{base}:rounds",
+            members=f"{base}:members",
             slots=tuple(f"{base}:slots:{_tag(u)}" for u in upstreams),
             channel=f"{base}:grants",
         )

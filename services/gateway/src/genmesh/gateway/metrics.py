@@ -45,6 +45,12 @@ class GatewayMetrics:
             "genmesh_gateway_upstream_retries", "Connect failures retried on another upstream", ["model"], registry=r
         )
         self.redis_errors = Counter("genmesh_gateway_redis_errors", "Redis calls that failed", registry=r)
+        self.peers = Gauge(
+            "genmesh_gateway_peers",
+            "Other gateway replicas with requests of the model, as of this gateway's last lease renewal",
+            ["model"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

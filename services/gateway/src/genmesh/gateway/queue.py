@@ -6,7 +6,9 @@ publishes ``<id>|<upstream>`` on the model's channel; this process's listener re
 waiting request's future at once. A slow safety re-check (``recheck_interval_s``) reads the
 request's state from Redis in case a message was lost (listener reconnecting, Redis restarted).
 Leases and queue heartbeats of this process's requests are renewed every lease/3; a killed
-gateway's leases expire and any replica's sweep hands them on.
+gateway's leases expire and any replica's sweep hands them on. When Redis loses the state (a
+restart without persistence) the scripts start a new epoch, and this gateway re-registers the
+leases of its running requests before it admits another (``scripts.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -104,7 +107,12 @@ class Admission:
             name: keyspace.model(name, [u.name for u in route.upstreams]) for name, route in config.models.items()
         }
         self._waiting: dict[str, asyncio.Future[int]] = {}
-        self._tracked: dict[str, set[str]] = {name: set() for name in config.models}
+        self._tracked: dict[str, dict[str, Ticket]] = {name: {} for name in config.models}
+        self.gateway_id = uuid.uuid4().hex
+        self._epoch = dict.fromkeys(config.models, "")  # the state's epoch this gateway last renewed in
+        self._others = dict.fromkeys(config.models, 0)  # other gateways with requests, as last seen
+        self._resync_locks = {name: asyncio.Lock() for name in config.models}
+        self._holds: dict[str, asyncio.Task[None]] = {}
         self._releasing: dict[str, tuple[list[str], asyncio.Future[None]]] = {}
         self._flushing: dict[str, asyncio.Future[None]] = {}
         self.listening = False
@@ -118,6 +126,9 @@ class Admission:
             int(self.settings.state_ttl_s * 1000),
             self.keys[route.name].channel,
             ",".join(str(c) for c in caps),
+            self._epoch[route.name],
+            self.gateway_id,
+            self._others[route.name],
         ]
 
     async def _run(self, script: Callable[..., Awaitable[Any]], route: ModelRoute, *args: Any, **kw: Any) -> Any:
@@ -134,7 +145,7 @@ class Admission:
         route = ticket.route
         if not self.pool.any_available(route, exclude):
             raise NoUpstream(f"no healthy upstream for model '{route.name}'")
-        self._tracked[route.name].add(ticket.id)
+        self._tracked[route.name][ticket.id] = ticket
         deadline = ticket.arrived + route.max_queue_wait_s
         try:
             granted = await self._admit(ticket, exclude, front)
@@ -151,17 +162,23 @@ class Admission:
     async def _admit(self, ticket: Ticket, exclude: frozenset[int], front: bool) -> int | None:
         route = ticket.route
         self._waiting[ticket.id] = asyncio.get_running_loop().create_future()
-        res = await self._run(
-            self.scripts.admit,
-            route,
-            ticket.id,
-            ticket.tenant,
-            ticket.klass,
-            route.max_queue_length,
-            "1" if front else "0",
-            exclude=exclude,
-        )
-        code = int(res[0])
+        for _ in range(3):
+            res = await self._run(
+                self.scripts.admit,
+                route,
+                ticket.id,
+                ticket.tenant,
+                ticket.klass,
+                route.max_queue_length,
+                "1" if front else "0",
+                exclude=exclude,
+            )
+            code = int(res[0])
+            if code != 4:
+                break
+            await self._resync(route, _text(res[1]))  # a new epoch: our running requests count first
+        else:
+            raise StoreUnavailable("queue state keeps being reset; try again shortly")
         if code == 1:
             self._waiting.pop(ticket.id, None)
             return int(res[1]) - 1
@@ -169,6 +186,8 @@ class Admission:
             raise QueueFull(f"queue for model '{route.name}' is full ({route.max_queue_length} waiting)")
         if not ticket.position:
             ticket.position = int(res[1]) + 1
+        if int(res[2]) > 0:  # grants wait for other gateways to re-register: dispatch when that ends
+            self._dispatch_after(route, int(res[2]) / 1000)
         return None
 
     async def _wait(self, ticket: Ticket, deadline: float, exclude: frozenset[int]) -> int:
@@ -216,7 +235,8 @@ class Admission:
         """
         self._waiting.pop(ticket.id, None)
         name = ticket.route.name
-        self._tracked[name].discard(ticket.id)
+        self._tracked[name].pop(ticket.id, None)
+        ticket.upstream = None
         batch = self._releasing.get(name)
         if batch is None:
             batch = self._releasing[name] = ([], asyncio.get_running_loop().create_future())
@@ -266,10 +286,14 @@ class Admission:
     async def listen_forever(self) -> None:
         channels = [k.channel for k in self.keys.values()] + [self.revocations]
         backoff = 0.1
+        lost = False
         while True:
             pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(*channels)
+                if lost:  # Redis is back (perhaps restarted, empty): our leases count again at once
+                    await self.renew_once()
+                lost = False
                 self.listening = True
                 backoff = 0.1
                 self.poke_all()  # grants published while we were away are found by re-reading state
@@ -283,6 +307,7 @@ class Admission:
                 if self.listening:
                     log.warning("grant listener lost Redis (%s); reconnecting", type(exc).__name__)
                 self.listening = False
+                lost = True
                 self.metrics.redis_errors.inc()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -296,19 +321,45 @@ class Admission:
             await self.renew_once()
 
     async def renew_once(self) -> None:
-        for name, ids in self._tracked.items():
-            if not ids:
-                continue
-            route = self.config.models[name]
-            try:
-                lost = await self._run(self.scripts.renew, route, *sorted(ids))
-            except StoreUnavailable:
-                continue
-            for raw in lost or []:
-                rid = raw.decode() if isinstance(raw, bytes) else str(raw)
-                fut = self._waiting.get(rid)
-                if fut is not None and not fut.done():
-                    fut.set_result(RECHECK)
+        for name in self._tracked:
+            with contextlib.suppress(StoreUnavailable):
+                await self._renew(name)
+
+    async def _renew(self, name: str) -> None:
+        """Extend this gateway's leases of one model (re-creating them in a new epoch); flag lost ones."""
+        route = self.config.models[name]
+        entries = [f"{rid}|{0 if t.upstream is None else t.upstream + 1}" for rid, t in self._tracked[name].items()]
+        epoch, others, lost = await self._run(self.scripts.renew, route, *entries)
+        self._epoch[name] = _text(epoch)
+        self._others[name] = int(others)
+        for raw in lost or []:
+            fut = self._waiting.get(_text(raw))
+            if fut is not None and not fut.done():
+                fut.set_result(RECHECK)
+
+    def peers(self, model: str) -> int:
+        """Other gateways with requests of ``model``, as of our last renewal."""
+        return self._others[model]
+
+    async def _resync(self, route: ModelRoute, epoch: str) -> None:
+        async with self._resync_locks[route.name]:
+            if self._epoch[route.name] == epoch:
+                return  # another request of ours re-registered meanwhile
+            if self._epoch[route.name]:  # not merely our first request of this model
+                running = sum(t.upstream is not None for t in self._tracked[route.name].values())
+                log.warning("model %s: queue state lost; re-registering %d running request(s)", route.name, running)
+            await self._renew(route.name)
+
+    def _dispatch_after(self, route: ModelRoute, delay_s: float) -> None:
+        if route.name not in self._holds:
+            task = asyncio.ensure_future(self._reclaim_later(route, delay_s))
+            self._holds[route.name] = task
+            task.add_done_callback(lambda _: self._holds.pop(route.name, None))
+
+    async def _reclaim_later(self, route: ModelRoute, delay_s: float) -> None:
+        await asyncio.sleep(delay_s + 0.01)
+        with contextlib.suppress(StoreUnavailable):
+            await self._run(self.scripts.reclaim, route)
 
     async def reclaim_forever(self) -> None:
         while True:
@@ -344,3 +395,7 @@ class Admission:
             for up, slot in zip(route.upstreams, keys.slots, strict=True):
                 out[(name, up.name)] = int(await self.redis.zcount(slot, now_ms, "+inf"))
         return out
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -1,9 +1,18 @@
 """The Lua scripts: every multi-key change of the queue, leases and limits happens atomically here.
 
-Model scripts get ``KEYS = [queue, waiters, alive, rounds, slot_1 .. slot_n]`` (all tagged
-``{model}``) and ``ARGV = [lease_ttl_ms, state_ttl_ms, channel, caps, ...]`` where ``caps`` is
-``"c1,c2,..."``: each upstream's max concurrency as this gateway sees it (0 = unhealthy or
-excluded). Time is Redis' own clock (``TIME``), so replicas never disagree about expiry.
+Model scripts get ``KEYS = [queue, waiters, alive, rounds, members, slot_1 .. slot_n]`` (all
+tagged ``{model}``) and ``ARGV = [lease_ttl_ms, state_ttl_ms, channel, caps, epoch, gateway id,
+others, ...]`` where ``caps`` is ``"c1,c2,..."``: each upstream's max concurrency as this gateway
+sees it (0 = unhealthy or excluded). Time is Redis' own clock (``TIME``), so replicas never
+disagree about expiry.
+
+Epochs: Redis may lose the model's state while streams still run (a restart without persistence).
+The ``epoch`` field of ``rounds`` names the state's incarnation; the first script to find it
+missing makes a new one. A gateway whose last known epoch differs must re-register first: ADMIT
+answers ``{4, epoch}`` instead of granting, and RENEW with the gateway's running streams
+re-creates their leases, so they are counted again and no upstream exceeds its slots. When the
+finder had seen other gateways with streams (``others`` > 0, from ``members``), grants wait
+(``hold``) for half a lease time, within which every live gateway renews.
 
 Queue order: members are ``<class><round:12><seq:12>|<id>`` with score 0, so the ZSET sorts them
 lexicographically: by priority class (``0`` = highest), then by fair-queueing round (a tenant's
@@ -26,15 +35,24 @@ local state_ttl = tonumber(ARGV[2])
 local channel = ARGV[3]
 local caps = {}
 for c in string.gmatch(ARGV[4], '[^,]+') do caps[#caps + 1] = tonumber(c) end
-local Q, W, A, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local NSLOT = #KEYS - 4
+local known, me, others = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local Q, W, A, R, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local NSLOT = #KEYS - 5
+
+local epoch = redis.call('HGET', R, 'epoch')
+if not epoch then
+  epoch = t[1] .. '.' .. t[2]
+  redis.call('HSET', R, 'epoch', epoch)
+  if known ~= '' and others > 0 then redis.call('HSET', R, 'hold', now + math.floor(lease_ttl / 2)) end
+end
+local hold_left = math.max(0, tonumber(redis.call('HGET', R, 'hold') or '0') - now)
 
 local function touch()
   for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], state_ttl) end
 end
 
 local function reclaim()
-  for i = 1, NSLOT do redis.call('ZREMRANGEBYSCORE', KEYS[4 + i], '-inf', now) end
+  for i = 1, NSLOT do redis.call('ZREMRANGEBYSCORE', KEYS[5 + i], '-inf', now) end
   local dead = redis.call('ZRANGEBYSCORE', A, '-inf', now)
   for _, id in ipairs(dead) do
     local st = redis.call('HGET', W, id)
@@ -46,11 +64,12 @@ local function reclaim()
 end
 
 local function pick()
+  if hold_left > 0 then return nil end
   local best, bestn = nil, nil
   for i = 1, NSLOT do
     local cap = caps[i] or 0
     if cap > 0 then
-      local n = redis.call('ZCARD', KEYS[4 + i])
+      local n = redis.call('ZCARD', KEYS[5 + i])
       if n < cap and (best == nil or n < bestn) then best, bestn = i, n end
     end
   end
@@ -58,7 +77,7 @@ local function pick()
 end
 
 local function grant(id, i)
-  redis.call('ZADD', KEYS[4 + i], now + lease_ttl, id)
+  redis.call('ZADD', KEYS[5 + i], now + lease_ttl, id)
   redis.call('HSET', W, id, 'g|' .. i)
   redis.call('ZADD', A, now + lease_ttl, id)
 end
@@ -109,7 +128,7 @@ local function release(id)
       redis.call('ZREM', Q, string.sub(st, 3))
       was = 1
     else
-      redis.call('ZREM', KEYS[4 + tonumber(string.sub(st, 3))], id)
+      redis.call('ZREM', KEYS[5 + tonumber(string.sub(st, 3))], id)
       was = 2
     end
     redis.call('HDEL', W, id)
@@ -119,12 +138,14 @@ local function release(id)
 end
 """
 
-# ARGV[5]=id ARGV[6]=tenant ARGV[7]=class ARGV[8]=max queue length ARGV[9]=front ('1': a retry)
-# -> {1, upstream index} granted | {2, position} queued | {3} queue full
+# ARGV[8]=id ARGV[9]=tenant ARGV[10]=class ARGV[11]=max queue length ARGV[12]=front ('1': a retry)
+# -> {1, upstream index} granted | {2, position, hold ms left} queued | {3} queue full
+#    | {4, epoch}: nothing done; re-register this gateway's leases (RENEW) in that epoch first
 ADMIT = (
     _PRELUDE
     + """
-local id, tenant, class, maxq, front = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1'
+if known ~= epoch then return {4, epoch} end
+local id, tenant, class, maxq, front = ARGV[8], ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12] == '1'
 release(id)
 reclaim()
 dispatch()
@@ -140,7 +161,7 @@ if not res then
   if not front and redis.call('ZCARD', Q) >= maxq then
     res = {3}
   else
-    res = {2, enqueue(id, tenant, class, front)}
+    res = {2, enqueue(id, tenant, class, front), hold_left}
   end
 end
 touch()
@@ -148,13 +169,13 @@ return res
 """
 )
 
-# ARGV[5..]=ids: forget requests wherever they are (queued or holding a slot), then hand freed
+# ARGV[8..]=ids: forget requests wherever they are (queued or holding a slot), then hand freed
 # capacity to the next waiters. -> {number of ids known, woken}
 RELEASE = (
     _PRELUDE
     + """
 local was = 0
-for k = 5, #ARGV do
+for k = 8, #ARGV do
   if release(ARGV[k]) > 0 then was = was + 1 end
 end
 reclaim()
@@ -164,26 +185,37 @@ return {was, woken}
 """
 )
 
-# ARGV[5..] = ids of this gateway's requests (queued or running): extend their heartbeat and,
-# for running ones, their slot lease. Lost ids (reclaimed, or Redis restarted) are returned.
+# ARGV[8..] = "<id>|<upstream index>" (0: queued) of this gateway's requests: extend their
+# heartbeat and, for running ones, their slot lease. In a new epoch (Redis lost the state) the
+# lease of a running request is re-created. Lost ids (reclaimed, or queued before a restart) are
+# returned, with the epoch and how many other gateways have requests running or queued.
+# -> {epoch, others, lost ids}
 RENEW = (
     _PRELUDE
     + """
+local resync = known ~= epoch
+redis.call('ZREMRANGEBYSCORE', M, '-inf', now)
+if #ARGV >= 8 then redis.call('ZADD', M, now + lease_ttl, me) else redis.call('ZREM', M, me) end
 local lost = {}
-for k = 5, #ARGV do
-  local id = ARGV[k]
+for k = 8, #ARGV do
+  local id, i = string.match(ARGV[k], '^(.*)|(%d+)$')
+  i = tonumber(i)
   local st = redis.call('HGET', W, id)
   if st then
     redis.call('ZADD', A, now + lease_ttl, id)
     if string.sub(st, 1, 2) == 'g|' then
-      redis.call('ZADD', KEYS[4 + tonumber(string.sub(st, 3))], 'XX', now + lease_ttl, id)
+      redis.call('ZADD', KEYS[5 + tonumber(string.sub(st, 3))], 'XX', now + lease_ttl, id)
     end
+  elseif resync and i > 0 and i <= NSLOT then
+    grant(id, i)
   else
     lost[#lost + 1] = id
   end
 end
+local n = redis.call('ZCARD', M)
+if #ARGV >= 8 then n = n - 1 end
 touch()
-return lost
+return {epoch, n, lost}
 """
 )
 

@@ -42,6 +42,9 @@ class GatewaySettings(BaseSettings):
     health_timeout_s: float = Field(default=1.0, gt=0)
     circuit_failures: int = Field(default=3, ge=1)
     circuit_cooldown_s: float = Field(default=5.0, gt=0)
+    progress_timeout_s: float = Field(
+        default=30.0, ge=0, description="streams in flight but no output from an upstream this long: circuit opens"
+    )
     connect_timeout_s: float = Field(default=2.0, gt=0)
     default_priority: int = Field(default=5, ge=0, le=9)
     log_level: str = "info"
@@ -87,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-timeout-s", type=float, help="upstream health probe timeout (default 1)")
     p.add_argument("--circuit-failures", type=int, help="failures in a row that open an upstream's circuit")
     p.add_argument("--circuit-cooldown-s", type=float, help="seconds an open circuit waits before probing")
+    p.add_argument(
+        "--progress-timeout-s",
+        type=float,
+        help="an upstream whose streams all carry nothing this long has its circuit opened (default 30; 0: off)",
+    )
     p.add_argument("--connect-timeout-s", type=float, help="upstream connect timeout (default 2)")
     p.add_argument("--default-priority", type=int, help="priority (0-9, higher first) without a key")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")

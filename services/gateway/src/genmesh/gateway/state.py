@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry  # the asyncio one: redis.retry.Retry would not await, so never retry
 from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from .auth import KeyStore
 from .config import RoutingConfig

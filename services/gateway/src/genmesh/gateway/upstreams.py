@@ -1,8 +1,13 @@
 """The upstream pool of each model: health probes and a circuit breaker per upstream.
 
-Health is this gateway's own view (probes and request failures); it decides which upstreams this
-gateway offers to the admission scripts. The least-in-flight pick itself happens in Redis
-(``scripts.py``), across all replicas.
+Health is this gateway's own view (probes, request failures, and progress); it decides which
+upstreams this gateway offers to the admission scripts. The least-in-flight pick itself happens in
+Redis (``scripts.py``), across all replicas.
+
+Progress: an upstream can pass its health probe while generating nothing (a hung engine whose
+``/health`` has not noticed yet). So the gateway watches the streams it relays: when an upstream
+has streams in flight but none of them has carried a byte for ``progress_timeout_s``, its circuit
+opens as after failures. (Unary replies arrive whole at the end, so they are not watched.)
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class Upstream:
     open_until: float = 0.0
     probed_ok: bool = True
     opened: int = field(default=0)
+    streams: int = 0  # streams this gateway is relaying from it now
+    last_output: float = 0.0  # when one of them last carried output (or the first one began)
 
     @property
     def url(self) -> str:
@@ -49,10 +56,31 @@ class Upstream:
     def record_failure(self, reason: str) -> None:
         self.failures += 1
         if self.failures >= self.threshold and time.monotonic() >= self.open_until:
-            self.open_until = time.monotonic() + self.cooldown_s
-            self.probed_ok = False
-            self.opened += 1
-            log.warning("upstream %s circuit open after %d failures (%s)", self.url, self.failures, reason)
+            self._open(f"after {self.failures} failures ({reason})")
+
+    def _open(self, why: str) -> None:
+        self.open_until = time.monotonic() + self.cooldown_s
+        self.probed_ok = False
+        self.opened += 1
+        log.warning("upstream %s circuit open %s", self.url, why)
+
+    def stream_began(self) -> None:
+        if self.streams == 0:
+            self.last_output = time.monotonic()
+        self.streams += 1
+
+    def stream_output(self) -> None:
+        self.last_output = time.monotonic()
+
+    def stream_ended(self) -> None:
+        self.streams -= 1
+
+    def check_progress(self, timeout_s: float) -> None:
+        """Open the circuit if streams are in flight but none has carried output for ``timeout_s``."""
+        now = time.monotonic()
+        silent = now - self.last_output
+        if timeout_s > 0 and self.streams and silent >= timeout_s and now >= self.open_until:
+            self._open(f"after {silent:.0f} s without output on any of its {self.streams} stream(s)")
 
 
 class Pool:
@@ -79,6 +107,8 @@ class Pool:
 
     async def probe_forever(self, client: httpx.AsyncClient) -> None:
         while True:
+            for up in (u for pool in self.models.values() for u in pool):
+                up.check_progress(self.settings.progress_timeout_s)
             await self.probe_all(client)
             await asyncio.sleep(self.settings.health_interval_s)
 

@@ -9,7 +9,7 @@ import contextvars
 import logging
 import uuid
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -121,12 +121,31 @@ class RequestIdMiddleware:
             request_id_var.reset(token)
 
 
-def serve(app: ASGIApp, host: str, port: int, log_level: str) -> None:
+class ShutdownSwitch:
+    """Lets a service stop its own server with an exit status, for a fault only a fresh process
+    cures (the native launcher, compose or Kubernetes then starts it again)."""
+
+    def __init__(self) -> None:
+        self.exit_code = 0
+        self._server: Any = None
+
+    def attach(self, server: Any) -> None:
+        self._server = server
+
+    def stop(self, exit_code: int) -> None:
+        """Shut down gracefully (lifespan clean-up runs), then exit with ``exit_code``."""
+        self.exit_code = exit_code
+        if self._server is not None:
+            self._server.should_exit = True
+
+
+def serve(app: ASGIApp, host: str, port: int, log_level: str, switch: ShutdownSwitch | None = None) -> int:
     """Run a genmesh service with uvicorn: our JSON log handler (uvicorn's loggers propagate to
-    it), no uvicorn access log (services log their own), a bounded graceful shutdown."""
+    it), no uvicorn access log (services log their own), a bounded graceful shutdown. Returns the
+    exit status: 0, or what ``switch.stop`` asked for."""
     import uvicorn
 
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -135,6 +154,11 @@ def serve(app: ASGIApp, host: str, port: int, log_level: str) -> None:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
+    server = uvicorn.Server(config)
+    if switch is not None:
+        switch.attach(server)
+    server.run()
+    return switch.exit_code if switch is not None else 0
 
 
 class RequestIdLogFilter(logging.Filter):

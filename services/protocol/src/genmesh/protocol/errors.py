@@ -70,8 +70,10 @@ def model_not_found(model: str) -> OpenAIError:
     )
 
 
-def service_unavailable(message: str, code: str = "service_unavailable") -> OpenAIError:
-    return OpenAIError(message, status=503, type="service_unavailable_error", code=code)
+def service_unavailable(message: str, code: str = "service_unavailable", retry_after_s: int = 1) -> OpenAIError:
+    """A 503, always with ``Retry-After`` (whole seconds, at least 1): the client may come back then."""
+    headers = {"Retry-After": str(max(1, retry_after_s))}
+    return OpenAIError(message, status=503, type="service_unavailable_error", code=code, headers=headers)
 
 
 def internal_error(message: str) -> OpenAIError:

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from genmesh.protocol import ModelCard, ModelList
 
+from ..registry import ModelRegistry
 from .responding import registry
 
 router = APIRouter()
@@ -17,13 +18,17 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request, model: str | None = None) -> JSONResponse:
-    """200 when every served model (or the one ``?model=`` names) is AVAILABLE: loaded, its
-    engine loop alive. Otherwise 503 with each unavailable model's reason."""
+    """Readiness: 200 when every served model (or the one ``?model=`` names) is AVAILABLE: loaded,
+    its engine loop alive. Otherwise 503 with each unavailable model's reason (``restarting``
+    while a dead or hung core is being replaced). ``live`` is the process's liveness, as
+    ``/health/live`` reports it."""
     models = registry(request)
     chosen = [models.lookup(model)] if model is not None else models.all()
     states = {m.name: m.status().state for m in chosen}
     down = {m.name: m.unavailable_reason() for m in chosen if not m.status().available}
-    body: dict[str, Any] = {"status": "ok" if not down else "unavailable"}
+    restarting = [m.name for m in chosen if m.state is not None and m.state.core.restarting]
+    status = "ok" if not down else ("restarting" if len(restarting) == len(down) else "unavailable")
+    body: dict[str, Any] = {"status": status, "live": _live(models)}
     if len(chosen) == 1:
         body["model"] = chosen[0].name
     body["models"] = states
@@ -31,7 +36,20 @@ async def health(request: Request, model: str | None = None) -> JSONResponse:
         return JSONResponse(body)
     reasons = [f"{name}: {why}" for name, why in down.items()] if len(chosen) > 1 else list(down.values())
     body["reason"] = "; ".join(reasons)
-    return JSONResponse(body, status_code=503)
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+
+def _live(models: ModelRegistry) -> bool:
+    """False once a model's core supervisor gave up: the server is about to exit and be restarted."""
+    return not any(m.state is not None and m.state.core.failed is not None for m in models.all())
+
+
+@router.get("/health/live")
+async def live(request: Request) -> JSONResponse:
+    """Liveness: 200 while the process serves or heals itself (a core being replaced included);
+    503 once it has given up on a model and is exiting."""
+    ok = _live(registry(request))
+    return JSONResponse({"status": "alive" if ok else "exiting"}, status_code=200 if ok else 503)
 
 
 async def models(request: Request) -> Response:

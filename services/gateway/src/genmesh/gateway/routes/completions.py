@@ -231,6 +231,8 @@ class _Exchange:
             relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)
         try:
             headers = response_headers(resp)
+            if resp.status in (429, 503) and resp.header(b"retry-after") is None:
+                headers.append((b"retry-after", b"%d" % route.retry_after_s))
             headers += [
                 (b"x-queue-position", b"%d" % ticket.position),
                 (b"x-queue-wait-ms", b"%d" % int(ticket.waited_s() * 1000)),
@@ -239,11 +241,15 @@ class _Exchange:
             ]
             await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
             async for chunk in relay:
+                if stream:
+                    up.stream_output()
                 await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
             self.finished = True
             await self.send({"type": "http.response.body", "body": b""})
             completed = True
         finally:
+            if stream:
+                up.stream_ended()  # watched since _connect sent it
             if completed:
                 resp.close()
                 await self._finish(key, ticket, resp, out, up.name, completed=True)
@@ -291,9 +297,16 @@ class _Exchange:
             up = st.pool.upstreams(route)[idx]
             sent_at = time.monotonic()
             wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
+            if stream:
+                up.stream_began()  # the upstream's progress is watched from here (upstreams.py)
             try:
-                async with asyncio.timeout(wait_s):
-                    resp = await st.upstream.post(up.url, self.path, send_body, headers)
+                try:
+                    async with asyncio.timeout(wait_s):
+                        resp = await st.upstream.post(up.url, self.path, send_body, headers)
+                except BaseException:
+                    if stream:
+                        up.stream_ended()
+                    raise
             except UpstreamConnectError as exc:
                 up.record_failure(type(exc).__name__)
                 await st.admission.release(ticket)

@@ -22,7 +22,9 @@ async def health() -> JSONResponse:
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
     ok, detail = await gateway(request).ready()
-    return JSONResponse({"status": "ready" if ok else "not_ready", **detail}, status_code=200 if ok else 503)
+    if ok:
+        return JSONResponse({"status": "ready", **detail})
+    return JSONResponse({"status": "not_ready", **detail}, status_code=503, headers={"Retry-After": "1"})
 
 
 @router.get("/metrics")
@@ -35,6 +37,7 @@ async def metrics(request: Request) -> Response:
         for (model, up), n in (await st.admission.in_flight()).items():
             m.in_flight.labels(model, up).set(n)
     for model, pool in st.pool.models.items():
+        m.peers.labels(model).set(st.admission.peers(model))
         for u in pool:
             m.healthy.labels(model, u.name).set(1 if u.available() else 0)
     return Response(m.render(), media_type=CONTENT_TYPE_LATEST)

@@ -31,7 +31,9 @@ async def ready(request: Request) -> JSONResponse:
     """Readiness: 200 when the engine's ``/health`` answers 200 (cached ``ready_cache_ttl_s``), else 503."""
     st = state_of(request)
     result = await st.readiness.check()
-    return JSONResponse(result.body(st.readiness.clock()), status_code=200 if result.ready else 503)
+    if result.ready:
+        return JSONResponse(result.body(st.readiness.clock()))
+    return JSONResponse(result.body(st.readiness.clock()), status_code=503, headers={"Retry-After": "1"})
 
 
 @router.get("/v1/models", response_model=None)

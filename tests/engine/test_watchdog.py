@@ -1,0 +1,70 @@
+"""The core watchdog's judgement (progress, not liveness) and the restart policy's back-off and cap."""
+
+from __future__ import annotations
+
+from genmesh.engine.supervisor import RestartPolicy
+from genmesh.engine.watchdog import ProgressWatch, Sample
+
+
+def sample(steps: int, tokens: int, in_flight: int, silent_s: float = 0.0, unread: bool = False) -> Sample:
+    return Sample(steps, tokens, in_flight, silent_s, unread)
+
+
+def test_busy_without_progress_is_hung_only_after_the_timeout() -> None:
+    w = ProgressWatch(30)
+    assert w.check(0, sample(10, 100, 4)) is None
+    assert w.check(29, sample(10, 100, 4, silent_s=0.5)) is None
+    hung = w.check(30, sample(10, 100, 4, silent_s=0.5))
+    assert hung is not None
+    assert "no progress for 30 s with 4 request(s) in flight" in hung
+
+
+def test_progress_resets_the_clock() -> None:
+    w = ProgressWatch(30)
+    w.check(0, sample(10, 100, 4))
+    assert w.check(25, sample(11, 100, 4)) is None  # a step (a prefill chunk) is progress
+    assert w.check(50, sample(11, 101, 4)) is None  # so is a token
+    assert w.check(79, sample(11, 101, 4)) is None
+    assert w.check(80, sample(11, 101, 4)) is not None
+
+
+def test_idle_is_not_hung_but_silence_is() -> None:
+    w = ProgressWatch(30)
+    w.check(0, sample(5, 5, 0))
+    assert w.check(500, sample(5, 5, 0, silent_s=0.9)) is None  # idle, heartbeats arriving
+    # work arrives after a long idle spell: the clock starts when the work does
+    assert w.check(501, sample(5, 5, 1, silent_s=0.9)) is None
+    assert w.check(530, sample(5, 5, 1, silent_s=0.9)) is None
+    assert w.check(531, sample(5, 5, 1, silent_s=0.9)) is not None
+    idle = ProgressWatch(30)
+    idle.check(0, sample(5, 5, 0))
+    hung = idle.check(40, sample(5, 5, 0, silent_s=31))
+    assert hung is not None
+    assert "no word" in hung
+
+
+def test_unread_output_means_the_api_process_lags_not_the_core() -> None:
+    w = ProgressWatch(30)
+    w.check(0, sample(1, 1, 2))
+    assert w.check(40, sample(1, 1, 2, silent_s=40, unread=True)) is None
+    assert w.check(60, sample(1, 1, 2, silent_s=60)) is not None
+
+
+def test_zero_turns_the_watchdog_off() -> None:
+    w = ProgressWatch(0)
+    w.check(0, sample(1, 1, 2))
+    assert w.check(10_000, sample(1, 1, 2, silent_s=10_000)) is None
+
+
+def test_restart_back_off_doubles_and_the_cap_counts_per_window() -> None:
+    p = RestartPolicy(backoff_s=1, backoff_max_s=5, limit=4, window_s=100)
+    assert [p.next_delay(t) for t in (0, 1, 2, 3)] == [1, 2, 4, 5]
+    assert p.next_delay(4) is None  # a fifth restart within 100 s: give up
+    assert p.next_delay(100.5) == 5  # the first restart has left the window
+    fresh = RestartPolicy(backoff_s=1, backoff_max_s=30, limit=5, window_s=10)
+    assert fresh.next_delay(0) == 1
+    assert fresh.next_delay(20) == 1  # the window emptied: back to the short back-off
+
+
+def test_a_zero_limit_never_restarts() -> None:
+    assert RestartPolicy(1, 30, 0, 600).next_delay(0) is None

@@ -1,0 +1,122 @@
+"""Recovery: exact capacity across a Redis restart (one gateway, and two), an upstream that accepts
+streams but sends nothing gets its circuit opened, and every 503 the gateway relays has Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from support.servers import free_port, metric_value
+
+
+@pytest.fixture
+def own_redis(helpers: Any, tmp_path: Path) -> Iterator[Any]:
+    """A Redis of the test's own, restarted empty (no persistence) when the test says."""
+    server = helpers.RedisServer(free_port(), tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> int:
+    async with client.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+        async for _ in r.aiter_bytes():
+            pass
+        return r.status_code
+
+
+async def _until(check: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def _across_a_restart(gateways: list[Any], fake: Any, helpers: Any, redis: Any) -> list[int]:
+    """One long stream through the last gateway, Redis restarted empty, then 4 requests through the first."""
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=20)) as client:
+        long = asyncio.create_task(_stream(client, gateways[-1].url, helpers.chat("m", "long", 300, stream=True)))
+        await _until(lambda: fake.stats()["in_flight"] == 1, 10, "the long stream to start")
+        redis.stop()
+        redis.start()
+        burst = [_stream(client, gateways[0].url, helpers.chat("m", f"b{i}", 20, stream=True)) for i in range(4)]
+        statuses = await asyncio.gather(*burst)
+        statuses.append(await long)
+    return statuses
+
+
+async def test_a_redis_restart_does_not_over_admit(start_gateway: Any, fake: Any, helpers: Any, own_redis: Any) -> None:
+    models = {"m": helpers.model_config(fake.url, max_concurrency=2, max_queue_length=50, max_queue_wait_s=30)}
+    gw = start_gateway(models, "--redis-timeout-s", "1", redis_url=own_redis.url)
+    statuses = await _across_a_restart([gw], fake, helpers, own_redis)
+    assert statuses == [200] * 5
+    # the running stream's lease was re-created before anything else was admitted: never 3 at once
+    assert fake.stats()["max_in_flight"] == 2
+    assert fake.stats()["completed"] == 5
+
+
+async def test_a_redis_restart_waits_for_other_gateways_to_re_register(
+    start_gateway: Any, fake: Any, helpers: Any, own_redis: Any
+) -> None:
+    models = {"m": helpers.model_config(fake.url, max_concurrency=2, max_queue_length=50, max_queue_wait_s=30)}
+    a = start_gateway(models, "--redis-timeout-s", "1", redis_url=own_redis.url)
+    b = start_gateway(models, "--redis-timeout-s", "1", redis_url=own_redis.url)
+    queue = helpers.KeySpace().model("m", []).queue
+    async with httpx.AsyncClient() as client:
+        long = asyncio.create_task(_stream(client, b.url, helpers.chat("m", "long", 300, stream=True)))
+        # gateway A has seen, at a renewal, that B runs a request of model m
+        await _until(lambda: metric_value(a.url, "genmesh_gateway_peers") == 1, 10, "A to see B")
+        b.proc.send_signal(signal.SIGSTOP)  # B cannot re-register its lease until it is let go
+        try:
+            own_redis.stop()
+            own_redis.start()
+            bodies = [helpers.chat("m", f"b{i}", 20, stream=True) for i in range(4)]
+            burst = [asyncio.create_task(_stream(client, a.url, body)) for body in bodies]
+            # A holds its grants (half a lease time) instead of handing out B's slot
+            await _until(lambda: own_redis.client().zcard(queue) == 4, 10, "A's requests to wait")
+        finally:
+            b.proc.send_signal(signal.SIGCONT)
+        statuses = [*await asyncio.gather(*burst), await long]
+    assert statuses == [200] * 5
+    assert fake.stats()["max_in_flight"] == 2  # B re-registered within the hold: never 3 at once
+
+
+async def test_an_upstream_that_sends_nothing_has_its_circuit_opened(
+    start_gateway: Any, fake: Any, helpers: Any
+) -> None:
+    models = {"m": helpers.model_config(fake.url, max_concurrency=4, retry_after_s=2)}
+    gw = start_gateway(models, "--progress-timeout-s", "1")
+    fake.hold(True)  # requests are accepted and then nothing comes back
+    async with httpx.AsyncClient() as client:
+        held = asyncio.create_task(_stream(client, gw.url, helpers.chat("m", "held", 3, stream=True)))
+        await _until(lambda: fake.stats()["in_flight"] == 1, 10, "the request to reach the upstream")
+        up = f'genmesh_gateway_upstream_available{{model="m",upstream="{helpers.upstream_name(fake.url)}"}}'
+        await _until(lambda: up + " 0.0" in httpx.get(gw.url + "/metrics").text, 10, "the circuit to open")
+        r = await client.post(gw.url + "/v1/chat/completions", json=helpers.chat("m", "refused"), timeout=10)
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "no_healthy_upstream"
+        assert r.headers["retry-after"] == "2"
+        fake.hold(False)
+        assert await held == 200
+        await _until(lambda: httpx.get(gw.url + "/ready").status_code == 200, 10, "the circuit to close again")
+        after = await client.post(gw.url + "/v1/chat/completions", json=helpers.chat("m", "after"), timeout=10)
+        assert after.status_code == 200
+
+
+def test_relayed_503_gets_retry_after(start_gateway: Any, fake: Any, helpers: Any) -> None:
+    gw = start_gateway({"m": helpers.model_config(fake.url, retry_after_s=4)})
+    fake.control(fail_status=503)
+    r = httpx.post(gw.url + "/v1/chat/completions", json=helpers.chat("m"), timeout=10)
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "4"
+    fake.control(fail_status=429)
+    r = httpx.post(gw.url + "/v1/chat/completions", json=helpers.chat("m"), timeout=10)
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "4"

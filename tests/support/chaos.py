@@ -1,0 +1,251 @@
+"""Tools of the chaos suite (tests/chaos): clients with deadlines, the engine's in-flight gauge
+watched throughout, recovery timed, and every figure kept for the summary ``make chaos`` prints.
+
+Everything here talks to loopback only. ``GENMESH_CHAOS=full`` (``make chaos``) runs the suite
+as the issue's "Done when" states it (32 streams, the default 30 s watchdog); otherwise it runs
+the fast form that ``make test`` includes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from support.mesh import Mesh
+from support.servers import MODEL_NAME
+
+FULL = os.environ.get("GENMESH_CHAOS", "") == "full"
+SLOTS = 32 if FULL else 8  # the gateway's slots on the one upstream: the engine must never hold more
+WATCHDOG_S = 30.0 if FULL else 4.0  # the engine's and the gateway's progress timeouts (30 s is the default)
+CLIENT_DEADLINE_S = 180.0  # no client may wait longer than this for anything
+FIGURES: list[tuple[str, str, float, str]] = []  # scenario, what, value, limit
+ADMIN_KEY = "chaos-admin-key"
+
+
+@dataclass
+class Chaos:
+    """The session's mesh, its private Redis's data folder, and the API key its clients use."""
+
+    mesh: Mesh
+    redis_dir: Path
+    key: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    @property
+    def gateway(self) -> str:
+        return self.mesh.url("gateway")
+
+    @property
+    def engine(self) -> str:
+        return self.mesh.url("engine")
+
+    @property
+    def microservice(self) -> str:
+        return self.mesh.url("microservice")
+
+
+def record(scenario: str, what: str, value: float, limit: str = "") -> float:
+    FIGURES.append((scenario, what, value, limit))
+    return value
+
+
+def long_body(max_tokens: int = 2000) -> dict[str, Any]:
+    return {
+        "model": MODEL_NAME,
+        "messages": [{"role": "user", "content": "Tell me a very long story."}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+
+SHORT = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+@dataclass
+class StreamResult:
+    started: float
+    ended: float = 0.0
+    status: int | None = None
+    chunks: int = 0
+    done: bool = False
+    error: dict[str, Any] | None = None
+    error_at: float | None = None
+    failure: str | None = None  # a transport failure (the connection was cut)
+    hung: bool = False  # still waiting at its deadline
+
+
+async def stream_once(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> StreamResult:
+    res = StreamResult(time.monotonic())
+    try:
+        async with asyncio.timeout(CLIENT_DEADLINE_S):
+            async with client.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as r:
+                res.status = r.status_code
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    if line == "data: [DONE]":
+                        res.done = True
+                        continue
+                    obj = json.loads(line[6:])
+                    if "error" in obj:
+                        res.error, res.error_at = obj["error"], time.monotonic()
+                    else:
+                        res.chunks += 1
+    except TimeoutError:
+        res.hung = True
+    except httpx.HTTPError as exc:
+        res.failure = type(exc).__name__
+    res.ended = time.monotonic()
+    return res
+
+
+def in_flight(metrics_text: str) -> int:
+    """Requests in the engine: running plus waiting, from its own gauges."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith(("genmesh_engine_requests_running{", "genmesh_engine_requests_waiting{")):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+@dataclass
+class GaugeWatch:
+    """Samples the engine's in-flight gauge every 50 ms for as long as the scenario runs."""
+
+    engine_url: str
+    peak: int = 0
+    last: int = 0
+    samples: int = 0
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    async def _run(self, client: httpx.AsyncClient) -> None:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                r = await client.get(self.engine_url + "/metrics", timeout=2)
+                self.last = in_flight(r.text)
+                self.peak = max(self.peak, self.last)
+                self.samples += 1
+            await asyncio.sleep(0.05)
+
+    def start(self, client: httpx.AsyncClient) -> None:
+        self._task = asyncio.create_task(self._run(client))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> float:
+    """Poll ``check`` (sync or async) until it is truthy; return when it was (monotonic)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        await asyncio.sleep(every_s)
+
+
+@dataclass
+class Load:
+    """Long streams through the gateway (or another hop) while a fault is injected."""
+
+    client: httpx.AsyncClient
+    gauge: GaugeWatch
+    tasks: list[asyncio.Task[StreamResult]] = field(default_factory=list)
+
+    def add(self, url: str, n: int, headers: dict[str, str], body: dict[str, Any] | None = None) -> None:
+        for _ in range(n):
+            self.tasks.append(asyncio.create_task(stream_once(self.client, url, body or long_body(), headers)))
+
+    async def fill(self, url: str, n: int, headers: dict[str, str]) -> None:
+        """``n`` long streams through ``url``, returning once the engine holds them all."""
+        self.add(url, n, headers)
+        await self.running(n)
+
+    async def running(self, n: int, timeout_s: float = 120) -> None:
+        """Wait until the engine holds ``n`` requests (so every stream has reached it)."""
+        await until(lambda: self.gauge.last >= n, timeout_s, f"{n} requests in the engine")
+
+    async def results(self, timeout_s: float = CLIENT_DEADLINE_S + 10) -> list[StreamResult]:
+        done, _ = await asyncio.wait(self.tasks, timeout=timeout_s)
+        assert len(done) == len(self.tasks), "a client outlived its own deadline"
+        return [t.result() for t in self.tasks]
+
+    async def cancel(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def load(engine_url: str) -> AsyncIterator[Load]:
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(CLIENT_DEADLINE_S)) as client:
+        gauge = GaugeWatch(engine_url)
+        gauge.start(client)
+        ld = Load(client, gauge)
+        try:
+            yield ld
+        finally:
+            await ld.cancel()
+            await gauge.stop()
+
+
+async def serves(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
+    """One short request (a probe); a transport failure reads as a 599 reply."""
+    try:
+        return await client.post(url + "/v1/chat/completions", json=SHORT, headers=headers, timeout=30)
+    except httpx.HTTPError:
+        return httpx.Response(599)
+
+
+async def until_serving(client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float) -> float:
+    """Probe every 0.2 s until a short request gets 200; return when (monotonic)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = await serves(client, url, headers)
+        if r.status_code == 200:
+            return time.monotonic()
+        assert r.status_code != 401, "the API key was lost"
+        assert time.monotonic() < deadline, f"not serving {timeout_s:.0f} s later (last status {r.status_code})"
+        await asyncio.sleep(0.2)
+
+
+async def new_key(client: httpx.AsyncClient, gateway: str) -> str:
+    """An API key made through the admin endpoint (503 while Redis is away: asked again)."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = await client.post(
+            gateway + "/admin/keys", json={"tenant": "chaos"}, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        )
+        if r.status_code == 201:
+            key: str = r.json()["api_key"]
+            return key
+        assert time.monotonic() < deadline, r.text
+        await asyncio.sleep(0.2)
+
+
+def others_untouched(before: dict[str, int], after: dict[str, int], killed: str) -> None:
+    """The killed component has a new process; every other one still has its old process."""
+    assert after[killed] != before[killed], f"{killed} was not restarted"
+    assert {k: v for k, v in after.items() if k != killed} == {k: v for k, v in before.items() if k != killed}

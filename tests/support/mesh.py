@@ -1,0 +1,142 @@
+"""The whole mesh as ``make run`` starts it (scripts/launch_mesh.py), on free loopback ports.
+
+Its processes are found as the launcher's descendants, by their command line: tests signal only
+processes they started (the launcher and what it started), never anything found by name alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT, free_port, wait_until
+
+MARKERS = {
+    "redis": "redis-server",
+    "engine": "genmesh-engine",
+    "microservice": "genmesh-microservice",
+    "gateway": "genmesh-gateway",
+}
+
+
+@dataclass
+class Mesh:
+    proc: subprocess.Popen[str]
+    lines: list[str]
+    ports: dict[str, int]
+    run_dir: Path
+    _reader: threading.Thread | None = field(default=None, repr=False)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports['redis']}/0"
+
+    def output(self, last: int = 40) -> str:
+        return "".join(self.lines[-last:])
+
+    def process(self, name: str) -> psutil.Process:
+        """The launcher's live child running component ``name`` (redis, engine, microservice, gateway)."""
+        marker = MARKERS[name]
+        found = []
+        for child in psutil.Process(self.proc.pid).children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and any(marker in part for part in child.cmdline()):
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                continue
+        assert len(found) == 1, f"{name}: {found}\n{self.output()}"
+        return found[0]
+
+    def engine_core(self) -> psutil.Process:
+        """The engine API process's engine-core child (a multiprocessing spawn)."""
+        cores = []
+        for child in self.process("engine").children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                    cores.append(child)
+            except psutil.NoSuchProcess:
+                continue
+        assert len(cores) == 1, cores
+        return cores[0]
+
+    def pids(self) -> dict[str, int]:
+        return {name: self.process(name).pid for name in MARKERS}
+
+    def stop(self, timeout_s: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def _read(stream: object, lines: list[str]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        lines.append(line)
+
+
+def launch(
+    run_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    engine_args: Sequence[str] = (),
+    gateway_slots: int | None = None,
+) -> Mesh:
+    """Start the launcher; ``gateway_slots``: route the model through the microservice with this many slots."""
+    ports = {name: free_port() for name in ("engine", "microservice", "gateway", "redis")}
+    if gateway_slots is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config = run_dir / "chaos-gateway.yaml"
+        upstream = {"url": f"http://127.0.0.1:{ports['microservice']}", "health_path": "/v1/ready"}
+        route = {"upstreams": [{**upstream, "name": "microservice", "max_concurrency": gateway_slots}]}
+        config.write_text(json.dumps({"models": {MODEL_NAME: {**route, "max_queue_wait_s": 120}}}))
+        extra = ("--gateway-config", str(config), *extra)
+    argv = [
+        sys.executable,
+        str(ROOT / "scripts" / "launch_mesh.py"),
+        "--model", str(DEFAULT_MODEL),
+        "--served-model-name", MODEL_NAME,
+        "--engine-port", str(ports["engine"]),
+        "--microservice-port", str(ports["microservice"]),
+        "--gateway-port", str(ports["gateway"]),
+        "--redis-url", f"redis://127.0.0.1:{ports['redis']}/0",
+        "--run-dir", str(run_dir),
+        "--engine-arg=--cache-size=1",
+        *(f"--engine-arg={arg}" for arg in engine_args),
+        *extra,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=_read, args=(proc.stdout, lines), daemon=True)
+    reader.start()
+    return Mesh(proc, lines, ports, run_dir, reader)
+
+
+def wait_up(mesh: Mesh, timeout_s: float = 240) -> None:
+    def up() -> bool:
+        assert mesh.proc.poll() is None, mesh.output(30)
+        return any("the mesh is up" in line for line in mesh.lines)
+
+    wait_until(up, timeout_s, interval_s=0.2, what="the mesh to come up")
