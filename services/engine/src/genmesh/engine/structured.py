@@ -104,7 +104,12 @@ def _sources(req: GuidedFields) -> list[Source]:
 def _named(prefix: str, *values: Any) -> list[Source]:
     """vLLM's four kinds of constraint (json, regex, choice, grammar, in that order), under
     ``structured_outputs.`` or as ``guided_*`` fields."""
-    kinds = (("json", _schema), ("regex", _regex), ("choice", _choice), ("grammar", _ebnf))
+    kinds: tuple[tuple[str, Callable[[Any], Build]], ...] = (
+        ("json", _schema),
+        ("regex", _regex),
+        ("choice", _choice),
+        ("grammar", _ebnf),
+    )
     pairs = zip(kinds, values, strict=True)
     return [(prefix + kind, make(value)) for (kind, make), value in pairs if value is not None]
 
