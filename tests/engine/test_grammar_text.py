@@ -8,11 +8,12 @@ import re
 
 import pytest
 
-from genmesh.engine.grammar import GrammarError, choice_grammar, parse_ebnf, regex_grammar
+from genmesh.engine.grammar import GrammarError, GrammarLimits, choice_grammar, parse_ebnf, regex_grammar
 from genmesh.engine.grammar.ebnf import Chars, Grammar, Lit, Ref, Repeat, alt, seq
 from genmesh.engine.grammar.regex import regex_expr
 from support.grammar_walk import matches, sample
 
+LIMITS = GrammarLimits()
 PATTERNS = [
     r"^[A-Z][a-z]{2,8}$",
     r"\d{3}-\d{4}",
@@ -29,7 +30,7 @@ PATTERNS = [
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_raw_regex_samples_match_the_pattern(pattern: str) -> None:
-    g = regex_grammar(pattern)
+    g = regex_grammar(pattern, LIMITS)
     rng = random.Random(pattern)
     for _ in range(200):
         text = sample(g, rng)
@@ -39,7 +40,7 @@ def test_raw_regex_samples_match_the_pattern(pattern: str) -> None:
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_json_string_regex_samples_decode_to_a_match(pattern: str) -> None:
     g = Grammar()
-    g.add("root", seq(Lit('"'), regex_expr(pattern, json=True), Lit('"')))
+    g.add("root", seq(Lit('"'), regex_expr(pattern, json=True, max_repeat=LIMITS.max_repeat), Lit('"')))
     rng = random.Random(pattern)
     for _ in range(200):
         text = sample(g, rng)
@@ -48,21 +49,21 @@ def test_json_string_regex_samples_decode_to_a_match(pattern: str) -> None:
 
 
 def test_classes_follow_json_schema_not_python() -> None:
-    space = regex_grammar(r"\s")
+    space = regex_grammar(r"\s", LIMITS)
     assert all(matches(space, c) for c in (" ", "\t", "\n", "\u2028", "\u00a0"))
     assert not matches(space, "a")
-    word = regex_grammar(r"\w")
+    word = regex_grammar(r"\w", LIMITS)
     assert matches(word, "_")
     assert not matches(word, "ß")  # ECMA-262: \w is ASCII
-    assert not matches(regex_grammar(r"\d"), "٣")
+    assert not matches(regex_grammar(r"\d", LIMITS), "٣")
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"a(?=b)", r"(?<!x)y", r"(a)\1", r"\bword", r"(?i)abc", r"x^y", r"[", r"a{3,2}", r"a{20000}"]
+    "pattern", [r"a(?=b)", r"(?<!x)y", r"(a)\1", r"\bword", r"(?i)abc", r"x^y", r"[", r"a{3,2}", r"a{257}"]
 )
 def test_unsupported_regexes_are_refused(pattern: str) -> None:
     with pytest.raises(GrammarError):
-        regex_grammar(pattern)
+        regex_grammar(pattern, LIMITS)
 
 
 def test_choices_are_exact() -> None:
@@ -86,11 +87,11 @@ cond ::= col " = " ( [0-9]+ | "'" [^'\\n]* "'" )
 
 
 def test_a_client_grammar_is_read_checked_and_written_back() -> None:
-    g = parse_ebnf(SQL)
+    g = parse_ebnf(SQL, LIMITS.max_repeat)
     assert matches(g, "SELECT a, b FROM t WHERE a = 'x y'")
     assert matches(g, "SELECT * FROM s.t")
     assert not matches(g, "SELECT FROM t")
-    again = parse_ebnf(g.render())
+    again = parse_ebnf(g.render(), LIMITS.max_repeat)
     assert again.rules == g.rules
 
 
@@ -109,12 +110,13 @@ def test_a_client_grammar_is_read_checked_and_written_back() -> None:
         ('root ::= "a"\nroot ::= "b"', "twice"),
         ('root ::= "\\q"', "invalid escape"),
         ('root ::= "a"{5,2}', "nothing"),
+        ('root ::= "a"{0,257}', "--structured-max-repeat"),
         ("", "expected a rule"),
     ],
 )
 def test_bad_client_grammars_are_refused_with_the_reason(text: str, message: str) -> None:
     with pytest.raises(GrammarError) as err:
-        parse_ebnf(text)
+        parse_ebnf(text, LIMITS.max_repeat)
     assert message in err.value.message
 
 
@@ -125,17 +127,17 @@ def test_the_writer_escapes_everything_it_writes() -> None:
     g.add("x", alt(Lit(""), Chars(((0x00, 0x1F), (0x5B, 0x5E)), negated=True)))
     text = g.render()
     assert text.isascii()
-    assert parse_ebnf(text).rules == g.rules
+    assert parse_ebnf(text, LIMITS.max_repeat).rules == g.rules
 
 
 def _parses_or_refuses(text: str) -> bool:
     """Parse ``text``: a grammar that writes back to itself, or a GrammarError; nothing else."""
     try:
-        g = parse_ebnf(text)
+        g = parse_ebnf(text, LIMITS.max_repeat)
     except GrammarError:
         return False
     written = g.render()
-    assert parse_ebnf(written).render() == written
+    assert parse_ebnf(written, LIMITS.max_repeat).render() == written
     return True
 
 

@@ -6,6 +6,7 @@ from support.gateway_helpers import (  # noqa: F401  (fixtures are found by name
     fake_upstream,
     gw,
     helpers,
+    mesh_microservice,
     redis_server,
     shared_gateway,
     start_gateway,

@@ -3,37 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
-import pytest
 
 from support.servers import (
     GENMESH_ENGINE_ONLY,
     MODEL_NAME,
     Server,
     engine_running,
-    free_port,
-    start_server,
     wait_until,
 )
-
-
-@pytest.fixture(scope="module")
-def mesh_microservice(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    port = free_port()
-    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
-    argv += ["--model-id", MODEL_NAME]
-    log_dir: Path = tmp_path_factory.mktemp("mesh-microservice")
-    server = start_server(
-        "microservice", argv, port, log_dir, health_path="/v1/health_check", env={"OPENAI_API_KEY": ""}
-    )
-    yield server
-    server.stop()
 
 
 def _running(engine_url: str) -> float:

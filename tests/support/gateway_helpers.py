@@ -24,7 +24,7 @@ import yaml
 from genmesh.gateway.keys import KeySpace
 
 __all__ = ["KeySpace"]
-from support.servers import Server, free_port, start_server, wait_until
+from support.servers import MODEL_NAME, Server, free_port, start_server, wait_until
 
 ADMIN_KEY = "test-admin-key"
 LEASE_TTL_S = 2.0
@@ -181,6 +181,20 @@ def start_gateway(tmp_path: Path, redis_server: RedisServer) -> Iterator[StartGa
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def mesh_microservice(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A microservice in front of the session's real engine, for gateway tests of the whole mesh."""
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
+    argv += ["--model-id", MODEL_NAME]
+    log_dir: Path = tmp_path_factory.mktemp("mesh-microservice")
+    server = start_server(
+        "microservice", argv, port, log_dir, health_path="/v1/health_check", env={"OPENAI_API_KEY": ""}
+    )
+    yield server
+    server.stop()
 
 
 SHARED_MODELS = {

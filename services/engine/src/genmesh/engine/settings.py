@@ -41,6 +41,8 @@ class EngineSettings(BaseSettings):
     stall_timeout_s: float = Field(default=60.0, gt=0)
     structured_max_depth: int = Field(default=32, ge=1, le=256)
     structured_max_grammar_bytes: int = Field(default=131072, ge=1024)
+    structured_max_repeat: int = Field(default=256, ge=1, le=100_000)
+    structured_max_items: int = Field(default=4096, ge=1, le=1_000_000)
     structured_free_json_max_string: int = Field(default=256, ge=1, le=100_000)
     structured_free_json_max_key: int = Field(default=64, ge=1, le=10_000)
     structured_free_json_max_items: int = Field(default=16, ge=1, le=10_000)
@@ -110,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--structured-max-grammar-bytes",
         type=int,
         help="largest grammar a structured-output request may compile to, in bytes (default 131072)",
+    )
+    p.add_argument(
+        "--structured-max-repeat",
+        type=int,
+        help="largest string length (minLength/maxLength) or regex/EBNF repetition count a grammar may hold "
+        "(default 256; each count costs compile time inside the engine's step)",
+    )
+    p.add_argument(
+        "--structured-max-items", type=int, help="largest minItems/maxItems a schema may ask for (default 4096)"
     )
     free = "schema-free JSON (json_object mode, values a schema leaves open)"
     p.add_argument("--structured-free-json-max-string", type=int, help=f"{free}: longest string (default 256)")

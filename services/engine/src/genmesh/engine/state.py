@@ -45,7 +45,11 @@ class EngineState:
             max_depth=s.structured_free_json_max_depth,
         )
         return GrammarLimits(
-            max_depth=s.structured_max_depth, max_grammar_bytes=s.structured_max_grammar_bytes, free=free
+            max_depth=s.structured_max_depth,
+            max_grammar_bytes=s.structured_max_grammar_bytes,
+            max_repeat=s.structured_max_repeat,
+            max_items=s.structured_max_items,
+            free=free,
         )
 
     def check_model(self, model: str | None) -> str:

@@ -136,7 +136,7 @@ def _schema(value: Any) -> Build:
 
 
 def _regex(value: str) -> Build:
-    return lambda _limits: regex_grammar(value)
+    return lambda limits: regex_grammar(value, limits)
 
 
 def _choice(value: list[str]) -> Build:
@@ -144,7 +144,7 @@ def _choice(value: list[str]) -> Build:
 
 
 def _ebnf(value: str) -> Build:
-    return lambda _limits: parse_ebnf(value)
+    return lambda limits: parse_ebnf(value, limits.max_repeat)
 
 
 def _render(build: Build, param: str, limits: GrammarLimits) -> str:

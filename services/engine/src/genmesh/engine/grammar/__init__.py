@@ -10,10 +10,10 @@ from .regex import regex_expr
 from .user_ebnf import parse_ebnf
 
 
-def regex_grammar(pattern: str) -> Grammar:
+def regex_grammar(pattern: str, limits: GrammarLimits) -> Grammar:
     """Output that matches ``pattern`` whole."""
     grammar = Grammar()
-    grammar.add("root", regex_expr(pattern, json=False))
+    grammar.add("root", regex_expr(pattern, json=False, max_repeat=limits.max_repeat))
     return grammar
 
 

@@ -106,6 +106,10 @@ class GrammarLimits:
 
     max_depth: int = 32  # schema nesting
     max_grammar_bytes: int = 131072  # the EBNF written
+    # Counted repetitions of characters (string lengths, regex and EBNF counts) cost the grammar
+    # engine compile time per count, inside the engine's step; counted array items do not.
+    max_repeat: int = 256
+    max_items: int = 4096
     free: FreeJsonCaps = field(default_factory=FreeJsonCaps)
 
 
@@ -297,8 +301,8 @@ class _Compiler:
         prefix: Any = schema.get("prefixItems", [])
         if isinstance(items, list):  # draft 4-7 tuples
             prefix, items = items, schema.get("additionalItems", True)
-        low = self._count(schema, "minItems", path) or 0
-        high = self._count(schema, "maxItems", path)
+        low = self._count(schema, "minItems", path, self.limits.max_items, "--structured-max-items") or 0
+        high = self._count(schema, "maxItems", path, self.limits.max_items, "--structured-max-items")
         if schema.get("uniqueItems") is True and (high is None or high > 1):
             raise GrammarError(
                 "'uniqueItems' cannot be enforced by this server's grammar engine", f"{path}.uniqueItems"
@@ -329,8 +333,8 @@ class _Compiler:
         return seq(Lit("["), body if rest_low > 0 else alt(body, EMPTY), Lit("]"))
 
     def string(self, schema: Mapping[str, Any], path: str) -> Expr:
-        low = self._count(schema, "minLength", path) or 0
-        high = self._count(schema, "maxLength", path)
+        low = self._count(schema, "minLength", path, self.limits.max_repeat, "--structured-max-repeat") or 0
+        high = self._count(schema, "maxLength", path, self.limits.max_repeat, "--structured-max-repeat")
         pattern = schema.get("pattern")
         fmt = schema.get("format")
         if pattern is not None or fmt in FORMATS:
@@ -341,7 +345,7 @@ class _Compiler:
                 raise GrammarError("'pattern' must be a string", f"{path}.pattern")
             source = pattern if isinstance(pattern, str) else FORMATS[str(fmt)]
             try:
-                content = regex_expr(source, json=True)
+                content = regex_expr(source, json=True, max_repeat=self.limits.max_repeat)
             except GrammarError as exc:
                 raise GrammarError(exc.message, f"{path}.pattern") from exc
         else:
@@ -409,12 +413,17 @@ class _Compiler:
         except (TypeError, ValueError) as exc:
             raise GrammarError(f"not a JSON value: {exc}", path) from exc
 
-    def _count(self, schema: Mapping[str, Any], key: str, path: str) -> int | None:
+    def _count(self, schema: Mapping[str, Any], key: str, path: str, limit: int, setting: str) -> int | None:
         value = schema.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise GrammarError(f"'{key}' must be a non-negative integer", f"{path}.{key}")
+        if value > limit:
+            raise GrammarError(
+                f"'{key}' is {value}, above this server's limit of {limit} (engine setting {setting})",
+                f"{path}.{key}",
+            )
         return value
 
     def _bounds(self, schema: Mapping[str, Any], path: str) -> tuple[float | None, float | None, bool, bool]:

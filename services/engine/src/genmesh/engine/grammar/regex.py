@@ -19,7 +19,6 @@ from typing import Any
 
 from .ebnf import MAX_CODEPOINT, Chars, Expr, GrammarError, Lit, alt, repeat, seq
 
-MAX_REPEAT_COUNT = 10_000
 Ranges = list[tuple[int, int]]
 
 _SURROGATES = (0xD800, 0xDFFF)
@@ -42,8 +41,9 @@ _JSON_SPECIAL: Ranges = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
 _JSON_SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
 
 
-def regex_expr(pattern: str, json: bool) -> Expr:
-    """The strings ``pattern`` matches whole, as they appear in raw text or inside a JSON string."""
+def regex_expr(pattern: str, json: bool, max_repeat: int) -> Expr:
+    """The strings ``pattern`` matches whole, as they appear in raw text or inside a JSON string;
+    a repetition count above ``max_repeat`` is refused (it costs compile time in the engine's step)."""
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError) as exc:
@@ -51,13 +51,14 @@ def regex_expr(pattern: str, json: bool) -> Expr:
     flags = int(parsed.state.flags)
     if flags & re.IGNORECASE:
         raise GrammarError("case-insensitive patterns are not supported")
-    return _Converter(json, dotall=bool(flags & re.DOTALL)).items(list(parsed), True, True)
+    return _Converter(json, bool(flags & re.DOTALL), max_repeat).items(list(parsed), True, True)
 
 
 class _Converter:
-    def __init__(self, json: bool, dotall: bool) -> None:
+    def __init__(self, json: bool, dotall: bool, max_repeat: int) -> None:
         self.json = json
         self.dotall = dotall
+        self.max_repeat = max_repeat
 
     def items(self, items: list[tuple[Any, Any]], at_start: bool, at_end: bool) -> Expr:
         parts: list[Expr] = []
@@ -85,8 +86,7 @@ class _Converter:
         if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None)):
             low, high, sub = av
             high = None if high is sre.MAXREPEAT else int(high)
-            if low > MAX_REPEAT_COUNT or (high is not None and high > MAX_REPEAT_COUNT):
-                raise GrammarError(f"repetition counts above {MAX_REPEAT_COUNT} are not supported")
+            check_repeat(int(low) if high is None else high, self.max_repeat)
             return repeat(self.items(list(sub), False, False), int(low), high)
         if op is getattr(sre, "ATOMIC_GROUP", None):
             return self.items(list(av), at_start, at_end)
@@ -110,6 +110,14 @@ class _Converter:
         if plain and len(plain) == 1 and plain[0][0] == plain[0][1] and not escaped:
             return Lit(chr(plain[0][0]))
         return alt(*([Chars(tuple(plain))] if plain else []), *escaped)
+
+
+def check_repeat(count: int, max_repeat: int) -> None:
+    if count > max_repeat:
+        raise GrammarError(
+            f"a repetition count of {count} is above this server's limit of {max_repeat} "
+            "(engine setting --structured-max-repeat)"
+        )
 
 
 def _json_escape(cp: int) -> str:

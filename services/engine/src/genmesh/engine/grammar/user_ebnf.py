@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from .ebnf import MAX_CODEPOINT, Chars, Expr, Grammar, GrammarError, Lit, Ref, alt, repeat, seq
-from .regex import MAX_REPEAT_COUNT
+from .regex import check_repeat
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _RULE_START = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*::=")
@@ -53,16 +53,17 @@ _CLASS_ESCAPES = {
 }
 
 
-def parse_ebnf(text: str) -> Grammar:
-    grammar = _Parser(text).grammar()
+def parse_ebnf(text: str, max_repeat: int) -> Grammar:
+    grammar = _Parser(text, max_repeat).grammar()
     grammar.check()
     return grammar
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, max_repeat: int) -> None:
         self.text = text
         self.pos = 0
+        self.max_repeat = max_repeat
 
     def error(self, message: str) -> GrammarError:
         line = self.text.count("\n", 0, self.pos) + 1
@@ -161,9 +162,8 @@ class _Parser:
                     raise self.error("expected a repetition such as {2}, {2,} or {2,5}")
                 low = int(m.group(1))
                 high = low if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
-                if low > MAX_REPEAT_COUNT or (high is not None and high > MAX_REPEAT_COUNT):
-                    raise self.error(f"repetition counts above {MAX_REPEAT_COUNT} are not supported")
                 try:
+                    check_repeat(low if high is None else high, self.max_repeat)
                     item = repeat(item, low, high)
                 except GrammarError as exc:
                     raise self.error(exc.message) from exc
