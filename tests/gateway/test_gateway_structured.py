@@ -19,7 +19,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import UsageLimits
 
 from support.servers import MODEL_NAME, Server
-from support.structured_cases import CASES, SEEDS, report, run_cases
+from support.structured_cases import check_every_case
 
 
 @pytest.fixture
@@ -31,11 +31,7 @@ def mesh_gateway(start_gateway: Any, mesh_microservice: Server) -> str:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "streamed"])
 async def test_every_structured_reply_through_the_gateway_parses(mesh_gateway: str, stream: bool) -> None:
-    tallies = await run_cases(mesh_gateway, CASES, stream=stream)
-    print(report(f"the gateway ({'streamed' if stream else 'unary'})", tallies))
-    for t in tallies:
-        assert not t.failures, (t.case, t.failures)
-        assert t.valid + t.cut == t.sent == SEEDS
+    await check_every_case("the gateway", mesh_gateway, stream)
 
 
 class Cat(BaseModel):

@@ -259,6 +259,16 @@ async def _streamed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -
     return 200, {"choices": [{"message": message, "finish_reason": finish}]}
 
 
+async def check_every_case(where: str, base_url: str, stream: bool) -> None:
+    """The property test at one hop: every case, SEEDS seeds; every reply valid (or, in JSON
+    mode, valid so far and cut by max_tokens); the tallies printed for ``make test-structured``."""
+    tallies = await run_cases(base_url, CASES, stream=stream)
+    print(report(f"{where} ({'streamed' if stream else 'unary'})", tallies))
+    for t in tallies:
+        assert not t.failures, (t.case, t.failures)
+        assert t.valid + t.cut == t.sent == SEEDS
+
+
 def report(where: str, tallies: list[Tally]) -> str:
     lines = [f"structured output at {where}: {SEEDS} seeds per case, temperature 1.0, max_tokens {ROOM}"]
     for t in tallies:
