@@ -99,7 +99,9 @@ def test_forced_function_call_unary_and_streamed(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(calls[0].arguments), CITY_TOOL["parameters"])
     assert calls[0].call_id
 
-    events = list(client.responses.create(**kwargs, tool_choice={"type": "function", "name": "get_weather"}, stream=True))
+    events = list(
+        client.responses.create(**kwargs, tool_choice={"type": "function", "name": "get_weather"}, stream=True)
+    )
     final = assert_event_sequence(events)
     call = next(item for item in final.output if item.type == "function_call")
     deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
@@ -132,7 +134,10 @@ def test_text_format_json_schema_always_parses(client: openai.OpenAI, stream: bo
 
 def test_text_format_json_object(client: openai.OpenAI) -> None:
     r = client.responses.create(
-        model=MODEL_NAME, input="Describe a cat as JSON.", text={"format": {"type": "json_object"}}, max_output_tokens=200
+        model=MODEL_NAME,
+        input="Describe a cat as JSON.",
+        text={"format": {"type": "json_object"}},
+        max_output_tokens=200,
     )
     assert r.usage is not None
     if r.status == "completed":  # free JSON may run long; what completes parses

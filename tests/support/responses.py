@@ -45,7 +45,9 @@ def assert_event_sequence(events: Sequence[Any]) -> Any:
     return final
 
 
-def stream_events(url: str, body: dict[str, Any], on_delta: Callable[[int], object] | None = None) -> list[dict[str, Any]]:
+def stream_events(
+    url: str, body: dict[str, Any], on_delta: Callable[[int], object] | None = None
+) -> list[dict[str, Any]]:
     """A streamed response read with plain httpx: every event's JSON, checked against its ``event:`` line."""
     out: list[dict[str, Any]] = []
     kind = None
