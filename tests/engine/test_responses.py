@@ -59,9 +59,11 @@ def test_cut_by_max_output_tokens_is_incomplete(client: openai.OpenAI) -> None:
         model=MODEL_NAME, input="Write a long story about a dragon.", max_output_tokens=3, temperature=0
     )
     assert r.status == "incomplete"
-    assert r.incomplete_details is not None and r.incomplete_details.reason == "max_output_tokens"
+    assert r.incomplete_details is not None
+    assert r.incomplete_details.reason == "max_output_tokens"
     assert r.output[0].status == "incomplete"
-    assert r.usage is not None and r.usage.output_tokens == 3
+    assert r.usage is not None
+    assert r.usage.output_tokens == 3
 
 
 def test_streamed_text_follows_the_event_sequence(client: openai.OpenAI) -> None:
@@ -72,8 +74,10 @@ def test_streamed_text_follows_the_event_sequence(client: openai.OpenAI) -> None
     assert "response.output_text.delta" in types or final.output_text == ""
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     done = [e for e in events if e.type == "response.output_text.done"]
-    assert len(done) == 1 and done[0].text == deltas == final.output_text
-    assert final.usage is not None and 0 < final.usage.output_tokens <= 16
+    assert len(done) == 1
+    assert done[0].text == deltas == final.output_text
+    assert final.usage is not None
+    assert 0 < final.usage.output_tokens <= 16
 
 
 def test_stream_helper_accumulates_the_same_response(client: openai.OpenAI) -> None:
@@ -95,7 +99,8 @@ def test_forced_function_call_unary_and_streamed(client: openai.OpenAI) -> None:
     r = client.responses.create(**kwargs, tool_choice="required")
     calls = [item for item in r.output if item.type == "function_call"]
     assert r.status == "completed"
-    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert len(calls) == 1
+    assert calls[0].name == "get_weather"
     jsonschema.validate(json.loads(calls[0].arguments), CITY_TOOL["parameters"])
     assert calls[0].call_id
 
@@ -129,7 +134,8 @@ def test_text_format_json_schema_always_parses(client: openai.OpenAI, stream: bo
         final = client.responses.create(**kwargs)
     assert final.status == "completed"
     jsonschema.validate(json.loads(final.output_text), SCHEMA)
-    assert final.text is not None and final.text.format.type == "json_schema"
+    assert final.text is not None
+    assert final.text.format.type == "json_schema"
 
 
 def test_text_format_json_object(client: openai.OpenAI) -> None:
@@ -143,7 +149,8 @@ def test_text_format_json_object(client: openai.OpenAI) -> None:
     if r.status == "completed":  # free JSON may run long; what completes parses
         assert isinstance(json.loads(r.output_text), dict)
     else:
-        assert r.usage.output_tokens == 200 and r.output_text.startswith("{")
+        assert r.usage.output_tokens == 200
+        assert r.output_text.startswith("{")
 
 
 def test_a_conversation_with_a_tool_result_in_the_input(client: openai.OpenAI) -> None:
@@ -170,7 +177,8 @@ def test_a_conversation_with_a_tool_result_in_the_input(client: openai.OpenAI) -
     assert r.status in ("completed", "incomplete")
     assert r.metadata == {"trace": "t1"}
     assert r.parallel_tool_calls is False
-    assert r.usage is not None and r.usage.input_tokens > 20
+    assert r.usage is not None
+    assert r.usage.input_tokens > 20
 
 
 BAD: list[tuple[dict[str, Any], str]] = [
@@ -197,10 +205,12 @@ def test_bad_input_is_a_400_naming_the_field(engine_url: str, body: dict[str, An
     r = httpx.post(engine_url + "/v1/responses", json=body, timeout=30)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["param"] is not None and err["param"].startswith(param), err
+    assert err["param"] is not None, err
+    assert err["param"].startswith(param), err
     assert err["type"] == "invalid_request_error"
     if param == "previous_response_id":
-        assert "stateless" in err["message"] and "gateway" in err["message"]
+        assert "stateless" in err["message"]
+        assert "gateway" in err["message"]
 
 
 def test_streaming_client_disconnect_aborts(engine_url: str) -> None:
@@ -220,7 +230,9 @@ def test_streaming_client_disconnect_aborts(engine_url: str) -> None:
 async def test_agents_sdk_forced_tool_returns_its_result(engine_url: str, stream: bool) -> None:
     result, calls = await run_forced_tool_agent(engine_url + "/v1", stream)
     assert result == "SECRET-4242"
-    assert len(calls) == 1 and isinstance(calls[0], str) and calls[0]
+    assert len(calls) == 1
+    assert isinstance(calls[0], str)
+    assert calls[0]
 
 
 @pytest.mark.slow
@@ -238,7 +250,8 @@ def test_an_error_mid_stream_is_an_error_event_then_response_failed(tmp_path: Pa
         assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
         assert events[-2]["code"] == "engine_unavailable" or "exited" in events[-2]["message"]
         failed = events[-1]["response"]
-        assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
+        assert failed["status"] == "failed"
+        assert failed["error"]["code"] == "server_error"
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
     finally:
         engine.stop()

@@ -20,8 +20,10 @@ def client(microservice_url: str) -> openai.OpenAI:
 
 def test_unary_and_streamed(client: openai.OpenAI) -> None:
     r = client.responses.create(model=MODEL_NAME, input="Say this is a test", max_output_tokens=8)
-    assert r.object == "response" and r.output[0].type == "message"
-    assert r.usage is not None and 0 < r.usage.output_tokens <= 8
+    assert r.object == "response"
+    assert r.output[0].type == "message"
+    assert r.usage is not None
+    assert 0 < r.usage.output_tokens <= 8
     final = assert_event_sequence(
         list(
             client.responses.create(
@@ -34,7 +36,8 @@ def test_unary_and_streamed(client: openai.OpenAI) -> None:
 
 def test_model_defaults_and_bad_input_is_refused_here(microservice_url: str) -> None:
     r = httpx.post(microservice_url + "/v1/responses", json={"input": "hi", "max_output_tokens": 2}, timeout=60)
-    assert r.status_code == 200 and r.json()["model"] == MODEL_NAME
+    assert r.status_code == 200
+    assert r.json()["model"] == MODEL_NAME
     bad: list[tuple[dict[str, Any], str]] = [
         ({"input": 3}, "input"),
         ({"input": [{"type": "nope"}]}, "input[0].type"),
@@ -49,7 +52,8 @@ def test_model_defaults_and_bad_input_is_refused_here(microservice_url: str) -> 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_agents_sdk_forced_tool_returns_its_result(microservice_url: str, stream: bool) -> None:
     result, calls = await run_forced_tool_agent(microservice_url + "/v1", stream)
-    assert result == TOOL_RESULT and len(calls) == 1
+    assert result == TOOL_RESULT
+    assert len(calls) == 1
 
 
 def test_a_cut_stream_ends_with_error_then_response_failed() -> None:
@@ -68,5 +72,6 @@ def test_a_cut_stream_ends_with_error_then_response_failed() -> None:
     events = [json.loads(line[6:]) for line in tail.splitlines() if line.startswith("data: ")]
     assert [e["type"] for e in events] == ["error", "response.failed"]
     assert [e["sequence_number"] for e in events] == [8, 9]
-    assert events[1]["response"]["id"] == "resp_1" and events[1]["response"]["status"] == "failed"
+    assert events[1]["response"]["id"] == "resp_1"
+    assert events[1]["response"]["status"] == "failed"
     assert end.ended(b'data: {"type":"response.completed","sequence_number":9}')

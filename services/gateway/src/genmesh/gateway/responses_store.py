@@ -67,13 +67,20 @@ class StoredResponse:
 
 
 def input_items(value: str | list[Any]) -> list[Any]:
-    """A request's ``input`` as items, each item (an object) with an id, as OpenAI stores them."""
+    """A request's ``input`` as items in the form OpenAI stores them: each item (an object) with an
+    id, and a message's text as a content part."""
     items = [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else list(value)
     out: list[Any] = []
     for item in items:
-        if isinstance(item, dict) and not isinstance(item.get("id"), str):
-            prefix = _ID_PREFIX.get(str(item.get("type", "message")), "item")
-            item = {**item, "id": f"{prefix}_{uuid.uuid4().hex}"}
+        if isinstance(item, dict):
+            kind = item.get("type", "message")
+            item = dict(item)
+            if not isinstance(item.get("id"), str):
+                item["id"] = f"{_ID_PREFIX.get(str(kind), 'item')}_{uuid.uuid4().hex}"
+            if kind == "message" and isinstance(item.get("content"), str):
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["type"] = "message"
+                item["content"] = [{"type": part, "text": item["content"]}]
         out.append(item)
     return out
 
