@@ -149,3 +149,51 @@ async def test_agents_sdk_through_the_gateway(start_gateway: Any, responses_micr
     result, calls = await run_forced_tool_agent(gw.url + "/v1", stream)
     assert result == TOOL_RESULT
     assert len(calls) == 1
+
+
+def test_stored_responses_survive_a_restart_of_a_persistent_redis(
+    start_gateway: Any, responses_microservice: Server, tmp_path: Path
+) -> None:
+    """Redis as compose runs it (AOF on): a stored conversation outlives a Redis restart."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*argv, "--appendfsync", "everysec"], cwd=tmp_path, stdout=subprocess.DEVNULL)
+        wait_until(lambda: _pings(port), 10, what="redis-server to answer")
+        return proc
+
+    proc = start_redis()
+    try:
+        gw = start_gateway(models(responses_microservice), redis_url=f"redis://127.0.0.1:{port}/0")
+        client = sdk(gw, "unused")
+        first = client.responses.create(model=MODEL_NAME, input="Remember the number 7.", max_output_tokens=4)
+        proc.terminate()  # a clean stop writes the AOF out
+        proc.wait(10)
+        proc = start_redis()
+        wait_until(lambda: _retrievable(gw, first.id), 20, interval_s=0.2, what="the stored response after restart")
+        follow = client.responses.create(
+            model=MODEL_NAME, input="Which number?", previous_response_id=first.id, max_output_tokens=4
+        )
+        assert follow.previous_response_id == first.id
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _pings(port: int) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _retrievable(gw: Server, response_id: str) -> bool:
+    return httpx.get(f"{gw.url}/v1/responses/{response_id}", timeout=5).status_code == 200

@@ -139,24 +139,22 @@ class ContentPartEvent(BaseModel):
     part: OutputTextPart
 
 
-class TextDeltaEvent(BaseModel):
+class _TextEvent(BaseModel):
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int = 0
+    logprobs: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TextDeltaEvent(_TextEvent):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int = 0
     delta: str
-    logprobs: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class TextDoneEvent(BaseModel):
+class TextDoneEvent(_TextEvent):
     type: Literal["response.output_text.done"] = "response.output_text.done"
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int = 0
     text: str
-    logprobs: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ArgumentsDeltaEvent(BaseModel):

@@ -74,11 +74,14 @@ class UnsupportedPart(BaseModel):
     type: UnsupportedPartType
 
 
+def _type_of(value: Any, default: str | None = None) -> str:
+    """The ``type`` of a raw item (a dict) or of a validated one, for the discriminators below."""
+    return str(value.get("type", default) if isinstance(value, dict) else getattr(value, "type", default))
+
+
 def _part_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return {"input_text": "InputText", "output_text": "OutputText", "refusal": "Refusal"}.get(
-        str(kind), "UnsupportedPart"
-    )
+    kind = _type_of(value)
+    return {"input_text": "InputText", "output_text": "OutputText", "refusal": "Refusal"}.get(kind, "UnsupportedPart")
 
 
 ContentPart = Annotated[
@@ -159,10 +162,8 @@ class UnsupportedItem(BaseModel):
 
 
 def _item_kind(value: Any) -> str:
-    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}.get(
-        str(kind), "UnsupportedItem"
-    )
+    kinds = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
+    return kinds.get(_type_of(value, "message"), "UnsupportedItem")
 
 
 InputItem = Annotated[
@@ -193,8 +194,7 @@ class UnsupportedTool(BaseModel):
 
 
 def _tool_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "FunctionTool" if kind == "function" else "UnsupportedTool"
+    return "FunctionTool" if _type_of(value) == "function" else "UnsupportedTool"
 
 
 Tool = Annotated[
@@ -218,8 +218,7 @@ class OtherToolChoice(BaseModel):
 def _choice_kind(value: Any) -> str:
     if isinstance(value, str):
         return "Mode"
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "Function" if kind == "function" else "Other"
+    return "Function" if _type_of(value) == "function" else "Other"
 
 
 ResponsesToolChoice = Annotated[
@@ -248,8 +247,7 @@ class TextFormatJsonSchema(StrictRequest):
 
 
 def _format_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return {"json_object": "JsonObject", "json_schema": "JsonSchema"}.get(str(kind), "Text")
+    return {"json_object": "JsonObject", "json_schema": "JsonSchema"}.get(_type_of(value), "Text")
 
 
 TextFormat = Annotated[
