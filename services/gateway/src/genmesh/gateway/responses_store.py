@@ -69,12 +69,13 @@ class StoredResponse:
 def input_items(value: str | list[Any]) -> list[Any]:
     """A request's ``input`` as items in the form OpenAI stores them: each item (an object) with an
     id, and a message's text as a content part."""
-    items = [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else list(value)
+    items: list[Any] = [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else value
     out: list[Any] = []
-    for item in items:
-        if isinstance(item, dict):
-            kind = item.get("type", "message")
-            item = dict(item)
+    for raw in items:
+        item: Any = raw
+        if isinstance(raw, dict):
+            kind = raw.get("type", "message")
+            item = dict[str, Any](raw)
             if not isinstance(item.get("id"), str):
                 item["id"] = f"{_ID_PREFIX.get(str(kind), 'item')}_{uuid.uuid4().hex}"
             if kind == "message" and isinstance(item.get("content"), str):
