@@ -12,7 +12,7 @@ from genmesh.protocol.asgi import RequestIdMiddleware, ShutdownSwitch, install_e
 
 from .registry import ModelRegistry
 from .repository import Repository
-from .routes import chat, completions, system, tokenize
+from .routes import chat, completions, responses, system, tokenize
 from .settings import EngineSettings
 
 
@@ -46,6 +46,7 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
 
     app.include_router(chat.router)
     app.include_router(completions.router)
+    app.include_router(responses.router)
     app.include_router(tokenize.router)
     app.include_router(system.router)
     app.add_middleware(RequestIdMiddleware)

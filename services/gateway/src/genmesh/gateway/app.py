@@ -11,7 +11,7 @@ from starlette.types import Receive, Scope, Send
 from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
 from .config import RoutingConfig
-from .routes import admin, completions, openai, system
+from .routes import admin, completions, openai, responses, stored_responses, system
 from .settings import GatewaySettings
 from .state import GatewayState
 
@@ -26,6 +26,8 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in completions.PATHS:
             await completions.serve(self.api.state.gateway, scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] == responses.PATH and scope["method"] == "POST":
+            await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)
         else:
             await self.api(scope, receive, send)
 
@@ -43,6 +45,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
     app = FastAPI(title="genmesh gateway", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(openai.router)
+    app.include_router(stored_responses.router)
     app.include_router(admin.router)
     app.include_router(system.router)
     app.add_middleware(RequestIdMiddleware)

@@ -74,6 +74,10 @@ class KeySpace:
         """Pub/sub channel (not a key) on which revoked key digests are announced to every replica."""
         return f"{self.prefix}:apikeys:revoked"
 
+    def response(self, response_id: str) -> str:
+        """HASH of one stored response (``owner``, ``record``), with the stored-responses TTL."""
+        return f"{self.prefix}:resp:{response_id}"
+
     def api_key_index(self) -> str:
         """HASH key id -> digest, for listing and revoking."""
         return f"{self.prefix}:apikeys"

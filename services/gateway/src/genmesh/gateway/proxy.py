@@ -21,7 +21,7 @@ from genmesh.protocol import OpenAIError
 
 from .relay_client import UpstreamError, UpstreamResponse
 
-_TOKEN = re.compile(rb'"(?:content|text)":"(?!")')
+_TOKEN = re.compile(rb'"(?:content|text|delta)":"(?!")')  # chat, completions, Responses
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE = re.compile(rb'"usage":\s*\{')
 _MAX_UNARY_SCAN = 4 * 1024 * 1024
@@ -77,10 +77,14 @@ def response_headers(resp: UpstreamResponse) -> list[tuple[bytes, bytes]]:
 
 
 def _usage_from(obj: Any, out: Outcome) -> None:
+    """Usage of a chat or completion reply (or chunk), or of a response (``/v1/responses``: the
+    reply itself, or its final stream event)."""
+    if isinstance(obj, dict) and isinstance(obj.get("response"), dict):
+        obj = obj["response"]
     usage = obj.get("usage") if isinstance(obj, dict) else None
     if isinstance(usage, dict):
-        out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        out.completion_tokens = int(usage.get("completion_tokens") or 0)
+        out.prompt_tokens = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        out.completion_tokens = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
 
 
 def _sse_error(err: OpenAIError) -> bytes:

@@ -47,6 +47,12 @@ class GatewaySettings(BaseSettings):
     )
     connect_timeout_s: float = Field(default=2.0, gt=0)
     default_priority: int = Field(default=5, ge=0, le=9)
+    responses_ttl_s: float = Field(
+        default=30 * 24 * 3600.0, gt=0, description="how long a stored /v1/responses conversation is kept"
+    )
+    responses_max_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="size cap of one stored response (its conversation and output)"
+    )
     log_level: str = "info"
 
     def auth_required(self) -> bool:
@@ -97,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--connect-timeout-s", type=float, help="upstream connect timeout (default 2)")
     p.add_argument("--default-priority", type=int, help="priority (0-9, higher first) without a key")
+    p.add_argument("--responses-ttl-s", type=float, help="TTL of a stored /v1/responses response (default 30 days)")
+    p.add_argument("--responses-max-bytes", type=int, help="size cap of one stored response (default 1 MiB)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     return p
 

@@ -20,6 +20,7 @@ from .metrics import GatewayMetrics
 from .queue import Admission
 from .ratelimit import Limiter
 from .relay_client import RelayClient
+from .responses_store import ResponseStore
 from .scripts import Scripts
 from .settings import GatewaySettings
 from .upstreams import Pool
@@ -53,6 +54,9 @@ class GatewayState:
             self.redis, self.scripts, self.keyspace, config, settings, self.pool, self.metrics, self.keys.forget
         )
         self.limiter = Limiter(self.redis, self.scripts, self.keyspace, self.metrics, settings.lease_ttl_s)
+        self.responses = ResponseStore(
+            self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
+        )
         self.upstream = RelayClient(settings.connect_timeout_s)  # the relay path (aiohttp)
         self.http = httpx.AsyncClient(  # health probes
             timeout=httpx.Timeout(None, connect=settings.connect_timeout_s),

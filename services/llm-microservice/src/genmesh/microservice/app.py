@@ -12,7 +12,7 @@ from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
 
 from .metrics import MicroserviceMetrics
 from .observe import ObserveMiddleware
-from .routes import chat, completions, system
+from .routes import chat, completions, responses, system
 from .settings import MicroserviceSettings
 from .state import MicroserviceState
 
@@ -43,6 +43,7 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
 
     app.include_router(chat.router)
     app.include_router(completions.router)
+    app.include_router(responses.router)
     app.include_router(system.router)
     # The last one added runs first: the request id must be known when requests are observed.
     app.add_middleware(ObserveMiddleware, metrics=metrics)

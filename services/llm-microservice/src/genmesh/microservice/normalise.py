@@ -18,10 +18,17 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from genmesh.protocol import ChatCompletionRequest, CompletionRequest, from_validation_error, invalid_request
+from genmesh.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponsesRequest,
+    from_validation_error,
+    invalid_request,
+)
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+RESPONSES_PATH = "/v1/responses"
 
 # OPEA name → OpenAI name.
 _RENAMES = {"max_new_tokens": "max_tokens", "streaming": "stream"}
@@ -122,3 +129,12 @@ def normalise_completion(raw: dict[str, Any], default_model: str | None) -> Engi
     body = dict(raw)
     resolve_model(body, default_model)
     return EngineCall(COMPLETIONS_PATH, body, body.get("stream") is True)
+
+
+def normalise_responses(raw: dict[str, Any], default_model: str | None) -> EngineCall:
+    """``/v1/responses``: ``model`` gets its default; the body is checked against the shared wire
+    model (a 400 naming the field) and relayed as sent."""
+    body = dict(raw)
+    resolve_model(body, default_model)
+    _validate(ResponsesRequest, body)
+    return EngineCall(RESPONSES_PATH, body, body.get("stream") is True)

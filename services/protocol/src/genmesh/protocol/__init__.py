@@ -37,6 +37,8 @@ from .errors import (
     service_unavailable,
     unsupported_parameter,
 )
+from .response_objects import ResponseObject
+from .responses import ResponsesRequest
 from .sampling import SamplingFields, neutral
 from .structured import GuidedFields, StructuredOutputs
 from .tokenize import (
@@ -81,6 +83,8 @@ __all__ = [
     "ModelList",
     "OpenAIError",
     "OtherPart",
+    "ResponseObject",
+    "ResponsesRequest",
     "GuidedFields",
     "SamplingFields",
     "StructuredOutputs",

@@ -18,20 +18,18 @@ from genmesh.protocol import (
     ChoiceLogprobs,
     ToolCall,
     ToolCallDelta,
-    invalid_request,
     new_id,
     now,
 )
 from genmesh.protocol.asgi import unless_disconnected
 
 from .. import tools
+from ..chat_job import start_chat
 from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Collected, Delta, Event, Finished
 from ..logprobs import chat_logprobs
-from ..params import check_supported, completion_budget, sampling_params, text_options
-from ..structured import output_constraint
 from ..tokenizer import PromptTokenizer
-from .responding import arrival_time, engine, guarded, log_user, sse
+from .responding import arrival_time, engine, guarded, sse
 
 router = APIRouter()
 
@@ -41,33 +39,8 @@ PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completion
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request, body.model)
-    model = st.check_model(body.model)
-    log_user(body.user, "chat", model)
-    check_supported(body, st.settings.best_of_limit)
-    limits = st.grammar_limits
-    plan = tools.plan_tools(body, st.tokenizer.chat_template, limits)
-    constraint, source = output_constraint(body, limits)
-    if plan is not None and source is not None:
-        raise invalid_request(f"use either 'tools' or '{source}', not both", param=source)
-    if plan is not None:
-        constraint = plan.constraint
-    prompt = st.tokenizer.chat_prompt(
-        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs
-    )
-    ids = st.tokenizer.encode(prompt, add_special_tokens=False)
-    limit_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    budget = completion_budget(
-        body.completion_limit(),
-        len(ids),
-        st.source.context_length,
-        st.settings.max_tokens_limit,
-        limit_param,
-        "messages",
-    )
-    n = body.n or 1
-    engine_requests = 1 if (body.best_of or 1) > 1 else n
-    choices = [sampling_params(body, budget, constraint, i) for i in range(engine_requests)]
-    gens = st.generator.start("chat", ids, choices, text_options(body), arrival)
+    job = start_chat(st, body, "chat", arrival)
+    plan, ids, gens, n, model = job.plan, job.prompt_ids, job.gens, job.n, job.model
     rid = new_id("chatcmpl")
     if body.stream:
         stream = _Stream(st.tokenizer, Reply(rid, model, now(), n, len(ids), body.include_usage()), plan)

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -71,8 +72,11 @@ def _route(st: GatewayState, body: dict[str, Any]) -> ModelRoute:
     raise model_not_found(str(model))
 
 
-async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:
-    """Serve one completion request (``scope["path"]`` is one of ``PATHS``)."""
+async def serve(
+    st: GatewayState, scope: Scope, receive: Receive, send: Send, exchange: type[_Exchange] | None = None
+) -> None:
+    """Serve one completion request (``scope["path"]`` is one of ``PATHS``; ``exchange``: the
+    ``_Exchange`` subclass of another endpoint on this path, ``/v1/responses``)."""
     authorization = priority_header = rid = None
     for k, v in scope["headers"]:
         if k == b"authorization":
@@ -88,7 +92,7 @@ async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) ->
             err = OpenAIError("Method Not Allowed", status=405, type="invalid_request_error")
             await _Exchange(st, scope["path"], receive, send, rid).send_error(err)
             return
-        ex = _Exchange(st, scope["path"], receive, send, rid)
+        ex = (exchange or _Exchange)(st, scope["path"], receive, send, rid)
         await ex.run(authorization, priority_header)
     finally:
         request_id_var.reset(token)
@@ -205,11 +209,19 @@ class _Exchange:
         await self.st.admission.release(ticket)
         await self.st.limiter.release(key, ticket.id)
 
+    async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
+        """The body to send upstream and whether a usage chunk the client did not ask for is added."""
+        return prepare_body(raw, body, stream)
+
+    def wrap(self, relay: AsyncGenerator[bytes, None], key: ApiKey, status: int) -> AsyncGenerator[bytes, None]:
+        """What the client gets of the relayed body (subclasses may rewrite it)."""
+        return relay
+
     async def _exchange(self, key: ApiKey, ticket: Ticket, raw: bytes, body: dict[str, Any], stream: bool) -> None:
         st = self.st
         route = ticket.route
         try:
-            send_body, strip_usage = prepare_body(raw, body, stream)
+            send_body, strip_usage = await self.prepare(key, raw, body, stream)
             resp, idx, sent_at = await self._connect(ticket, send_body, stream)
         except BaseException:
             st.spawn(self._give_back(key, ticket))
@@ -229,6 +241,7 @@ class _Exchange:
             )
         else:
             relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)
+        relay = self.wrap(relay, key, resp.status)
         try:
             headers = response_headers(resp)
             if resp.status in (429, 503) and resp.header(b"retry-after") is None:

@@ -82,7 +82,22 @@ async def relay_unary(request: Request, upstream: Upstream, method: str, path: s
     return Response(reply.body, status_code=reply.status, headers=relayed_headers(reply))
 
 
-async def relay_call(request: Request, call: EngineCall) -> Response:
+class StreamEnd:
+    """How a relayed stream ends: ``ended`` sees each window of bytes (the new chunk after the
+    previous one's tail) and says whether the last event has gone by; ``failure`` is what the client
+    gets when the engine breaks the stream off first. Chat and completions end with ``[DONE]``; the
+    Responses API has its own (``routes/responses.py``). One instance per stream."""
+
+    marker = b"data: [DONE]"
+
+    def ended(self, window: bytes) -> bool:
+        return self.marker in window
+
+    def failure(self, err: OpenAIError) -> bytes:
+        return _error_event(err).encode() + ServerSentEvent(data=DONE, sep="\n").encode()
+
+
+async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None = None) -> Response:
     st = state_of(request)
     if not call.stream:
         return await relay_unary(request, st.upstream, "POST", call.path, call.body)
@@ -91,7 +106,7 @@ async def relay_call(request: Request, call: EngineCall) -> Response:
     if response.status != 200:
         # The engine refuses before streaming (validation, context length, ...): relay that reply as is.
         return _error_json(await st.upstream.read(response))
-    events = _relay_bytes(response, st.upstream, st.metrics, request.url.path, started)
+    events = _relay_bytes(response, st.upstream, st.metrics, request.url.path, started, end or StreamEnd())
     return StreamingResponse(
         events,
         media_type="text/event-stream",
@@ -101,9 +116,8 @@ async def relay_call(request: Request, call: EngineCall) -> Response:
 
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-# A chunk carrying generated text: a non-empty chat delta "content" or completion "text".
-_TEXT = re.compile(rb'"(?:content|text)":"(?!")')
-_DONE = b"data: [DONE]"
+# A chunk carrying generated text: a non-empty chat delta "content", completion "text" or Responses "delta".
+_TEXT = re.compile(rb'"(?:content|text|delta)":"(?!")')
 
 
 def _error_event(err: OpenAIError) -> ServerSentEvent:
@@ -111,7 +125,12 @@ def _error_event(err: OpenAIError) -> ServerSentEvent:
 
 
 async def _relay_bytes(
-    response: aiohttp.ClientResponse, upstream: Upstream, metrics: MicroserviceMetrics, endpoint: str, started: float
+    response: aiohttp.ClientResponse,
+    upstream: Upstream,
+    metrics: MicroserviceMetrics,
+    endpoint: str,
+    started: float,
+    end: StreamEnd,
 ) -> AsyncIterator[bytes]:
     saw_done = False
     saw_text = False
@@ -127,9 +146,9 @@ async def _relay_bytes(
                 if not saw_text and _TEXT.search(window):
                     saw_text = True
                     metrics.first_token.labels(endpoint=endpoint).observe(time.perf_counter() - started)
-                if _DONE in window:
+                if end.ended(window):
                     saw_done = True
-                tail = window[-(len(_DONE) - 1) :]
+                tail = window[-(len(end.marker) - 1) :]
                 yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
             if not saw_done:
@@ -140,12 +159,11 @@ async def _relay_bytes(
         return
     if error is None:
         error = OpenAIError(
-            "The LLM engine ended the stream before [DONE]",
+            "The LLM engine ended the stream before its last event",
             status=502,
             type="upstream_error",
             code="engine_stream_cut",
         )
     metrics.stream_errors.labels(endpoint=endpoint).inc()
     log.warning("stream from the engine failed: %s", error.message)
-    yield _error_event(error).encode()
-    yield ServerSentEvent(data=DONE, sep="\n").encode()
+    yield end.failure(error)

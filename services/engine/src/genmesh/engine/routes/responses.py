@@ -1,0 +1,47 @@
+"""``POST /v1/responses`` (and the OVMS ``/v3`` aliases): the Responses API on the chat path.
+
+The engine is stateless: it stores nothing, so ``store`` is reported false and
+``previous_response_id`` is refused (the gateway keeps conversations).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from genmesh.protocol import now
+from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.responses import ResponsesRequest
+
+from ..chat_job import start_chat
+from ..choices import collect_all, merged
+from ..responses_input import check_engine_supported, responses_params, to_chat
+from ..responses_output import finished, shell, unary_output
+from ..responses_stream import ResponseEvents
+from .responding import arrival_time, engine, sse
+
+router = APIRouter()
+
+PATHS = ("/v1/responses", "/v3/responses", "/v3/v1/responses")
+
+
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    arrival = arrival_time()
+    st = engine(request, body.model)
+    with responses_params():
+        check_engine_supported(body)
+        job = start_chat(st, to_chat(body), "responses", arrival)
+    base = shell(body, job.model, now())
+    prompt_tokens = len(job.prompt_ids)
+    if body.stream:
+        events = ResponseEvents(base, job.plan, prompt_tokens)
+        return sse(events.events(merged(st.generator, job.gens)))
+    result = (await unless_disconnected(request, collect_all(st.generator, job.gens)))[0]
+    reason = result.finished.reason
+    output = unary_output(result.text, reason, job.plan)
+    reply = finished(base, output, reason, prompt_tokens, result.finished.completion_tokens, now())
+    return Response(reply.model_dump_json(), media_type="application/json")
+
+
+for _path in PATHS:
+    router.add_api_route(_path, create_response, methods=["POST"], response_model=None)

@@ -1,0 +1,71 @@
+"""``POST /v1/responses``: validated against the shared wire models (``model`` defaults to
+``LLM_MODEL_ID``), then relayed to the engine like chat.
+
+A Responses stream has no ``[DONE]``: it ends with ``response.completed``, ``response.incomplete``
+or ``response.failed``. When the engine breaks it off before that, the client gets an ``error``
+event and then ``response.failed``, numbered after the last event it saw.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from sse_starlette import ServerSentEvent
+
+from genmesh.protocol import OpenAIError, now
+from genmesh.protocol.response_objects import (
+    ErrorEvent,
+    ResponseErrorDetail,
+    ResponseLifecycleEvent,
+    ResponseObject,
+)
+
+from ..normalise import normalise_responses
+from .responding import StreamEnd, json_body, relay_call, state_of
+
+router = APIRouter()
+
+_TERMINAL = (b'"type":"response.completed"', b'"type":"response.incomplete"', b'"type":"response.failed"')
+_SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
+_RESPONSE_ID = re.compile(rb'"response":\{"id":"([^"\\]{1,200})"')
+
+
+class ResponsesEnd(StreamEnd):
+    marker = max(_TERMINAL, key=len)  # the longest: what the tail between two chunks must hold
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.sequence = -1
+        self.response_id = "resp_unknown"
+        self.seen_id = False
+
+    def ended(self, window: bytes) -> bool:
+        at = window.rfind(b'"sequence_number":')
+        if at != -1 and (m := _SEQUENCE.match(window, at)) is not None:
+            self.sequence = max(self.sequence, int(m.group(1)))
+        if not self.seen_id and (m := _RESPONSE_ID.search(window)) is not None:
+            self.response_id, self.seen_id = m.group(1).decode(), True
+        return any(marker in window for marker in _TERMINAL)
+
+    def failure(self, err: OpenAIError) -> bytes:
+        error = ErrorEvent(sequence_number=self.sequence + 1, code=err.code, message=err.message)
+        response = ResponseObject(
+            id=self.response_id,
+            created_at=now(),
+            status="failed",
+            model=self.model,
+            error=ResponseErrorDetail(code="server_error", message=err.message),
+        )
+        failed = ResponseLifecycleEvent(type="response.failed", sequence_number=self.sequence + 2, response=response)
+        return b"".join(
+            ServerSentEvent(data=ev.model_dump_json(), event=ev.type, sep="\n").encode() for ev in (error, failed)
+        )
+
+
+@router.post("/v1/responses", response_model=None)
+async def create_response(request: Request) -> Response:
+    st = state_of(request)
+    call = normalise_responses(await json_body(request), st.settings.llm_model_id)
+    return await relay_call(request, call, ResponsesEnd(str(call.body.get("model") or "")))
