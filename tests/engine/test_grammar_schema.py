@@ -140,6 +140,22 @@ def test_all_optional_allows_the_empty_object() -> None:
         assert matches(g, ok), ok
 
 
+def test_declared_properties_close_the_object_even_when_none() -> None:
+    g = compile_({"type": "object", "properties": {}})
+    assert matches(g, "{}")
+    assert not matches(g, '{"a":1}')
+    free = compile_({"type": "object"})
+    assert matches(free, '{"a":1}')
+
+
+def test_values_a_schema_leaves_open_have_item_and_depth_caps_but_free_strings() -> None:
+    g = compile_({"type": "object", "properties": {"x": {}}, "required": ["x"]})
+    assert matches(g, '{"x":"' + "y" * 1000 + '"}')
+    assert matches(g, '{"x":[' + ",".join(["1"] * 16) + "]}")
+    assert not matches(g, '{"x":[' + ",".join(["1"] * 17) + "]}")
+    assert not matches(g, '{"x":[[[[[1]]]]]}')
+
+
 def test_json_mode_caps_strings_items_and_depth() -> None:
     caps = FreeJsonCaps(max_string=40, max_key=5, max_items=3, max_depth=2)
     g = any_object_grammar(GrammarLimits(free=caps))

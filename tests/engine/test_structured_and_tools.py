@@ -12,8 +12,9 @@ import openai
 import pytest
 
 from genmesh.engine import tools
-from genmesh.engine.grammar import GrammarLimits
+from genmesh.engine.grammar import GrammarLimits, parse_ebnf
 from genmesh.protocol import ChatCompletionRequest
+from support.grammar_walk import matches
 from support.servers import GENMESH_ENGINE_ONLY
 from support.structured_cases import CITY, FLAT, WEATHER_TOOL, check_every_case, reply_text
 
@@ -281,6 +282,18 @@ def test_call_splitter_holds_back_a_partial_tag() -> None:
     plain = tools.CallSplitter()
     assert plain.feed("a <to", False) == "a "
     assert plain.feed("day", True) == "<today"
+
+
+def test_a_tool_without_parameters_takes_no_arguments() -> None:
+    bare = {"type": "function", "function": {"name": "ping"}}
+    req = ChatCompletionRequest.model_validate({"messages": ASK, "tools": [bare], "tool_choice": "required"})
+    p = tools.plan_tools(req, "", GrammarLimits())
+    assert p is not None
+    assert p.constraint is not None
+    assert p.constraint.grammar is not None
+    grammar = parse_ebnf(p.constraint.grammar, GrammarLimits().max_repeat)
+    assert matches(grammar, '{"name": "ping", "arguments": {}}')
+    assert not matches(grammar, '{"name": "ping", "arguments": {"a": 1}}')
 
 
 def test_tool_choice_none_means_no_plan() -> None:

@@ -12,7 +12,7 @@ from genmesh.protocol import model_not_found
 from .core import CoreConfig
 from .core_client import CoreClient
 from .generation import Generator
-from .grammar import FreeJsonCaps, GrammarLimits
+from .grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from .metrics import EngineMetrics
 from .model_source import ModelSource
 from .settings import EngineSettings
@@ -20,6 +20,23 @@ from .supervisor import CoreSupervisor
 from .tokenizer import PromptTokenizer
 
 log = logging.getLogger("genmesh.engine")
+
+
+def grammar_limits(s: EngineSettings) -> GrammarLimits:
+    """The structured-output limits in the engine's settings."""
+    free = FreeJsonCaps(
+        max_string=s.structured_free_json_max_string,
+        max_key=s.structured_free_json_max_key,
+        max_items=s.structured_free_json_max_items,
+        max_depth=s.structured_free_json_max_depth,
+    )
+    return GrammarLimits(
+        max_depth=s.structured_max_depth,
+        max_grammar_bytes=s.structured_max_grammar_bytes,
+        max_repeat=s.structured_max_repeat,
+        max_items=s.structured_max_items,
+        free=free,
+    )
 
 
 @dataclass
@@ -37,20 +54,7 @@ class EngineState:
 
     @property
     def grammar_limits(self) -> GrammarLimits:
-        s = self.settings
-        free = FreeJsonCaps(
-            max_string=s.structured_free_json_max_string,
-            max_key=s.structured_free_json_max_key,
-            max_items=s.structured_free_json_max_items,
-            max_depth=s.structured_free_json_max_depth,
-        )
-        return GrammarLimits(
-            max_depth=s.structured_max_depth,
-            max_grammar_bytes=s.structured_max_grammar_bytes,
-            max_repeat=s.structured_max_repeat,
-            max_items=s.structured_max_items,
-            free=free,
-        )
+        return grammar_limits(self.settings)
 
     def check_model(self, model: str | None) -> str:
         if model is None or model in (self.source.served_name, str(self.source.path), self.settings.model):
@@ -80,6 +84,7 @@ class EngineState:
             enable_prefix_caching=settings.enable_prefix_caching,
             num_kv_blocks=settings.num_kv_blocks,
             plugin_config=settings.plugin_config,
+            warmup_grammars=(any_object_grammar(grammar_limits(settings)).render(),),
         )
         engine_metrics = metrics
 

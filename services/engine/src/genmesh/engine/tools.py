@@ -72,7 +72,8 @@ def _args_key(fmt: Format) -> str:
 
 
 def _call_schema(tool: ToolDefinition, args_key: str) -> dict[str, Any]:
-    params = tool.function.parameters or {"type": "object"}
+    # No parameters: the function takes no arguments (OpenAI), so its arguments are "{}".
+    params = tool.function.parameters or {"type": "object", "properties": {}}
     return {
         "type": "object",
         "properties": {"name": {"type": "string", "enum": [tool.function.name]}, args_key: params},

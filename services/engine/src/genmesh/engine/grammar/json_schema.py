@@ -4,8 +4,8 @@ What the grammar allows, beyond what the schema says:
 - no free whitespace: one optional space after ``:`` and ``,``, nothing else between tokens;
 - numbers within the digit caps of ``numbers``;
 - properties in the order the schema declares them; an object that declares ``properties``
-  gets no other keys unless ``additionalProperties`` allows them (OpenAI's strict mode), an
-  object that declares none takes any keys;
+  (even none) gets no other keys unless ``additionalProperties`` allows them (OpenAI's strict
+  mode), an object without ``properties`` takes any keys;
 - ``oneOf`` is enforced as ``anyOf``; string ``format`` is enforced for the formats in
   ``FORMATS`` and is an annotation otherwise, as JSON Schema defines it.
 
@@ -18,14 +18,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .ebnf import EMPTY, Expr, Grammar, GrammarError, Lit, Ref, alt, opt, repeat, seq
 from .free_json import WS, FreeJsonCaps, free_object, free_value
 from .numbers import free_number, integer_range, number_range
 from .regex import regex_expr
-from .strings import bounded_string, capped_string
+from .strings import bounded_string, unbounded_string
 
 # Keywords that say nothing about which values are valid.
 _ANNOTATIONS = frozenset(
@@ -258,7 +258,8 @@ class _Compiler:
         required = schema.get("required") or []
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise GrammarError("'required' must be a list of property names", f"{path}.required")
-        extra_schema = schema.get("additionalProperties", not props)
+        # Declaring "properties" (even none) means no other keys unless additionalProperties says so.
+        extra_schema = schema.get("additionalProperties", "properties" not in schema)
         if schema.get("unevaluatedProperties") is False:
             extra_schema = False
         members: list[tuple[Expr, bool]] = []
@@ -271,7 +272,7 @@ class _Compiler:
         extra: Expr | None = None
         if extra_schema is not False:
             value = self.expr(extra_schema, f"{path}.additionalProperties", depth + 1)
-            extra = seq(capped_string(self.g, self.limits.free.max_key), Lit(":"), WS, value)
+            extra = seq(unbounded_string(self.g), Lit(":"), WS, value)
         return seq(Lit("{"), self._members(members, extra, path), Lit("}"))
 
     def _members(self, members: list[tuple[Expr, bool]], extra: Expr | None, path: str) -> Expr:
@@ -373,11 +374,13 @@ class _Compiler:
             raise GrammarError(exc.message, f"{path}.minimum") from exc
 
     # -- schema-free JSON ------------------------------------------------------------------
+    # Inside a schema, open values keep the item and depth caps but not the string caps: a string
+    # cap costs the grammar engine ~15 ms of compile per character, on every new schema.
     def any_value(self) -> Ref:
-        return free_value(self.g, self.limits.free)
+        return free_value(self.g, replace(self.limits.free, max_string=None, max_key=None))
 
     def any_object(self) -> Ref:
-        return free_object(self.g, self.limits.free)
+        return free_object(self.g, replace(self.limits.free, max_string=None, max_key=None))
 
     # -- helpers -------------------------------------------------------------------------
     def _named(self, expr: Expr, hint: str) -> Expr:
