@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from .ebnf import Grammar, GrammarError, Lit, alt
 from .free_json import FreeJsonCaps
-from .json_schema import FORMATS, GrammarLimits, any_object_grammar, schema_grammar
+from .json_schema import any_object_grammar, schema_grammar
+from .limits import GrammarLimits
 from .regex import regex_expr
+from .schema_keywords import FORMATS
 from .user_ebnf import parse_ebnf
 
 

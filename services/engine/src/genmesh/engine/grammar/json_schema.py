@@ -18,99 +18,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from .ebnf import EMPTY, Expr, Grammar, GrammarError, Lit, Ref, alt, opt, repeat, seq
-from .free_json import WS, FreeJsonCaps, free_object, free_value
+from .free_json import WS, free_object, free_value
+from .limits import GrammarLimits
 from .numbers import free_number, integer_range, number_range
 from .regex import regex_expr
+from .schema_keywords import ANNOTATIONS, BY_TYPE, FORMATS, TYPES, UNSUPPORTED
 from .strings import bounded_string, unbounded_string
-
-# Keywords that say nothing about which values are valid.
-_ANNOTATIONS = frozenset(
-    {
-        "title",
-        "description",
-        "default",
-        "examples",
-        "example",
-        "$comment",
-        "$schema",
-        "$id",
-        "id",
-        "$anchor",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "$defs",
-        "definitions",
-        "discriminator",
-        "strict",
-        "contentMediaType",
-        "contentEncoding",
-        "format",
-    }
-)
-# Validation keywords a grammar cannot enforce.
-_UNSUPPORTED = frozenset(
-    {
-        "not",
-        "if",
-        "then",
-        "else",
-        "dependentRequired",
-        "dependentSchemas",
-        "dependencies",
-        "patternProperties",
-        "propertyNames",
-        "unevaluatedItems",
-        "contains",
-        "minContains",
-        "maxContains",
-        "contentSchema",
-        "$dynamicRef",
-        "$recursiveRef",
-    }
-)
-_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
-_BY_TYPE = {
-    "object": {"properties", "required", "additionalProperties", "unevaluatedProperties"},
-    "array": {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"},
-    "string": {"minLength", "maxLength", "pattern", "format"},
-    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-}
-_STRUCTURAL = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf", "type", "nullable"}
-
-# Years 1000-2999; days valid for their month (February stops at 28: no leap-year arithmetic).
-_DATE = (
-    r"[12][0-9]{3}-("
-    r"(0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
-)
-_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
-_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-FORMATS = {
-    "date": _DATE,
-    "time": _TIME,
-    "date-time": f"{_DATE}T{_TIME}",
-    "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
-    "ipv4": rf"{_OCTET}(\.{_OCTET}){{3}}",
-    "email": r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){1,8}",
-}
-
-
-@dataclass(frozen=True)
-class GrammarLimits:
-    """How big a grammar a request may ask for (the engine's ``structured_*`` settings)."""
-
-    max_depth: int = 32  # schema nesting
-    max_grammar_bytes: int = 131072  # the EBNF written
-    # Counted repetitions of characters (string lengths, regex and EBNF counts) cost the grammar
-    # engine compile time per count, inside the engine's step; counted array items do not.
-    max_repeat: int = 256
-    max_items: int = 4096
-    free: FreeJsonCaps = field(default_factory=FreeJsonCaps)
 
 
 def schema_grammar(schema: Any, limits: GrammarLimits) -> Grammar:
@@ -167,9 +84,9 @@ class _Compiler:
         if not isinstance(schema, Mapping):
             raise GrammarError("a schema must be an object or a boolean", path)
         for key in schema:
-            if key in _UNSUPPORTED:
+            if key in UNSUPPORTED:
                 raise GrammarError(f"'{key}' cannot be enforced by this server's grammar engine", f"{path}.{key}")
-        validating = {k for k in schema if k not in _ANNOTATIONS}
+        validating = {k for k in schema if k not in ANNOTATIONS}
         if "$ref" in schema:
             self._alone("$ref", validating, path)
             return self.ref(schema["$ref"], path, depth)
@@ -197,7 +114,7 @@ class _Compiler:
         return self._nullable(schema, self.typed(schema, types, path, depth))
 
     def typed(self, schema: Mapping[str, Any], kind: Any, path: str, depth: int) -> Expr:
-        if kind not in _TYPES:
+        if kind not in TYPES:
             raise GrammarError(f"unknown type {kind!r}", f"{path}.type")
         if kind == "object":
             return self.object(schema, path, depth)
@@ -398,7 +315,7 @@ class _Compiler:
 
     def _infer(self, schema: Mapping[str, Any]) -> str | None:
         """The type a schema without ``type`` implies by its keywords (``format`` implies none)."""
-        for kind, keys in _BY_TYPE.items():
+        for kind, keys in BY_TYPE.items():
             if (keys - {"format"}) & set(schema):
                 return kind
         return None
