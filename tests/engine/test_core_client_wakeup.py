@@ -21,6 +21,10 @@ async def test_asking_for_pending_output_never_starves_the_reader(tmp_path: Path
     pull = ctx.socket(zmq.PULL)
     pull.bind(address)
     got = 0
+    # The sender keeps its socket open until the reader is done: libzmq drops the tail of what a
+    # PUSH socket had queued on ipc when it is closed at once (even with a linger), and a lost
+    # message would look like the starved reader this test is about.
+    read_all = threading.Event()
 
     async def reader() -> None:
         nonlocal got
@@ -38,13 +42,15 @@ async def test_asking_for_pending_output_never_starves_the_reader(tmp_path: Path
         push.connect(address)
         for _ in range(N):
             push.send(b"step")
-        push.close(linger=5000)
+        read_all.wait(60)
+        push.close(linger=0)
 
     threading.Thread(target=core, daemon=True).start()
     watching = asyncio.create_task(watchdog())
     try:
         await asyncio.wait_for(reader(), 30)
     finally:
+        read_all.set()
         watching.cancel()
         pull.close(linger=0)
         ctx.term()
