@@ -65,7 +65,7 @@ def run_queue(ns: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         try:
             fport = free_port()
             upstream_url = f"http://127.0.0.1:{fport}"
-            argv = [sys.executable, "-m", "genmesh.gateway.fake_upstream", "--port", str(fport)]
+            argv = [sys.executable, "tests/support/fake_upstream.py", "--port", str(fport)]  # a test double
             argv += ["--delay-ms", str(ns.upstream_delay_ms)]
             servers.append(
                 ManagedServer.start(
