@@ -1,4 +1,5 @@
-"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests.
+"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests, and
+the fixed short chat prompts of the engine and hop benchmarks.
 
 Lengths are in the model's own tokens (a :class:`TokenCodec`, normally :class:`ModelTokenizer`
 over the GGUF or OpenVINO folder being served), as vLLM's ``benchmark_serving`` counts them.
@@ -16,8 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .workload import TOPICS
-
+TOPICS = (  # noqa: SIM905 (sixteen short topics, one line each, would fill a screen)
+    "a lighthouse keeper;a lost robot;the first snow of winter;a dragon who hates fire;a city under the sea;"
+    "a clockmaker's apprentice;a talking cat;a journey to the moon;an old oak tree;a forgotten library;"
+    "a desert caravan;a haunted train station;a chess champion;a mountain village;a pirate's map;a garden on Mars"
+).split(";")
 # The lowest token ids are special and control tokens in most vocabularies; random prompts avoid them.
 FIRST_ORDINARY_TOKEN = 256
 
@@ -41,6 +45,35 @@ class TokenCodec(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class ModelTokenizer:
+    """A :class:`TokenCodec` over the model being served (``openvino_genai.Tokenizer`` over a GGUF or an
+    OpenVINO folder, as the engine loads it; no special tokens added)."""
+
+    def __init__(self, model_path: Path) -> None:
+        from genmesh.engine.tokenizer import PromptTokenizer
+
+        self._tok = PromptTokenizer(model_path)
+        if self._tok.vocab_size is None:
+            raise ValueError(f"the vocabulary of {model_path} cannot be read")
+        self.vocab_size: int = self._tok.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def default_prompts(n: int) -> list[str]:
+    """``n`` fixed, distinct user messages of similar length (``genmesh-bench engine``)."""
+    return [f"Request {i + 1}: write a short story about {TOPICS[i % len(TOPICS)]}." for i in range(n)]
+
+
+def chat_batch(n: int, max_tokens: int) -> list[RequestSpec]:
+    """``n`` distinct short chat prompts, ``max_tokens`` new tokens each (``ignore_eos`` makes it exact)."""
+    return [RequestSpec(f"Write a short story about a robot, number {i}.", 0, max_tokens) for i in range(n)]
 
 
 def random_requests(
@@ -75,30 +108,22 @@ def random_requests(
     return out
 
 
-def _filler(codec: TokenCodec, n_tokens: int) -> str:
-    base = (
-        "You are a careful assistant for a library of short stories. Answer in plain prose, keep names "
-        "consistent, never invent citations, and prefer short paragraphs. "
-    )
-    text = base
-    while len(codec.encode(text)) < n_tokens:
-        text += base
-    return codec.decode(codec.encode(text)[:n_tokens])
-
-
 def shared_prefix_requests(
     codec: TokenCodec, n: int, prefix_len: int, output_len: int, seed: int = 0
 ) -> list[RequestSpec]:
     """``n`` requests sharing one long system prompt of ``prefix_len`` tokens, each with its own question."""
     if prefix_len < 1 or output_len < 1:
         raise ValueError("prefix_len and output_len must be at least 1")
-    system = _filler(codec, prefix_len)
-    rng = random.Random(seed)
-    out: list[RequestSpec] = []
-    for i in range(n):
-        question = f"Question {i + 1}: write a short story about {TOPICS[rng.randrange(len(TOPICS))]}."
-        out.append(RequestSpec(question, prefix_len + len(codec.encode(question)), output_len, system=system))
-    return out
+    base = (
+        "You are a careful assistant for a library of short stories. Answer in plain prose, keep names "
+        "consistent, never invent citations, and prefer short paragraphs. "
+    )
+    system = base
+    while len(codec.encode(system)) < prefix_len:
+        system += base
+    system, rng = codec.decode(codec.encode(system)[:prefix_len]), random.Random(seed)
+    questions = [f"Question {i + 1}: write a short story about {TOPICS[rng.randrange(len(TOPICS))]}." for i in range(n)]
+    return [RequestSpec(q, prefix_len + len(codec.encode(q)), output_len, system=system) for q in questions]
 
 
 def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
@@ -108,16 +133,10 @@ def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for entry in data:
         turns = entry.get("conversations") if isinstance(entry, dict) else None
-        if not isinstance(turns, list) or len(turns) < 2:
-            continue
-        first, second = turns[0], turns[1]
-        if not (isinstance(first, dict) and isinstance(second, dict)):
-            continue
-        if first.get("from") not in ("human", "user") or not isinstance(first.get("value"), str):
-            continue
-        if not isinstance(second.get("value"), str):
-            continue
-        pairs.append((first["value"], second["value"]))
+        if isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
+            human, reply = turns[0].get("value"), turns[1].get("value")
+            if turns[0].get("from") in ("human", "user") and isinstance(human, str) and isinstance(reply, str):
+                pairs.append((human, reply))
     return pairs
 
 
