@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from genmesh.bench.compare import idle_ttfts
 from genmesh.bench.datasets import RequestSpec
+from genmesh.bench.hops import idle_ttfts
 from genmesh.bench.load import Endpoint, arrival_offsets, measure, send, session
 from support.bench_fakes import ScriptedServer
 

@@ -1,10 +1,5 @@
-"""``genmesh-bench``: one load generator, several benchmarks.
-
-``serve`` (load against any OpenAI-compatible URL with vLLM ``benchmark_serving``'s datasets and
-metrics), ``plot`` (compare JSON results), ``engine`` (HTTP server vs in-process pipeline;
-``--shared-prefix`` for prefix caching), ``microservice`` and ``gateway`` (what each hop costs),
-``report`` (the standard comparison with the peers, written to ``docs/benchmarks.md``).
-"""
+"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks); ``serve`` and
+``plot`` follow vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
 
 from __future__ import annotations
 
@@ -13,30 +8,28 @@ import asyncio
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from . import engine, hops, report
-from .datasets import ModelTokenizer, RequestSpec, random_requests, shared_prefix_requests, sharegpt_requests
+from .datasets import RequestSpec, TokenCodec, random_requests, shared_prefix_requests, sharegpt_requests
 from .load import Endpoint, measure, served_model
 from .render import plot_all, say, summary_block
 from .results import Result, load_results, parse_goodput, save
 
 
-def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8008")
     p.add_argument("--api", choices=["chat", "completions"], default="chat", help="endpoint kind (default chat)")
     p.add_argument("--path-prefix", default="/v1", help="API prefix (default /v1; /v3 for OVMS)")
     p.add_argument("--model", help="model id to send (default: the first of GET /v1/models)")
     p.add_argument("--label", help="name of this line in tables and charts (default: the base URL)")
-    rate_help = "Poisson requests/s; several values sweep (default inf: all at once)"
-    p.add_argument("--request-rate", type=float, nargs="+", default=[math.inf], help=rate_help)
+    p.add_argument("--request-rate", type=float, nargs="+", default=[math.inf], help="Poisson req/s; several sweep")
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrivals (1: Poisson)")
-    conc_help = "requests in flight at most; several sweep"
-    p.add_argument("--max-concurrency", type=int, nargs="+", default=[None], help=conc_help)
+    p.add_argument("--max-concurrency", type=int, nargs="+", default=[None], help="in flight at most; several sweep")
     p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
     p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
     p.add_argument("--warmup-requests", type=int, default=2, help="unmeasured requests first (default 2)")
@@ -58,7 +51,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_requests(args: argparse.Namespace) -> list[RequestSpec]:
-    codec, n = ModelTokenizer(Path(args.tokenizer)), args.num_prompts
+    codec, n = TokenCodec(Path(args.tokenizer)), args.num_prompts
     if args.dataset_name == "random":
         lengths = (args.random_input_len, args.random_output_len, args.random_range_ratio)
         return random_requests(codec, n, *lengths, args.seed)
@@ -85,7 +78,7 @@ async def _sweep(args: argparse.Namespace, requests: list[RequestSpec]) -> list[
     return runs
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace) -> int:
     if args.num_prompts < 1:
         print("genmesh-bench serve: --num-prompts must be at least 1", file=sys.stderr)
         return 2
@@ -98,41 +91,33 @@ def run_serve(args: argparse.Namespace) -> int:
     return 1 if any(r["failed"] for r in runs) else 0
 
 
-def add_plot_arguments(p: argparse.ArgumentParser) -> None:
+def plot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", type=Path, help="JSON results (genmesh-bench or vLLM --save-result)")
     p.add_argument("--out-dir", type=Path, default=Path("bench-results"), help="where the PNGs go")
     p.add_argument("--prefix", default="compare-", help="file name prefix of the PNGs")
 
 
-def run_plot(args: argparse.Namespace) -> int:
+def plot(args: argparse.Namespace) -> int:
     for path in plot_all(load_results(args.results), args.out_dir, prefix=args.prefix):
         print(f"chart: {path}")
     return 0
 
 
-HELP = {
-    "serve": "load against any OpenAI-compatible URL (vLLM benchmark_serving's metrics)",
-    "plot": "PNG charts comparing JSON results",
-    "engine": "engine HTTP server vs in-process pipeline throughput",
-    "microservice": "streams through the microservice vs straight to the engine",
-    "gateway": "gateway queue mechanics, and streams through the whole mesh",
-    "report": "the standard report with the peers (docs/benchmarks.md)",
-}
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
-    "serve": (add_serve_arguments, run_serve),
-    "plot": (add_plot_arguments, run_plot),
-    "engine": (engine.add_arguments, engine.run),
-    "microservice": (hops.add_microservice_arguments, hops.run_microservice),
-    "gateway": (hops.add_gateway_arguments, hops.run_gateway),
-    "report": (report.add_arguments, report.run),
+COMMANDS = {  # name: (help, add its arguments, run it)
+    "serve": ("load against any OpenAI-compatible URL (vLLM benchmark_serving's metrics)", serve_args, serve),
+    "plot": ("PNG charts comparing JSON results", plot_args, plot),
+    "engine": ("engine HTTP server vs in-process pipeline throughput", engine.add_arguments, engine.run),
+    "microservice": ("streams through the microservice vs straight to the engine", hops.ms_args, hops.microservice),
+    "gateway": ("gateway queue mechanics, and streams through the whole mesh", hops.gateway_args, hops.gateway),
+    "report": ("the standard report with the peers (docs/benchmarks.md)", report.add_arguments, report.run),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="genmesh-bench", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = p.add_subparsers(dest="command", required=True)
-    for name, (add, run) in COMMANDS.items():
-        sp = sub.add_parser(name, help=HELP[name], description=HELP[name])
+    for name, (help_text, add, run) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
         add(sp)
         sp.set_defaults(run=run)
     return p

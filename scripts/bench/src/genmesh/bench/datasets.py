@@ -1,10 +1,6 @@
-"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests, and
-the fixed short chat prompts of the engine and hop benchmarks.
-
-Lengths are in the model's own tokens (a :class:`TokenCodec`, normally :class:`ModelTokenizer`
-over the GGUF or OpenVINO folder being served), as vLLM's ``benchmark_serving`` counts them.
-Every sampler is deterministic for a given seed.
-"""
+"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests, with
+lengths in the served model's own tokens as vLLM's ``benchmark_serving`` counts them (deterministic
+for a seed), and the fixed short chat prompts of the engine and hop benchmarks."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +24,8 @@ FIRST_ORDINARY_TOKEN = 256
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request: ``prompt`` (the user message, or the whole prompt for completions), an optional
-    ``system`` message sent before it (chat) or prepended (completions), its length in tokens and
-    how many tokens to generate."""
+    """A user message (or a whole prompt), an optional system message, its length in tokens and how
+    many tokens to generate."""
 
     prompt: str
     prompt_len: int
@@ -38,18 +33,8 @@ class RequestSpec:
     system: str | None = None
 
 
-class TokenCodec(Protocol):
-    @property
-    def vocab_size(self) -> int: ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-
-class ModelTokenizer:
-    """A :class:`TokenCodec` over the model being served (``openvino_genai.Tokenizer`` over a GGUF or an
-    OpenVINO folder, as the engine loads it; no special tokens added)."""
+class TokenCodec:
+    """The served model's tokens, as the engine loads them; no special tokens added (tests use a stand-in)."""
 
     def __init__(self, model_path: Path) -> None:
         from genmesh.engine.tokenizer import PromptTokenizer
@@ -84,8 +69,7 @@ def random_requests(
     range_ratio: float = 0.0,
     seed: int = 0,
 ) -> list[RequestSpec]:
-    """``n`` prompts of random tokens, ``input_len`` (± ``range_ratio``) tokens each, re-encoded and
-    cut so that the text really is that many tokens; output lengths vary by the same ratio."""
+    """``n`` prompts of random tokens, ``input_len`` (± ``range_ratio``) long once re-encoded; outputs alike."""
     if not 0.0 <= range_ratio < 1.0:
         raise ValueError("range_ratio must be in [0, 1)")
     if input_len < 1 or output_len < 1:
@@ -149,10 +133,8 @@ def sharegpt_requests(
     max_prompt_len: int = 1024,
     max_total_len: int = 2048,
 ) -> list[RequestSpec]:
-    """``n`` conversations sampled from a ShareGPT JSON file: the first human turn is the prompt; the
-    reply's length in tokens is the output length unless ``output_len`` fixes it. Filtered as vLLM
-    does: prompts or replies under 4 tokens, prompts over ``max_prompt_len`` or pairs over
-    ``max_total_len`` are skipped."""
+    """``n`` first human turns sampled from a ShareGPT JSON file, each to generate its reply's length
+    (or ``output_len``); filtered as vLLM does (under 4 tokens, or too long, is skipped)."""
     pairs = parse_sharegpt(json.loads(path.read_text()))
     random.Random(seed).shuffle(pairs)
     out: list[RequestSpec] = []

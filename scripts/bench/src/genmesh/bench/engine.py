@@ -1,12 +1,6 @@
-"""``genmesh-bench engine``: the engine's HTTP server against the in-process pipeline, same work.
-
-Each run is a pair: concurrent streams through the HTTP server (or ``--url``) and one
-``generate()`` of the same prompts in a worker process; both stay loaded, idle while the other is
-measured, and pairs alternate their order (:mod:`.compare`). A second client polls ``/health``
-meanwhile (every 100 ms: a poll costs the API process 0.5 ms of CPU and the client 0.3 ms; at 50 a
-second that took 4 % of the two cores, which a real probe does not). ``--shared-prefix``: TTFT with
-prefix caching off and on, a fresh engine each, requests sharing one long system prompt.
-"""
+"""``genmesh-bench engine`` (README: Benchmarks): HTTP server against in-process pipeline, or prefix caching
+off and on. A ``/health`` poll costs the API process 0.5 ms of CPU and the client 0.3 ms: at 50 a second that
+took 4 % of the two cores, which a real probe does not, hence every 100 ms."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from typing import Any
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import QUIET_STEAL_PCT, alternate, is_quiet, keep_quiet, ratio
-from .datasets import ModelTokenizer, RequestSpec, default_prompts, shared_prefix_requests
+from .datasets import RequestSpec, TokenCodec, default_prompts, shared_prefix_requests
 from .inprocess import FIELDS, Pipeline, Scheduler
 from .load import Endpoint, measure, served_model
 from .render import fmt, say, table
@@ -50,8 +44,7 @@ COLUMNS: dict[str, tuple[str, str, Callable[[Result, Result], float | None]]] = 
 
 
 def summary(rounds: dict[str, list[Result]], max_steal_pct: float, concurrency: int) -> dict[str, Any]:
-    """The table (a row per run, the median of all runs, and of the quiet runs when two or more),
-    the verdicts (judged on the quiet runs' median when there is one) and the JSON document's figures."""
+    """The table (a row per run, and the medians of all and of the quiet runs), verdicts and figures."""
     kept = keep_quiet(rounds, max_steal_pct, noun="runs")
     pairs = list(zip(rounds["http"], rounds["in-process"], strict=True))
     per_run = [{key: figure(h, i) for key, (_, _, figure) in COLUMNS.items()} for h, i in pairs]
@@ -91,23 +84,18 @@ def summary(rounds: dict[str, list[Result]], max_steal_pct: float, concurrency: 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = Scheduler()
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"GGUF file or OpenVINO IR folder (default {DEFAULT_MODEL})")
-    url_help = "bench an engine already running at this base URL instead of starting one; it keeps running "
-    url_help += "during the in-process side, and its scheduler settings are its own"
-    p.add_argument("--url", help=url_help)
+    p.add_argument("--url", help="bench an engine already running at this base URL (its settings are its own)")
     p.add_argument("--concurrency", type=int, default=32, help="concurrent streaming requests (default 32)")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per request, ignore_eos (default 128)")
     p.add_argument("--repeats", type=int, default=6, help="HTTP/in-process pairs, alternating order (default 6)")
-    quiet_help = "a pair is quiet when both sides lost at most this much CPU to steal; targets are judged on the "
-    quiet_help += "quiet pairs when there are two or more (default 5)"
-    p.add_argument("--quiet-steal-pct", type=float, default=QUIET_STEAL_PCT, help=quiet_help)
+    quiet = "judge on the pairs whose sides lost at most this much CPU to steal, when two or more (default 5)"
+    p.add_argument("--quiet-steal-pct", type=float, default=QUIET_STEAL_PCT, help=quiet)
     p.add_argument("--warmup-requests", type=int, default=4, help="warm-up requests before each side (default 4)")
-    health_help = "/health poll interval under load (default 100)"
-    p.add_argument("--health-interval-ms", type=float, default=100.0, help=health_help)
+    p.add_argument("--health-interval-ms", type=float, default=100.0, help="/health poll interval (default 100)")
     p.add_argument("--results-dir", type=Path, default=Path("bench-results"), help="where JSON results go")
     p.add_argument("--startup-timeout-s", type=float, default=300.0, help="seconds allowed for the server to start")
-    prefix_help = "instead: --concurrency requests sharing one long system prompt, each with its own question, through "
-    prefix_help += "the engine with prefix caching off and on (TTFT in one run; the in-process side is skipped)"
-    p.add_argument("--shared-prefix", action="store_true", help=prefix_help)
+    prefix = "instead: TTFT of requests sharing one long system prompt, with prefix caching off and on"
+    p.add_argument("--shared-prefix", action="store_true", help=prefix)
     p.add_argument("--shared-prefix-len", type=int, default=1024, help="system prompt tokens (default 1024)")
     g = p.add_argument_group("scheduler (both sides)")
     g.add_argument("--cache-size", type=int, default=d.cache_size, help="KV cache size in GB")
@@ -175,7 +163,7 @@ async def pairs(args: argparse.Namespace, scheduler: Scheduler, stamp: str) -> i
 
 
 async def shared_prefix(args: argparse.Namespace, scheduler: Scheduler, stamp: str) -> int:
-    codec = ModelTokenizer(Path(args.model))
+    codec = TokenCodec(Path(args.model))
     reqs = shared_prefix_requests(codec, args.concurrency, args.shared_prefix_len, args.max_tokens)
     say(f"bench engine --shared-prefix: {args.concurrency} requests, {args.shared_prefix_len}-token system prompt")
     warm = [RequestSpec("Warm-up: say hello.", 0, 4, reqs[0].system)]

@@ -1,7 +1,5 @@
-"""``genmesh-bench microservice`` and ``genmesh-bench gateway``: what each hop costs (README: Benchmarks).
-
-The queue mode's load comes from a minimal keep-alive client: the general one costs more CPU per
-request than a gateway in front of an instant upstream, and on 2 cores it, not the gateway, set the
+"""``genmesh-bench microservice`` and ``gateway`` (README: Benchmarks): what each hop costs. The queue
+mode sends with a minimal keep-alive client: on 2 cores the general one, not the gateway, set the
 pace. ``--upstream-delay-ms 5 --max-concurrency 4`` keeps the pool full, so requests wait in the
 Redis queue (330-390 req/s here, against the upstream's own ceiling of 800)."""
 
@@ -15,6 +13,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,34 @@ import httpx
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from .compare import ADDED, compare_hop, hop_rounds, idle_ttfts, keep_quiet, rounded
-from .datasets import chat_batch
-from .load import Endpoint, served_model
+from .compare import ADDED, alternate, compare_hop, difference, keep_quiet, rounded
+from .datasets import RequestSpec, chat_batch
+from .load import Endpoint, measure, send, served_model, session
 from .render import fmt, say
-from .results import Load, RequestOutput, Result, StealMeter, make_result, percentile, save
-from .servers import MODEL_NAME, running_mesh, start_fake_upstream, start_gateway, start_redis
+from .results import Load, RequestOutput, Result, StealMeter, cpu_seconds, make_result, percentile, save
+from .servers import MODEL_NAME, running_mesh, start_fake_upstream, start_gateway
 
 MICROSERVICE_TARGETS = (0.97, 5.0)  # throughput ratio at least, added TTFT p50 ms at most (issue 4)
 GATEWAY_TARGETS = (0.95, 10.0)
 TARGET_QUEUE_REQ_S = 1000.0
 
 
-def add_microservice_arguments(p: argparse.ArgumentParser) -> None:
+async def idle_ttfts(targets: Mapping[str, Endpoint], n: int, max_tokens: int) -> dict[str, list[float]]:
+    """TTFT (ms) of ``n`` requests to each target in turn, one at a time: a hop's own latency."""
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    clients = {name: session(endpoint.base_url, 1) for name, endpoint in targets.items()}
+    try:
+        for req in chat_batch(n, max_tokens):
+            for name, endpoint in targets.items():
+                if (ttft := (await send(clients[name], endpoint, req)).ttft_s) is not None:
+                    out[name].append(ttft * 1000.0)
+    finally:
+        for client in clients.values():
+            await client.close()
+    return out
+
+
+def ms_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="model for the engine this starts")
     p.add_argument("--engine-url", help="use this running engine instead of starting one")
     p.add_argument("--microservice-url", help="use this running microservice (in front of --engine-url)")
@@ -48,17 +62,33 @@ def add_microservice_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _hop(hop: str, urls: dict[str, str], args: argparse.Namespace, pids: list[int], watch: int | None) -> Result:
-    """Streams through ``hop`` and the others in ``urls``, compared with the engine's."""
-    n = args.streams if hop == "gateway" else args.concurrency
-    model = args.model_name or await served_model(urls["engine"])
+    """Rounds of a batch through ``hop`` and the others in ``urls`` (the first warms each up with 4 short
+    requests), then requests one at a time, compared with the engine's; ``watch``'s CPU per batch."""
+    batch = chat_batch(args.streams if hop == "gateway" else args.concurrency, args.max_tokens)
+    model, warm = (
+        args.model_name or await served_model(urls["engine"]),
+        [RequestSpec(r.prompt, 0, 8) for r in batch[:4]],
+    )
     targets = {name: Endpoint(url, model) for name, url in urls.items()}
-    rounds = await hop_rounds(targets, chat_batch(n, args.max_tokens), args.rounds, pids, watch)
+
+    def cpu_s() -> float | None:
+        return sum(cpu_seconds([watch]).values()) if watch else None
+
+    def target(name: str) -> Callable[[int], Awaitable[Result]]:
+        async def run(r: int) -> Result:
+            cpu0, warmup, settings = cpu_s(), warm if r == 0 else [], {"target": name}
+            result = await measure(targets[name], batch, label=name, warmup=warmup, pids=pids, settings=settings)
+            return result | {"watched_cpu_s": difference(cpu_s(), cpu0)}
+
+        return run
+
+    rounds = await alternate({name: target(name) for name in targets}, args.rounds)
     idle = await idle_ttfts(targets, args.idle_requests, args.max_tokens)
     summary = compare_hop(rounds, hop, idle, GATEWAY_TARGETS if hop == "gateway" else MICROSERVICE_TARGETS)
-    return {"streams": n, "max_tokens": args.max_tokens, "rounds": args.rounds, **summary, "batches": rounds}
+    return {"streams": len(batch), "max_tokens": args.max_tokens, "rounds": args.rounds, **summary, "batches": rounds}
 
 
-def run_microservice(args: argparse.Namespace) -> int:
+def microservice(args: argparse.Namespace) -> int:
     if args.microservice_url and not args.engine_url:
         print("genmesh-bench microservice: --microservice-url needs --engine-url", file=sys.stderr)
         return 2
@@ -97,7 +127,7 @@ def run_microservice(args: argparse.Namespace) -> int:
     return 1 if summary["engine"]["errors"] or ms["errors"] else 0
 
 
-def add_gateway_arguments(p: argparse.ArgumentParser) -> None:
+def gateway_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["queue", "mesh", "all"], default="all")
     p.add_argument("--log-dir", default="bench-results/gateway", help="logs of the servers this starts")
     p.add_argument("--json", dest="json_out", type=Path, help="also write the results to this JSON file")
@@ -114,11 +144,10 @@ def add_gateway_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--max-tokens", type=int, default=128)
     m.add_argument("--rounds", type=int, default=4, help="batches per target, alternating which goes first")
     m.add_argument("--with-microservice", action="store_true", help="also stream straight to the microservice")
-    idle_help = "requests per target sent one at a time after the rounds"
-    m.add_argument("--idle-requests", type=int, default=16, help=idle_help)
+    m.add_argument("--idle-requests", type=int, default=16, help="requests per target sent one at a time afterwards")
 
 
-def run_gateway(args: argparse.Namespace) -> int:
+def gateway(args: argparse.Namespace) -> int:
     if args.mode in ("mesh", "all") and not Path(args.model).is_file():
         print(f"mesh mode needs the model {args.model}: run 'make model'", file=sys.stderr)
         return 2
@@ -149,13 +178,10 @@ def run_gateway(args: argparse.Namespace) -> int:
 def gateway_queue(args: argparse.Namespace) -> Result:
     log_dir, passes, slots = Path(args.log_dir), list[Result](), args.max_concurrency
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        redis = start_redis(Path(tmp), log_dir / "queue-redis.log")
-        stack.callback(redis.stop)
         upstream = start_fake_upstream(args.upstream_delay_ms, log_dir / "queue-upstream.log")
         stack.callback(upstream.stop)
         route = {"url": upstream.url, "health_path": "/health", "max_concurrency": slots}
-        gw = start_gateway(redis.url, Path(tmp) / "bench.yaml", route, log_dir / "queue-gateway.log", "bench")
-        stack.callback(gw.stop)
+        gw, redis = start_gateway(stack, Path(tmp), route, log_dir, "bench", prefix="queue-")
         port = int(gw.url.rsplit(":", 1)[1])
         asyncio.run(keepalive_load(port, args.clients, min(args.requests, args.clients * 4)))
         httpx.post(upstream.url + "/control", json={"reset": True}, timeout=5).raise_for_status()
@@ -169,20 +195,13 @@ def gateway_queue(args: argparse.Namespace) -> Result:
     kept = keep_quiet({"queue": passes}, noun="passes")
     rate = statistics.median(admitted(r) for r in kept.of(passes))
     latencies = [x for r in kept.of(passes) for x in r["e2els_ms"]]
-    return {
-        "clients": args.clients,
-        "max_concurrency": args.max_concurrency,
-        "upstream_delay_ms": args.upstream_delay_ms,
-        "requests_per_pass": args.requests,
-        "passes": [
-            {"admitted_per_s": round(admitted(p), 1), "cpu_steal_pct": rounded(p["steal_percent"], 1)} for p in passes
-        ],
-        "judged_on": f"median of {kept.basis}",
-        "errors": sum(r["failed"] for r in passes),
-        "admitted_per_s": round(rate, 1),
-        "latency_ms_p50": rounded(percentile(latencies, 50)),
-        "latency_ms_p99": rounded(percentile(latencies, 99)),
-        "upstream_max_in_flight": in_flight,
+    report = {"clients": args.clients, "max_concurrency": slots, "upstream_delay_ms": args.upstream_delay_ms}
+    each = [{"admitted_per_s": round(admitted(p), 1), "cpu_steal_pct": rounded(p["steal_percent"], 1)} for p in passes]
+    report |= {"requests_per_pass": args.requests, "passes": each}
+    report |= {"judged_on": f"median of {kept.basis}", "errors": sum(r["failed"] for r in passes)}
+    report |= {"admitted_per_s": round(rate, 1), "latency_ms_p50": rounded(percentile(latencies, 50))}
+    report |= {"latency_ms_p99": rounded(percentile(latencies, 99)), "upstream_max_in_flight": in_flight}
+    return report | {
         "targets": {"admitted_per_s": f">= {TARGET_QUEUE_REQ_S:g}", "upstream_max_in_flight": f"<= {slots}"},
         "targets_met": {"admitted_per_s": rate >= TARGET_QUEUE_REQ_S, "upstream_max_in_flight": in_flight <= slots},
     }

@@ -1,11 +1,5 @@
-"""The ceiling: the same work through ``ContinuousBatchingPipeline`` in one process, no HTTP.
-
-:class:`Pipeline` keeps the pipeline loaded in a spawned worker process, idle (no CPU) between
-measurements, and times one ``generate()`` of the prompts (``genmesh-bench engine``) or a closed
-loop of ``add_request``/``step`` as the engine's core drives it (the report: a new request joins
-as soon as one ends). Prompts take the server's chat route: the model's chat template with
-``add_generation_prompt=True``, tokenised without special tokens; greedy, ``ignore_eos``.
-"""
+"""The ceiling: the same work through ``ContinuousBatchingPipeline`` in a worker process, no HTTP; the
+prompts take the chat route's path (chat template, no special tokens), greedy, ``ignore_eos``."""
 
 from __future__ import annotations
 
@@ -83,8 +77,7 @@ def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, war
 
 
 def _measure(label: str, n: int, max_tokens: int, concurrency: int | None) -> Result:
-    """The first ``n`` prompts: one ``generate()`` (``concurrency`` None), or a closed loop of
-    ``concurrency`` requests in flight."""
+    """The first ``n`` prompts: one ``generate()``, or a closed loop of ``concurrency`` in flight."""
     import openvino_genai as ov_genai
 
     pipe, todo, gc = _LOADED["pipe"], list(_LOADED["inputs"][:n]), _greedy(ov_genai, max_tokens)
@@ -106,8 +99,7 @@ def _measure(label: str, n: int, max_tokens: int, concurrency: int | None) -> Re
 
 
 class Pipeline:
-    """``ContinuousBatchingPipeline(model)`` with ``prompts`` in a spawned worker process; a context
-    manager: the worker exits, pipeline and threads with it, on the way out."""
+    """The pipeline and ``prompts`` in a spawned worker process, which exits on the way out."""
 
     def __init__(self, model: str, scheduler: Scheduler, prompts: list[str], warmup: int, warmup_tokens: int) -> None:
         spawn, args = multiprocessing.get_context("spawn"), (model, scheduler, prompts, warmup, warmup_tokens)

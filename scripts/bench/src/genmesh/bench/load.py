@@ -1,9 +1,7 @@
-"""The load generator: OpenAI-compatible requests, timed as vLLM's ``benchmark_serving`` times them
-(TTFT to the first chunk with text, each later gap, the whole request), tokens always counted from
-the final ``usage`` chunk, so every engine is measured by its own count of the same work. The client
-is aiohttp, as vLLM's: it shares the 2 cores with the server it measures, and 32 streams cost httpx
-with httpx-sse 2.9 s of CPU for 4,096 chunks, aiohttp with its C parser 0.96 s. Every server we
-measure (ours, vLLM, llama-server) sends each event as one ``data:`` line, so lines are read."""
+"""The load generator: OpenAI-compatible requests timed as vLLM's ``benchmark_serving`` times them,
+tokens counted from the final ``usage`` chunk (each engine's own count of the same work). aiohttp, as
+vLLM's: 32 streams cost httpx with httpx-sse 2.9 s of CPU for 4,096 chunks on the cores the server
+needs, aiohttp 0.96 s. Every server measured sends an event as one ``data:`` line, so lines are read."""
 
 from __future__ import annotations
 
@@ -115,9 +113,8 @@ async def served_model(base_url: str, prefix: str = "/v1") -> str:
 
 
 def arrival_offsets(n: int, request_rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """Seconds from the start at which each of ``n`` requests is sent, as vLLM's benchmark sends them:
-    gamma-distributed gaps of shape ``burstiness`` (1: a Poisson process, below 1 burstier) and mean
-    ``1 / request_rate``; ``inf`` sends them all at once."""
+    """When each of ``n`` requests leaves, as vLLM's benchmark sends them: gamma gaps of mean ``1 /
+    request_rate`` and shape ``burstiness`` (1: Poisson, below 1 burstier); ``inf``: all at once."""
     if n < 0 or request_rate <= 0 or burstiness <= 0:
         raise ValueError("n must not be negative, request_rate and burstiness must be positive")
     if math.isinf(request_rate):
@@ -162,10 +159,9 @@ async def measure(
     health_url: str | None = None,
     health_interval_s: float = 0.02,
 ) -> Result:
-    """The one load loop: after ``warmup`` (all at once, not measured), request ``i`` leaves at its
-    arrival time and waits for a free slot while ``max_concurrency`` are in flight, under a
-    :class:`.results.StealMeter` (``pids``: the servers, whose CPU is not "other"). A second client
-    (its own connection) may poll ``health_url``: the engine's ``/health`` must stay fast meanwhile."""
+    """The one load loop: after ``warmup`` (not measured), request ``i`` leaves at its arrival time, waits
+    while ``max_concurrency`` are in flight, under a :class:`.results.StealMeter` (``pids``: the servers);
+    a second client may poll ``health_url`` (the engine's ``/health`` must stay fast meanwhile)."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
     if warmup:

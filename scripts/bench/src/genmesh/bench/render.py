@@ -1,14 +1,12 @@
 """For people: the one table writer (aligned text or Markdown), vLLM's summary block for one run,
-progress lines on stderr (stdout keeps only the results), and PNG charts comparing runs: output
-throughput against concurrency (a line per ``label``, x: ``max_concurrency``) and empirical CDFs of
-the TTFT and TPOT samples."""
+progress lines on stderr (stdout keeps only the results), and the charts comparing runs."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,62 +78,35 @@ def summary_block(run: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _chart(path: Path, draw: Callable[[Any], bool], xlabel: str, ylabel: str, title: str, legend: int) -> Path | None:
-    """``draw(axes)`` into a new figure saved at ``path``; ``None`` (nothing written) when it drew nothing."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    try:
-        if not draw(ax):
-            return None
-        ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=legend)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        return path
-    finally:
-        plt.close(fig)
-
-
-def throughput_vs_concurrency(runs: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path | None:
-    """Output tokens/s against concurrency, one line per label; ``None`` when no run has a concurrency."""
+def plot_all(runs: Sequence[dict[str, Any]], out_dir: Path, prefix: str = "", top: int | None = None) -> list[Path]:
+    """Throughput against concurrency (a line per label), and CDFs of TTFT and TPOT (``top``: at that c)."""
+    at = [r for r in runs if r.get("max_concurrency") == top and r.get("request_rate") is None] if top else runs
     groups: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in runs:
         if r.get("max_concurrency") and r.get("request_rate") is None:
             groups[str(r.get("label", "run"))].append((int(r["max_concurrency"]), float(r["output_throughput"])))
-
-    def draw(ax: Any) -> bool:
-        for label, points in groups.items():
-            ax.plot(*zip(*sorted(points), strict=True), marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        return bool(groups)
-
-    title = title or "Output throughput vs concurrency"
-    return _chart(path, draw, "concurrent requests", "output tokens/s", title, 8)
-
-
-def distribution(runs: Sequence[dict[str, Any]], key: str, path: Path, xlabel: str, title: str = "") -> Path | None:
-    """Empirical CDF of ``run[key]`` (a list of milliseconds) for each run; ``None`` without samples."""
-
-    def draw(ax: Any) -> bool:
-        drawn = False
-        for run in runs:
-            samples = np.sort(np.asarray(run.get(key) or [], dtype=np.float64))
-            if samples.size:
-                name = str(run.get("label", "run")) + (f" c={c}" if (c := run.get("max_concurrency")) else "")
-                ax.step(samples, np.arange(1, samples.size + 1) / samples.size, where="post", label=name)
-                drawn = True
-        return drawn
-
-    return _chart(path, draw, xlabel, "fraction of requests", title or f"{xlabel} distribution", 7)
-
-
-def plot_all(runs: Sequence[dict[str, Any]], out_dir: Path, prefix: str = "", top: int | None = None) -> list[Path]:
-    """The three charts for ``runs`` into ``out_dir``; returns the files written. ``top``: the
-    distributions are those of the runs at that concurrency only."""
-    at = [r for r in runs if r.get("max_concurrency") == top and r.get("request_rate") is None] if top else runs
-    written = [throughput_vs_concurrency(runs, out_dir / f"{prefix}throughput.png")]
-    for key, name in (("ttfts_ms", "TTFT"), ("tpots_ms", "TPOT")):
-        title = f"{name} at c={top}" if top else ""
-        written.append(distribution(at, key, out_dir / f"{prefix}{name.lower()}.png", f"{name} (ms)", title))
-    return [p for p in written if p is not None]
+    written = []
+    for name, xlabel in (("throughput", "concurrent requests"), ("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        if name == "throughput":
+            for label, points in groups.items():
+                ax.plot(*zip(*sorted(points), strict=True), marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set(ylabel="output tokens/s", title="Output throughput vs concurrency")
+        else:
+            for run in at:
+                if (samples := np.sort(np.asarray(run.get(f"{name}s_ms") or [], dtype=np.float64))).size:
+                    label = str(run.get("label", "run")) + (f" c={c}" if (c := run.get("max_concurrency")) else "")
+                    ax.step(samples, np.arange(1, samples.size + 1) / samples.size, where="post", label=label)
+            title = f"{name.upper()} at c={top}" if top else f"{xlabel} distribution"
+            ax.set(ylabel="fraction of requests", title=title)
+        if ax.lines:  # a chart with nothing to draw is not written
+            ax.set_xlabel(xlabel)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8 if name == "throughput" else 7)
+            fig.tight_layout()
+            out_dir.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path := out_dir / f"{prefix}{name}.png", dpi=110)
+            written.append(path)
+        plt.close(fig)
+    return written

