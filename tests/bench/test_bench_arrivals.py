@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from genmesh.bench.arrivals import arrival_offsets
+from genmesh.bench.load import arrival_offsets
 
 
 def test_infinite_rate_sends_everything_at_once() -> None:

@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from genmesh.bench.client import Endpoint, send, session
 from genmesh.bench.datasets import RequestSpec
-from genmesh.bench.load import run_load
-from genmesh.bench.rounds import idle_ttfts
+from genmesh.bench.hops import idle_ttfts
+from genmesh.bench.load import Endpoint, arrival_offsets, measure, send, session
 from support.bench_fakes import ScriptedServer
 
 REQ = RequestSpec("hello", 5, 4)
@@ -61,35 +60,43 @@ async def test_http_error_is_a_failed_request_not_an_exception() -> None:
 @pytest.mark.parametrize("cap", [1, 3])
 async def test_load_never_exceeds_max_concurrency(cap: int) -> None:
     async with ScriptedServer(tokens=2) as server:
-        result = await run_load(Endpoint(server.url), [REQ] * 9, max_concurrency=cap)
-    assert len(result.outputs) == 9
-    assert result.errors == []
-    assert result.output_tokens == 18
+        result = await measure(Endpoint(server.url), [REQ] * 9, label="capped", max_concurrency=cap)
+    assert (result["completed"], result["failed"], result["errors"]) == (9, 0, [])
+    assert result["total_output_tokens"] == 18
+    assert result["output_lens"] == [2] * 9
+    assert result["max_concurrency"] == cap
     assert server.max_in_flight == cap
 
 
 async def test_load_without_a_cap_sends_everything_at_once() -> None:
     async with ScriptedServer(tokens=1) as server:
-        result = await run_load(Endpoint(server.url), [REQ] * 6)
+        result = await measure(Endpoint(server.url), [REQ] * 6, label="burst")
     assert server.max_in_flight == 6
-    assert result.output_tokens_per_s > 0
+    assert result["output_throughput"] > 0
+    assert result["request_rate"] is None
+    assert 0 <= result["steal_percent"] <= 100
+
+
+async def test_a_health_poller_runs_beside_the_load() -> None:
+    async with ScriptedServer(tokens=8) as server:
+        result = await measure(Endpoint(server.url), [REQ] * 2, health_url="/health", health_interval_s=0.005)
+    assert result["health_polls"] >= 1
+    assert result["health_failures"] == 0
+    assert 0 < result["health_p50_ms"] <= result["health_p99_ms"] <= result["health_max_ms"]
 
 
 async def test_request_rate_spreads_the_sends() -> None:
     rate = 40.0
     async with ScriptedServer(tokens=1) as server:
-        result = await run_load(Endpoint(server.url), [REQ] * 8, request_rate=rate, seed=5)
-    starts = sorted(o.start_s for o in result.outputs)
-    from genmesh.bench.arrivals import arrival_offsets
-
+        result = await measure(Endpoint(server.url), [REQ] * 8, request_rate=rate, seed=5)
     planned = arrival_offsets(8, rate, seed=5)
-    assert starts[-1] >= planned[-1]  # nobody leaves before its arrival time
-    assert result.duration_s >= planned[-1]
     assert not math.isinf(planned[-1])
+    assert result["request_rate"] == rate
+    assert result["duration_s"] >= planned[-1]  # nobody leaves before its arrival time
+    assert server.max_in_flight < 8  # spread out, not all at once
 
 
 async def test_idle_ttfts_send_one_request_at_a_time_to_each_target() -> None:
-
     async with ScriptedServer(tokens=2) as a, ScriptedServer(tokens=2) as b:
         ttfts = await idle_ttfts({"a": Endpoint(a.url), "b": Endpoint(b.url)}, 3, 2)
     assert {name: len(v) for name, v in ttfts.items()} == {"a": 3, "b": 3}

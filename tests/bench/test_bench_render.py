@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from genmesh.bench.plots import plot_all
-from genmesh.bench.profile import top_functions
-from genmesh.bench.render import high_steal_note, level, markdown_table, ratios, summary_block
+from genmesh.bench.render import level, plot_all, summary_block, table
+from genmesh.bench.report import high_steal_note, ratios, results_table, top_functions
 
 
 def run(
@@ -60,11 +59,12 @@ def test_ratios_compare_within_a_level() -> None:
 
 
 def test_markdown_table_rows_and_steal_flag() -> None:
-    table = markdown_table(RUNS, "inprocess").splitlines()
-    assert len(table) == 2 + len(RUNS)
-    assert "| engine | c=8 | 4/0 |" in table[3]
-    assert "| 0.75 | 1.50 |" in table[3]
-    assert "30.0 ⚠" in table[5]
+    rows = results_table(RUNS, "inprocess").splitlines()
+    assert len(rows) == 2 + len(RUNS)
+    assert rows[1].startswith("| --- | --- |")
+    assert "| engine | c=8 | 4/0 |" in rows[3]
+    assert "| 0.75 | 1.50 |" in rows[3]
+    assert "30.0 ⚠" in rows[5]
     note = high_steal_note(RUNS)
     assert note is not None
     assert "llama c=8 (30.0 %)" in note
@@ -87,10 +87,22 @@ def test_summary_block_reads_like_vllm() -> None:
     assert "12.00" in text
 
 
+def test_text_tables_align_right_under_a_rule() -> None:
+    assert table(["run", "tok/s"], [["1", "30.5"], ["median", "7.0"]]).splitlines() == [
+        "   run  tok/s",
+        "------  -----",
+        "     1   30.5",
+        "median    7.0",
+    ]
+
+
 def test_plots_write_pngs(tmp_path: Path) -> None:
     files = plot_all(RUNS, tmp_path, prefix="t-")
     assert [f.name for f in files] == ["t-throughput.png", "t-ttft.png", "t-tpot.png"]
     assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
+    at_top = plot_all(RUNS, tmp_path / "top", top=1)  # the distributions of the runs at c=1 only
+    assert [f.name for f in at_top] == ["throughput.png", "ttft.png", "tpot.png"]
+    assert plot_all([run("x", None, 1.0, rate=2.0) | {"ttfts_ms": [], "tpots_ms": []}], tmp_path / "none") == []
 
 
 def test_profile_top_functions_from_collapsed_stacks() -> None:

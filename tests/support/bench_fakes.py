@@ -50,6 +50,7 @@ class ScriptedServer:
         self.bodies: list[dict[str, Any]] = []
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_get("/health", self.health)
         self._server = TestServer(app, host="127.0.0.1")
 
     @property
@@ -62,6 +63,9 @@ class ScriptedServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._server.close()
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1

@@ -93,7 +93,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture(scope="session")
 def fake_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
-    argv = [sys.executable, "-m", "genmesh.gateway.fake_upstream", "--port", str(port), "--delay-ms", "20"]
+    argv = [sys.executable, str(Path(__file__).with_name("fake_upstream.py")), "--port", str(port), "--delay-ms", "20"]
     server = start_server("fake-upstream", argv, port, tmp_path_factory.mktemp("fake-logs"), timeout_s=30)
     yield server
     server.stop()

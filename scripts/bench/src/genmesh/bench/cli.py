@@ -1,42 +1,122 @@
-"""``genmesh-bench``: one load generator, several benchmarks.
-
-``serve`` (any OpenAI-compatible URL, vLLM's metrics), ``plot`` (compare JSON results),
-``engine`` (HTTP server vs in-process pipeline; ``--shared-prefix`` for prefix caching),
-``microservice`` and ``gateway`` (what each hop costs), ``report`` (the standard comparison
-with the peers, written to ``docs/benchmarks.md``).
-"""
+"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks); ``serve`` and
+``plot`` follow vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import math
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from . import engine, gateway, microservice, report, serve
+from genmesh.engine.settings import DEFAULT_MODEL
+
+from . import engine, hops, report
+from .datasets import RequestSpec, TokenCodec, random_requests, shared_prefix_requests, sharegpt_requests
+from .load import Endpoint, measure, served_model
+from .render import plot_all, say, summary_block
+from .results import Result, load_results, parse_goodput, save
+
+
+def serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8008")
+    p.add_argument("--api", choices=["chat", "completions"], default="chat", help="endpoint kind (default chat)")
+    p.add_argument("--path-prefix", default="/v1", help="API prefix (default /v1; /v3 for OVMS)")
+    p.add_argument("--model", help="model id to send (default: the first of GET /v1/models)")
+    p.add_argument("--label", help="name of this line in tables and charts (default: the base URL)")
+    p.add_argument("--request-rate", type=float, nargs="+", default=[math.inf], help="Poisson req/s; several sweep")
+    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrivals (1: Poisson)")
+    p.add_argument("--max-concurrency", type=int, nargs="+", default=[None], help="in flight at most; several sweep")
+    p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
+    p.add_argument("--warmup-requests", type=int, default=2, help="unmeasured requests first (default 2)")
+    p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS", help="SLOs, e.g. ttft:500 tpot:50 e2el:5000")
+    p.add_argument("--result-dir", type=Path, default=Path("bench-results"), help="where JSON and PNGs go")
+    p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG charts")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    g = p.add_argument_group("dataset")
+    g.add_argument("--dataset-name", choices=["random", "shared-prefix", "sharegpt"], default="random")
+    g.add_argument("--dataset-path", type=Path, help="ShareGPT-format JSON file (--dataset-name sharegpt)")
+    g.add_argument("--tokenizer", default=DEFAULT_MODEL, help="GGUF or OpenVINO folder whose tokenizer sizes prompts")
+    g.add_argument("--num-prompts", type=int, default=32, help="requests per run (default 32)")
+    g.add_argument("--random-input-len", type=int, default=128, help="prompt tokens (random; default 128)")
+    g.add_argument("--random-output-len", type=int, default=64, help="new tokens per request (default 64)")
+    g.add_argument("--random-range-ratio", type=float, default=0.0, help="lengths vary by ± this share")
+    g.add_argument("--shared-prefix-len", type=int, default=512, help="common system prompt tokens (default 512)")
+    g.add_argument("--sharegpt-output-len", type=int, help="fix the output length of ShareGPT requests")
+    g.add_argument("--seed", type=int, default=0)
+
+
+def build_requests(args: argparse.Namespace) -> list[RequestSpec]:
+    codec, n = TokenCodec(Path(args.tokenizer)), args.num_prompts
+    if args.dataset_name == "random":
+        lengths = (args.random_input_len, args.random_output_len, args.random_range_ratio)
+        return random_requests(codec, n, *lengths, args.seed)
+    if args.dataset_name == "shared-prefix":
+        return shared_prefix_requests(codec, n, args.shared_prefix_len, args.random_output_len, args.seed)
+    if args.dataset_path is None:
+        raise SystemExit("--dataset-name sharegpt needs --dataset-path FILE.json")
+    return sharegpt_requests(codec, args.dataset_path, n, args.sharegpt_output_len, args.seed)
+
+
+async def _sweep(args: argparse.Namespace, requests: list[RequestSpec]) -> list[Result]:
+    """Every ``--request-rate`` with every ``--max-concurrency``; a summary block printed after each."""
+    url = args.base_url.rstrip("/")
+    model = args.model or await served_model(url, args.path_prefix)
+    endpoint = Endpoint(url, model, args.api, args.path_prefix, stream=args.stream, ignore_eos=args.ignore_eos)
+    first = requests[: args.warmup_requests]
+    warmup = [RequestSpec(r.prompt, r.prompt_len, min(r.output_len, 8), r.system) for r in first]
+    label, runs = args.label or url, list[Result]()
+    load: dict[str, Any] = {"warmup": warmup, "slos": parse_goodput(args.goodput), "burstiness": args.burstiness}
+    load |= {"settings": {"dataset": args.dataset_name, "target": label}, "seed": args.seed, "progress": args.progress}
+    for rate, conc in ((rate, conc) for rate in args.request_rate for conc in args.max_concurrency):
+        runs.append(await measure(endpoint, requests, label=label, request_rate=rate, max_concurrency=conc, **load))
+        print(summary_block(runs[-1]), flush=True)
+    return runs
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.num_prompts < 1:
+        print("genmesh-bench serve: --num-prompts must be at least 1", file=sys.stderr)
+        return 2
+    say(f"serve: preparing {args.num_prompts} {args.dataset_name} requests")
+    runs = asyncio.run(_sweep(args, build_requests(args)))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    print(f"results: {save(runs, args.result_dir / f'serve-{stamp}.json')}")
+    for path in plot_all(runs, args.result_dir, prefix=f"serve-{stamp}-") if args.plot else []:
+        print(f"chart: {path}")
+    return 1 if any(r["failed"] for r in runs) else 0
+
+
+def plot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", type=Path, help="JSON results (genmesh-bench or vLLM --save-result)")
+    p.add_argument("--out-dir", type=Path, default=Path("bench-results"), help="where the PNGs go")
+    p.add_argument("--prefix", default="compare-", help="file name prefix of the PNGs")
+
+
+def plot(args: argparse.Namespace) -> int:
+    for path in plot_all(load_results(args.results), args.out_dir, prefix=args.prefix):
+        print(f"chart: {path}")
+    return 0
+
+
+COMMANDS = {  # name: (help, add its arguments, run it)
+    "serve": ("load against any OpenAI-compatible URL (vLLM benchmark_serving's metrics)", serve_args, serve),
+    "plot": ("PNG charts comparing JSON results", plot_args, plot),
+    "engine": ("engine HTTP server vs in-process pipeline throughput", engine.add_arguments, engine.run),
+    "microservice": ("streams through the microservice vs straight to the engine", hops.ms_args, hops.microservice),
+    "gateway": ("gateway queue mechanics, and streams through the whole mesh", hops.gateway_args, hops.gateway),
+    "report": ("the standard report with the peers (docs/benchmarks.md)", report.add_arguments, report.run),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="genmesh-bench", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = p.add_subparsers(dest="command", required=True)
-    commands: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = [
-        (
-            "serve",
-            "load against any OpenAI-compatible URL (vLLM benchmark_serving's metrics)",
-            serve.add_arguments,
-            serve.run,
-        ),
-        ("plot", "PNG charts comparing JSON results", serve.add_plot_arguments, serve.run_plot),
-        ("engine", "engine HTTP server vs in-process pipeline throughput", engine.add_arguments, engine.run),
-        (
-            "microservice",
-            "streams through the microservice vs straight to the engine",
-            microservice.add_arguments,
-            microservice.run,
-        ),
-        ("gateway", "gateway queue mechanics, and streams through the whole mesh", gateway.add_arguments, gateway.run),
-        ("report", "the standard report with the peers (docs/benchmarks.md)", report.add_arguments, report.run),
-    ]
-    for name, help_text, add, run in commands:
+    for name, (help_text, add, run) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         add(sp)
         sp.set_defaults(run=run)

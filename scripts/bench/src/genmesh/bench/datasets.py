@@ -1,9 +1,6 @@
-"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests.
-
-Lengths are in the model's own tokens (a :class:`TokenCodec`, normally :class:`ModelTokenizer`
-over the GGUF or OpenVINO folder being served), as vLLM's ``benchmark_serving`` counts them.
-Every sampler is deterministic for a given seed.
-"""
+"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests, with
+lengths in the served model's own tokens as vLLM's ``benchmark_serving`` counts them (deterministic
+for a seed), and the fixed short chat prompts of the engine and hop benchmarks."""
 
 from __future__ import annotations
 
@@ -12,21 +9,23 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from .workload import TOPICS
-
+TOPICS = (  # noqa: SIM905 (sixteen short topics, one line each, would fill a screen)
+    "a lighthouse keeper;a lost robot;the first snow of winter;a dragon who hates fire;a city under the sea;"
+    "a clockmaker's apprentice;a talking cat;a journey to the moon;an old oak tree;a forgotten library;"
+    "a desert caravan;a haunted train station;a chess champion;a mountain village;a pirate's map;a garden on Mars"
+).split(";")
 # The lowest token ids are special and control tokens in most vocabularies; random prompts avoid them.
 FIRST_ORDINARY_TOKEN = 256
 
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request: ``prompt`` (the user message, or the whole prompt for completions), an optional
-    ``system`` message sent before it (chat) or prepended (completions), its length in tokens and
-    how many tokens to generate."""
+    """A user message (or a whole prompt), an optional system message, its length in tokens and how
+    many tokens to generate."""
 
     prompt: str
     prompt_len: int
@@ -34,13 +33,32 @@ class RequestSpec:
     system: str | None = None
 
 
-class TokenCodec(Protocol):
-    @property
-    def vocab_size(self) -> int: ...
+class TokenCodec:
+    """The served model's tokens, as the engine loads them; no special tokens added (tests use a stand-in)."""
 
-    def encode(self, text: str) -> list[int]: ...
+    def __init__(self, model_path: Path) -> None:
+        from genmesh.engine.tokenizer import PromptTokenizer
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+        self._tok = PromptTokenizer(model_path)
+        if self._tok.vocab_size is None:
+            raise ValueError(f"the vocabulary of {model_path} cannot be read")
+        self.vocab_size: int = self._tok.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def default_prompts(n: int) -> list[str]:
+    """``n`` fixed, distinct user messages of similar length (``genmesh-bench engine``)."""
+    return [f"Request {i + 1}: write a short story about {TOPICS[i % len(TOPICS)]}." for i in range(n)]
+
+
+def chat_batch(n: int, max_tokens: int) -> list[RequestSpec]:
+    """``n`` distinct short chat prompts, ``max_tokens`` new tokens each (``ignore_eos`` makes it exact)."""
+    return [RequestSpec(f"Write a short story about a robot, number {i}.", 0, max_tokens) for i in range(n)]
 
 
 def random_requests(
@@ -51,8 +69,7 @@ def random_requests(
     range_ratio: float = 0.0,
     seed: int = 0,
 ) -> list[RequestSpec]:
-    """``n`` prompts of random tokens, ``input_len`` (± ``range_ratio``) tokens each, re-encoded and
-    cut so that the text really is that many tokens; output lengths vary by the same ratio."""
+    """``n`` prompts of random tokens, ``input_len`` (± ``range_ratio``) long once re-encoded; outputs alike."""
     if not 0.0 <= range_ratio < 1.0:
         raise ValueError("range_ratio must be in [0, 1)")
     if input_len < 1 or output_len < 1:
@@ -75,30 +92,22 @@ def random_requests(
     return out
 
 
-def _filler(codec: TokenCodec, n_tokens: int) -> str:
-    base = (
-        "You are a careful assistant for a library of short stories. Answer in plain prose, keep names "
-        "consistent, never invent citations, and prefer short paragraphs. "
-    )
-    text = base
-    while len(codec.encode(text)) < n_tokens:
-        text += base
-    return codec.decode(codec.encode(text)[:n_tokens])
-
-
 def shared_prefix_requests(
     codec: TokenCodec, n: int, prefix_len: int, output_len: int, seed: int = 0
 ) -> list[RequestSpec]:
     """``n`` requests sharing one long system prompt of ``prefix_len`` tokens, each with its own question."""
     if prefix_len < 1 or output_len < 1:
         raise ValueError("prefix_len and output_len must be at least 1")
-    system = _filler(codec, prefix_len)
-    rng = random.Random(seed)
-    out: list[RequestSpec] = []
-    for i in range(n):
-        question = f"Question {i + 1}: write a short story about {TOPICS[rng.randrange(len(TOPICS))]}."
-        out.append(RequestSpec(question, prefix_len + len(codec.encode(question)), output_len, system=system))
-    return out
+    base = (
+        "You are a careful assistant for a library of short stories. Answer in plain prose, keep names "
+        "consistent, never invent citations, and prefer short paragraphs. "
+    )
+    system = base
+    while len(codec.encode(system)) < prefix_len:
+        system += base
+    system, rng = codec.decode(codec.encode(system)[:prefix_len]), random.Random(seed)
+    questions = [f"Question {i + 1}: write a short story about {TOPICS[rng.randrange(len(TOPICS))]}." for i in range(n)]
+    return [RequestSpec(q, prefix_len + len(codec.encode(q)), output_len, system=system) for q in questions]
 
 
 def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
@@ -108,16 +117,10 @@ def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for entry in data:
         turns = entry.get("conversations") if isinstance(entry, dict) else None
-        if not isinstance(turns, list) or len(turns) < 2:
-            continue
-        first, second = turns[0], turns[1]
-        if not (isinstance(first, dict) and isinstance(second, dict)):
-            continue
-        if first.get("from") not in ("human", "user") or not isinstance(first.get("value"), str):
-            continue
-        if not isinstance(second.get("value"), str):
-            continue
-        pairs.append((first["value"], second["value"]))
+        if isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
+            human, reply = turns[0].get("value"), turns[1].get("value")
+            if turns[0].get("from") in ("human", "user") and isinstance(human, str) and isinstance(reply, str):
+                pairs.append((human, reply))
     return pairs
 
 
@@ -130,10 +133,8 @@ def sharegpt_requests(
     max_prompt_len: int = 1024,
     max_total_len: int = 2048,
 ) -> list[RequestSpec]:
-    """``n`` conversations sampled from a ShareGPT JSON file: the first human turn is the prompt; the
-    reply's length in tokens is the output length unless ``output_len`` fixes it. Filtered as vLLM
-    does: prompts or replies under 4 tokens, prompts over ``max_prompt_len`` or pairs over
-    ``max_total_len`` are skipped."""
+    """``n`` first human turns sampled from a ShareGPT JSON file, each to generate its reply's length
+    (or ``output_len``); filtered as vLLM does (under 4 tokens, or too long, is skipped)."""
     pairs = parse_sharegpt(json.loads(path.read_text()))
     random.Random(seed).shuffle(pairs)
     out: list[RequestSpec] = []

@@ -1,28 +1,47 @@
-"""Text for people: vLLM's summary block for one run, and the report's comparison table in Markdown.
-
-A row of the table is one run (a JSON result). Runs at the same load level (same concurrency, or
-same request rate) are compared: each row's output throughput as a ratio of the ceiling line
-(``baseline``) and of the best peer (the highest output throughput among rows marked ``peer``).
-"""
+"""For people: the one table writer (aligned text or Markdown), vLLM's summary block for one run,
+progress lines on stderr (stdout keeps only the results), and the charts comparing runs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-from .results import HIGH_STEAL_PERCENT
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def fmt(value: Any, spec: str = ".1f") -> str:
     if value is None:
         return "-"
-    if isinstance(value, (int, float)):
-        return format(value, spec)
-    return str(value)
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, markdown: bool = False) -> str:
+    """``rows`` under ``header``: a Markdown table, or right-aligned columns under a rule."""
+    cells = [list(header), *map(list, rows)]
+    if markdown:
+        lines = ["| " + " | ".join(row) + " |" for row in cells]
+        lines.insert(1, "|" + "|".join(" --- " for _ in header) + "|")
+    else:
+        widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+        lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in cells]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def level(run: dict[str, Any]) -> str:
-    """``c=8`` (fixed concurrency, everything at once) or ``4 req/s`` (Poisson, maybe with ``c≤N``)."""
+    """``c=8`` (fixed concurrency, everything at once) or ``4 req/s`` (Poisson, maybe with ``c<=N``)."""
     rate, conc = run.get("request_rate"), run.get("max_concurrency")
     if rate is None:
         return f"c={conc}" if conc else "all at once"
@@ -47,108 +66,47 @@ def summary_block(run: dict[str, Any]) -> str:
         row("Request goodput (req/s):", run["goodput"])
     row("Output token throughput (tok/s):", run["output_throughput"])
     row("Total token throughput (tok/s):", run["total_token_throughput"])
-    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)")):
+    titles = {"ttft": "Time to First Token", "tpot": "Time per Output Token (excl. 1st token)"}
+    titles |= {"itl": "Inter-token Latency", "e2el": "End-to-end Latency"}
+    for key, title in titles.items():
         lines.append(f"{' ' + title + ' ':-^60}")
-        for stat in ("mean", "median", "p90", "p99"):
-            row(
-                f"{stat.capitalize() if stat in ('mean', 'median') else stat.upper()} {key.upper()} (ms):",
-                run.get(f"{stat}_{key}_ms"),
-            )
-    for key, title in (("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
-        lines.append(f"{' ' + title + ' ':-^60}")
-        for stat in ("mean", "median", "p90", "p99"):
-            row(
-                f"{stat.capitalize() if stat in ('mean', 'median') else stat.upper()} {key.upper()} (ms):",
-                run.get(f"{stat}_{key}_ms"),
-            )
-    steal = run.get("steal_percent")
+        for stat in ("Mean", "Median", "P90", "P99"):
+            row(f"{stat} {key.upper()} (ms):", run.get(f"{stat.lower()}_{key}_ms"))
     flag = "  HIGH" if run.get("high_steal") else ""
-    lines.append(f"{'CPU steal during the run (%):':<40}{fmt(steal):>20}{flag}")
+    lines.append(f"{'CPU steal during the run (%):':<40}{fmt(run.get('steal_percent')):>20}{flag}")
     lines.append("=" * 60)
     return "\n".join(lines)
 
 
-def _ratio(value: float | None, base: float | None) -> float | None:
-    if value is None or not base:
-        return None
-    return value / base
-
-
-def ratios(runs: Sequence[dict[str, Any]], baseline: str) -> list[tuple[float | None, float | None]]:
-    """(throughput / the ``baseline`` line's, throughput / the best peer's) for each run, at its level."""
-    base: dict[str, float] = {}
-    best_peer: dict[str, float] = {}
-    for run in runs:
-        lv, tput = level(run), run.get("output_throughput")
-        if not tput or not run.get("completed"):
-            continue
-        if run.get("target") == baseline:
-            base[lv] = float(tput)
-        if run.get("peer"):
-            best_peer[lv] = max(best_peer.get(lv, 0.0), float(tput))
-    return [
-        (
-            _ratio(r.get("output_throughput"), base.get(level(r))),
-            _ratio(r.get("output_throughput"), best_peer.get(level(r))),
-        )
-        for r in runs
-    ]
-
-
-TABLE_COLUMNS = (
-    "line",
-    "load",
-    "ok/failed",
-    "req/s",
-    "output tok/s",
-    "TTFT p50 ms",
-    "TTFT p99 ms",
-    "TPOT p50 ms",
-    "TPOT p99 ms",
-    "ITL p50 ms",
-    "E2E p50 ms",
-    "steal %",
-    "other CPU %",
-    "vs (a)",
-    "vs best peer",
-)
-
-
-def markdown_table(runs: Sequence[dict[str, Any]], baseline: str) -> str:
-    """One row per run; a steal at or above the threshold is marked ⚠. "other CPU" is the busy share of
-    the machine not used by the measured processes (other tenants of this guest)."""
-    rows = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(" --- " for _ in TABLE_COLUMNS) + "|"]
-    for run, (vs_base, vs_peer) in zip(runs, ratios(runs, baseline), strict=True):
-        steal = fmt(run.get("steal_percent"))
-        if run.get("high_steal"):
-            steal += " ⚠"
-        cells = [
-            str(run.get("label", "")),
-            level(run),
-            f"{run.get('completed', 0)}/{run.get('failed', 0)}",
-            fmt(run.get("request_throughput"), ".2f"),
-            fmt(run.get("output_throughput")),
-            fmt(run.get("median_ttft_ms"), ".0f"),
-            fmt(run.get("p99_ttft_ms"), ".0f"),
-            fmt(run.get("median_tpot_ms")),
-            fmt(run.get("p99_tpot_ms")),
-            fmt(run.get("median_itl_ms")),
-            fmt(run.get("median_e2el_ms"), ".0f"),
-            steal,
-            fmt(run.get("other_percent"), ".0f"),
-            fmt(vs_base, ".2f"),
-            fmt(vs_peer, ".2f"),
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
-
-
-def high_steal_note(runs: Sequence[dict[str, Any]]) -> str | None:
-    flagged = [f"{r.get('label')} {level(r)} ({fmt(r.get('steal_percent'))} %)" for r in runs if r.get("high_steal")]
-    if not flagged:
-        return None
-    return (
-        f"⚠ CPU steal at or above {HIGH_STEAL_PERCENT:.0f} % during: "
-        + "; ".join(flagged)
-        + ". The hypervisor gave these cores to other guests for that share of the run: compare those rows with care."
-    )
+def plot_all(runs: Sequence[dict[str, Any]], out_dir: Path, prefix: str = "", top: int | None = None) -> list[Path]:
+    """Throughput against concurrency (a line per label), and CDFs of TTFT and TPOT (``top``: at that c)."""
+    at = [r for r in runs if r.get("max_concurrency") == top and r.get("request_rate") is None] if top else runs
+    groups: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in runs:
+        if r.get("max_concurrency") and r.get("request_rate") is None:
+            groups[str(r.get("label", "run"))].append((int(r["max_concurrency"]), float(r["output_throughput"])))
+    written = []
+    for name, xlabel in (("throughput", "concurrent requests"), ("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        if name == "throughput":
+            for label, points in groups.items():
+                ax.plot(*zip(*sorted(points), strict=True), marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set(ylabel="output tokens/s", title="Output throughput vs concurrency")
+        else:
+            for run in at:
+                if (samples := np.sort(np.asarray(run.get(f"{name}s_ms") or [], dtype=np.float64))).size:
+                    label = str(run.get("label", "run")) + (f" c={c}" if (c := run.get("max_concurrency")) else "")
+                    ax.step(samples, np.arange(1, samples.size + 1) / samples.size, where="post", label=label)
+            title = f"{name.upper()} at c={top}" if top else f"{xlabel} distribution"
+            ax.set(ylabel="fraction of requests", title=title)
+        if ax.lines:  # a chart with nothing to draw is not written
+            ax.set_xlabel(xlabel)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8 if name == "throughput" else 7)
+            fig.tight_layout()
+            out_dir.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path := out_dir / f"{prefix}{name}.png", dpi=110)
+            written.append(path)
+        plt.close(fig)
+    return written

@@ -1,96 +1,214 @@
-"""One run's JSON result: what was sent, how, the metrics, the CPU steal, and the per-request samples.
-
-The keys follow vLLM's ``--save-result`` files where they mean the same (``completed``,
-``request_throughput``, ``output_throughput``, ``mean_ttft_ms``, ``p99_tpot_ms``, ...), so the
-same plotting and comparison code reads both.
-"""
+"""The one result type of a run: what was sent, vLLM's metrics (keys as in its ``--save-result``
+files, so one table and chart reads both: TTFT to the first text, TPOT (E2E - TTFT) / (tokens - 1),
+ITL every gap, goodput the req/s that met every SLO), the CPU steal and the per-request samples."""
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import importlib.metadata
 import json
 import math
+import os
+import platform
+import statistics
+import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .load import LoadResult
-from .stats import Distribution, Metrics, percentile, summarize
-from .steal import StealMeter
+import numpy as np
+import psutil
 
+Result = dict[str, Any]
 HIGH_STEAL_PERCENT = 10.0
+SLO_KEYS = ("ttft", "tpot", "e2el")
+STATS: dict[str, Callable[[list[float]], Any]] = {"mean": np.mean, "median": np.median, "std": np.std}
+STATS |= {"p90": lambda a: np.percentile(a, 90), "p99": lambda a: np.percentile(a, 99)}
 
 
-def _flat(metrics: Metrics) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for f in dataclasses.fields(metrics):
-        value = getattr(metrics, f.name)
-        if isinstance(value, Distribution):
-            name = f.name.removesuffix("_ms")
-            for stat in ("mean", "median", "std", "p90", "p99"):
-                flat[f"{stat}_{name}_ms"] = getattr(value, stat)
-        else:
-            flat[f.name] = value
-    return flat
+@dataclass
+class RequestOutput:
+    success: bool = False
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    e2e_s: float = 0.0
+    start_s: float = 0.0  # when it was sent, seconds since the run started
+    error: str | None = None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: (e2e - TTFT) / (tokens - 1)."""
+        if not self.success or self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    def usage(self, usage: Any) -> bool:
+        """Take the token counts from an OpenAI ``usage`` object; whether there was one."""
+        if isinstance(usage, dict) and "completion_tokens" in usage:
+            self.output_tokens = int(usage["completion_tokens"])
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            return True
+        return False
+
+
+@dataclass(frozen=True)
+class Load:
+    duration_s: float
+    outputs: list[RequestOutput]
+    health_s: list[float] = field(default_factory=list)
+    health_failures: int = 0
+
+
+def cpu_seconds(roots: Sequence[int]) -> dict[int, float]:
+    """CPU seconds so far of each process in the trees rooted at ``roots`` (pid -> seconds)."""
+    known: dict[int, float] = {}
+    for root in roots:
+        with contextlib.suppress(psutil.Error):
+            for proc in [psutil.Process(root), *psutil.Process(root).children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    known[proc.pid] = sum(proc.cpu_times()[:2])
+    return known
+
+
+class StealMeter:
+    """``with StealMeter(pids) as m``: shares of the machine's CPU time in the interval: steal (given to other
+    guests), busy, and other (busy, not by the trees rooted at ``pids``). Only like figures compare."""
+
+    def __init__(self, pids: Sequence[int] = ()) -> None:
+        self._pids = tuple(pids) or (os.getpid(),)
+        self.steal_percent: float | None = None
+        self.busy_percent: float | None = None
+        self.other_percent: float | None = None
+
+    def __enter__(self) -> StealMeter:
+        self._own, self._cpu = cpu_seconds(self._pids), psutil.cpu_times()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cpu, own = psutil.cpu_times(), cpu_seconds(self._pids)
+        busy = [t.user + t.nice + t.system + t.irq + t.softirq for t in (self._cpu, cpu)]  # guest time is in user
+        span = busy[1] - busy[0] + sum(getattr(cpu, f) - getattr(self._cpu, f) for f in ("idle", "iowait", "steal"))
+        if span > 0:
+            own_s = sum(t - self._own.get(pid, 0.0) for pid, t in own.items())
+            self.steal_percent = 100.0 * (cpu.steal - self._cpu.steal) / span
+            self.busy_percent = 100.0 * (busy[1] - busy[0]) / span
+            self.other_percent = max(0.0, self.busy_percent - 100.0 * own_s / span)
+
+
+def percentile(samples: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100, linear interpolation), ``None`` for no samples."""
+    return float(np.percentile(np.asarray(samples, dtype=np.float64), q)) if len(samples) else None
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are not ``None``."""
+    present = [v for v in values if v is not None]
+    return float(statistics.median(present)) if present else None
+
+
+def parse_goodput(items: Sequence[str]) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` -> ``{"ttft": 500.0, "tpot": 50.0}`` (milliseconds)."""
+    slos: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition(":")
+        if not sep or key not in SLO_KEYS:
+            raise ValueError(f"goodput SLO {item!r}: expected KEY:MS with KEY one of {', '.join(SLO_KEYS)}")
+        slos[key] = float(value)
+        if slos[key] <= 0:
+            raise ValueError(f"goodput SLO {item!r}: milliseconds must be positive")
+    return slos
 
 
 def make_result(
     label: str,
-    load: LoadResult,
+    load: Load,
     meter: StealMeter | None,
     *,
-    slos: dict[str, float] | None = None,
-    settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON document of one run (``settings``: target, dataset, rate, concurrency, ...)."""
-    metrics = summarize(load.outputs, load.duration_s, slos)
-    steal = meter.steal_percent if meter is not None else None
+    completed: int | None = None,
+    output_tokens: int | None = None,
+    slos: Mapping[str, float] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> Result:
+    """One run's result; ``completed`` and ``output_tokens`` where requests were not timed (in-process)."""
     ok = [o for o in load.outputs if o.success]
-    return {
-        "label": label,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **(settings or {}),
-        **_flat(metrics),
-        "goodput_slos_ms": slos or {},
-        "steal_percent": steal,
-        "busy_percent": meter.busy_percent if meter is not None else None,
-        "other_percent": meter.other_percent if meter is not None else None,
-        "high_steal": steal is not None and steal >= HIGH_STEAL_PERCENT,
-        "errors": load.errors[:20],
-        "health_p99_ms": _p99_ms(load.health_latencies_s),
-        "ttfts_ms": [o.ttft_s * 1000.0 for o in ok if o.ttft_s is not None],
-        "tpots_ms": [t * 1000.0 for o in ok if (t := o.tpot_s) is not None],
-        "e2els_ms": [o.e2e_s * 1000.0 for o in ok],
-        "output_lens": [o.output_tokens for o in ok],
-        "input_lens": [o.prompt_tokens for o in ok],
+    done = len(ok) if completed is None else completed
+    tokens_in = sum(o.prompt_tokens for o in ok)
+    tokens_out = sum(o.output_tokens for o in ok) if output_tokens is None else output_tokens
+
+    def per_s(x: float) -> float:
+        return x / load.duration_s if load.duration_s > 0 else 0.0
+
+    def meets_slos(o: RequestOutput) -> bool:  # a missing value fails the SLO it is needed for
+        values = {"ttft": o.ttft_s, "tpot": 0.0 if o.output_tokens < 2 else o.tpot_s, "e2el": o.e2e_s}
+        return all((v := values[key]) is not None and v * 1000.0 <= limit for key, limit in (slos or {}).items())
+
+    samples_ms = {
+        "ttft": [o.ttft_s * 1000.0 for o in ok if o.ttft_s is not None],
+        "tpot": [t * 1000.0 for o in ok if (t := o.tpot_s) is not None],
+        "itl": [gap * 1000.0 for o in ok for gap in o.itl_s],
+        "e2el": [o.e2e_s * 1000.0 for o in ok],
     }
+    result: Result = {"label": label, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(settings or {})}
+    result |= {"completed": done, "failed": len(load.outputs) - len(ok), "duration_s": load.duration_s}
+    result |= {"total_input_tokens": tokens_in, "total_output_tokens": tokens_out, "request_throughput": per_s(done)}
+    result |= {"output_throughput": per_s(tokens_out), "total_token_throughput": per_s(tokens_in + tokens_out)}
+    result["goodput"] = per_s(sum(meets_slos(o) for o in ok)) if slos else None
+    for name, ms in samples_ms.items():
+        result |= {f"{stat}_{name}_ms": float(fn(ms)) if ms else None for stat, fn in STATS.items()}
+    steal, health_ms = meter.steal_percent if meter else None, [s * 1000.0 for s in load.health_s]
+    result |= {
+        "goodput_slos_ms": dict(slos or {}),
+        "steal_percent": steal,
+        "high_steal": (steal or 0) >= HIGH_STEAL_PERCENT,
+    }
+    result |= {"busy_percent": meter and meter.busy_percent, "other_percent": meter and meter.other_percent}
+    result["errors"] = [o.error for o in load.outputs if o.error is not None][:20]
+    result |= {"health_polls": len(health_ms), "health_failures": load.health_failures}
+    result |= {f"health_{p}_ms": percentile(health_ms, q) for p, q in (("p50", 50), ("p99", 99), ("max", 100))}
+    result |= {f"{name}s_ms": samples_ms[name] for name in ("ttft", "tpot", "e2el")}
+    return result | {"output_lens": [o.output_tokens for o in ok], "input_lens": [o.prompt_tokens for o in ok]}
 
 
-def _p99_ms(samples_s: list[float]) -> float | None:
-    p = percentile(samples_s, 99)
-    return None if p is None else p * 1000.0
+def describe() -> dict[str, str]:
+    """The machine and the software the figures were taken on."""
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    cpu = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        # the report's own outputs (docs/) do not make the measured code dirty
+        status = ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"]
+        dirty = subprocess.run(status, capture_output=True, text=True).stdout.strip()
+        version = commit.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        version = "unknown"
+    openvino = importlib.metadata.version("openvino-genai")  # a dependency of genmesh-bench
+    host = {"cpu": cpu[0] if cpu else platform.processor() or "unknown", "cores": str(os.cpu_count())}
+    host |= {"memory": f"{psutil.virtual_memory().total / 1024**3:.1f} GiB", "os": platform.platform()}
+    return host | {"python": platform.python_version(), "openvino-genai": openvino, "genmesh commit": version}
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else "inf"
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
+def save(results: Any, path: Path) -> Path:
+    """``results`` as JSON (NaN as null, infinity as ``"inf"``) at ``path``."""
 
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None if math.isnan(value) else "inf"
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return [clean(v) for v in value] if isinstance(value, list) else value
 
-def save(results: dict[str, Any] | list[dict[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(results), indent=2) + "\n")
+    path.write_text(json.dumps(clean(results), indent=2) + "\n")
     return path
 
 
-def load_results(paths: Iterable[Path]) -> list[dict[str, Any]]:
+def load_results(paths: Iterable[Path]) -> list[Result]:
     """Runs from JSON files, each holding one result or a list of them."""
-    runs: list[dict[str, Any]] = []
+    runs: list[Result] = []
     for path in paths:
         data = json.loads(path.read_text())
         runs += data if isinstance(data, list) else [data]

@@ -1,4 +1,5 @@
-"""A tiny OpenAI-shaped upstream for tests and the queue benchmark (``python -m genmesh.gateway.fake_upstream``).
+"""A test double: a tiny OpenAI-shaped upstream for the gateway tests and the gateway's queue benchmark
+(``python tests/support/fake_upstream.py --port N``; it imports nothing of ours).
 
 ``max_tokens`` chunks are produced ``--delay-ms`` apart (SSE when ``stream``), usage is
 ``prompt_tokens=5, completion_tokens=max_tokens``. It counts requests in flight (and the most at
@@ -161,7 +162,7 @@ async def _json(send: Send, status: int, obj: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m genmesh.gateway.fake_upstream")
+    p = argparse.ArgumentParser(prog="python tests/support/fake_upstream.py")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--delay-ms", type=float, default=0.0, help="time per generated chunk")
     ns = p.parse_args(argv)

@@ -1,0 +1,227 @@
+"""Servers under test as subprocesses on free loopback ports, each in its own session so that
+:meth:`ManagedServer.stop` ends its whole process group; paths are relative to the repository root."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from .inprocess import Scheduler
+
+MODEL_NAME = "SmolLM2-135M-Instruct"
+VLLM_VENV = Path(".venv-vllm")
+VLLM_MODEL = Path("models/SmolLM2-135M-Instruct-hf")
+LLAMA_SERVER = Path(".cache/llama.cpp/bin/llama-server")
+FAKE_UPSTREAM = Path("tests/support/fake_upstream.py")  # the gateway tests' upstream double
+PORT = "<port>"  # stands for the free port in a server's argv
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers: HTTP 200, or (``redis://``) a TCP connection."""
+    if url.startswith("redis://"):
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", int(url.split(":")[2].split("/")[0]))) == 0
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=2.0).status_code == 200
+    return False
+
+
+@dataclass
+class ManagedServer:
+    name: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM to its process group, SIGKILL after ``timeout_s``."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout_s)
+
+
+def start(
+    name: str, argv: Sequence[str], log_path: Path, timeout_s: float, health: str | None = "/health", **env: str
+) -> ManagedServer:
+    """``argv`` on a free port (for :data:`PORT`), once ``GET health`` is 200 (None: Redis, its port open)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    url = f"http://127.0.0.1:{port}" if health else f"redis://127.0.0.1:{port}/0"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        argv, env = [str(port) if a == PORT else a for a in argv], {**os.environ, **env}
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server, deadline = ManagedServer(name, proc, url, log_path), time.monotonic() + timeout_s
+    try:
+        while not answers(url + (health or "")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                done = proc.poll() is not None
+                status = f"exited with {proc.returncode}" if done else f"not ready after {timeout_s:.0f}s"
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+                raise RuntimeError(f"{name} {status}:\n{tail}")
+            time.sleep(0.2)  # polling interval while it starts
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_engine(
+    model: str, scheduler: Scheduler, log_path: Path, *, timeout_s: float = 300.0, extra: Sequence[str] = ()
+) -> ManagedServer:
+    """``python -m genmesh.engine`` with the ``scheduler``'s settings, healthy (model loaded)."""
+    argv = [sys.executable, "-m", "genmesh.engine", "--model", model, "--port", PORT, *scheduler.engine_flags()]
+    return start("engine", [*argv, "--stats-log-interval-s", "0", *extra], log_path, timeout_s)
+
+
+def start_microservice(engine_url: str, log_path: Path) -> ManagedServer:
+    """``python -m genmesh.microservice`` relaying to ``engine_url``."""
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", PORT]
+    return start("microservice", [*argv, "--log-level", "warning"], log_path, 60.0, "/v1/health_check")
+
+
+def start_gateway(
+    stack: ExitStack, tmp: Path, upstream: dict[str, Any], log_dir: Path, model: str, prefix: str = ""
+) -> tuple[ManagedServer, ManagedServer]:
+    """A private Redis, and the gateway (auth off) on it routing ``model`` to ``upstream``; stopped by ``stack``."""
+    if (binary := shutil.which("redis-server")) is None:
+        raise FileNotFoundError("redis-server not found: run 'make redis' (scripts/ensure_redis.sh install)")
+    argv = [binary, "--port", PORT, "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
+    stack.callback((redis := start("redis", argv, log_dir / f"{prefix}redis.log", 30.0, None)).stop)
+    config = tmp / f"{prefix}gateway.yaml"
+    config.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
+    argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis.url]
+    argv += ["--auth", "off", "--log-level", "warning"]
+    gateway = start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")
+    stack.callback(gateway.stop)
+    return gateway, redis
+
+
+def start_fake_upstream(delay_ms: float, log_path: Path) -> ManagedServer:
+    """The gateway tests' OpenAI-shaped upstream double, answering after ``delay_ms``."""
+    if not FAKE_UPSTREAM.is_file():
+        raise FileNotFoundError(f"{FAKE_UPSTREAM} not found: run from the repository root")
+    argv = [sys.executable, str(FAKE_UPSTREAM), "--port", PORT, "--delay-ms", str(delay_ms)]
+    return start("fake-upstream", argv, log_path, 30.0)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    engine: ManagedServer | None
+    engine_url: str
+    microservice: ManagedServer | None = None
+    gateway: ManagedServer | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [s.proc.pid for s in (self.engine, self.microservice, self.gateway) if s is not None]
+
+
+@contextmanager
+def running_mesh(
+    model: str,
+    log_dir: Path,
+    *,
+    engine_url: str | None = None,
+    microservice: bool = True,
+    gateway: bool = True,
+    gateway_slots: int = 64,
+    model_name: str = MODEL_NAME,
+) -> Iterator[Mesh]:
+    """The engine (or ``engine_url``), the microservice, Redis and the gateway, as asked; stopped afterwards."""
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+
+        def started(server: ManagedServer) -> ManagedServer:
+            stack.callback(server.stop)
+            return server
+
+        extra = ("--served-model-name", model_name)
+        engine = None if engine_url else started(start_engine(model, Scheduler(), log_dir / "engine.log", extra=extra))
+        engine_url = engine.url if engine else str(engine_url)
+        ms = started(start_microservice(engine_url, log_dir / "microservice.log")) if microservice or gateway else None
+        upstream = {"url": ms.url if ms else "", "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
+        gw = start_gateway(stack, Path(tmp), upstream, log_dir, model_name)[0] if gateway and ms else None
+        yield Mesh(engine, engine_url, ms if microservice else None, gw)
+
+
+# -- the peers of the report: each says exactly why when it cannot run here (nothing is ever faked) --
+
+OPEA_NOTE = (
+    "skipped: `pip download opea-comps` (1.5, PyPI) gives only `comps/cores` (the microservice framework: "
+    "`micro_service`, `orchestrator`, `api_protocol`), not the text-generation component "
+    "`comps/llms/src/text-generation`, which OPEA ships only in the GenAIComps git repository and the "
+    "`opea/llm-textgen` Docker image; neither GitHub nor Docker is reachable on this machine, and the wheel pins "
+    "exact versions of ~90 packages (fastapi 0.124, langchain 0.3) that conflict with this environment."
+)
+
+
+@dataclass
+class Peer:
+    key: str
+    label: str
+    settings: str
+    argv: list[str]  # with :data:`PORT`
+    timeout_s: float
+    env: dict[str, str] = field(default_factory=dict)
+    note: str = ""  # why it cannot run here ("" when it can)
+    version: str = ""
+
+    def start(self, log_path: Path) -> ManagedServer:
+        return start(self.key, self.argv, log_path, self.timeout_s, **self.env)
+
+
+def vllm_peer(kv_cache_gb: int = 2, max_num_seqs: int = 256) -> Peer:
+    settings = (
+        f"OpenAI server (`services/engine/launch_vllm_service.sh`, RUNTIME=native), bf16 weights converted from the "
+        f"same GGUF, `VLLM_CPU_KVCACHE_SPACE={kv_cache_gb}`, `--max-num-seqs {max_num_seqs}`, `--block-size 128`, "
+        "chunked prefill and prefix caching as vLLM v1 defaults"
+    )
+    argv = ["services/engine/launch_vllm_service.sh", PORT, str(VLLM_MODEL), "cpu", "1", "128", str(max_num_seqs)]
+    env = {"RUNTIME": "native", "SERVED_MODEL_NAME": MODEL_NAME, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb)}
+    peer = Peer("vllm", "(e) vLLM-CPU", settings, argv, 900.0, env | {"VLLM_VENV": str(VLLM_VENV.resolve())})
+    site = "lib/python*/site-packages/"
+    dists = sorted(VLLM_VENV.glob(site + "vllm_cpu-*.dist-info")) + sorted(VLLM_VENV.glob(site + "vllm-*.dist-info"))
+    if not dists:
+        peer.note = "skipped: no vLLM-CPU in .venv-vllm (run `make vllm-cpu`)"
+    elif not VLLM_MODEL.is_dir():
+        peer.note = f"skipped: {VLLM_MODEL} missing (run `make vllm-cpu`)"
+    else:
+        peer.version = dists[0].name.removesuffix(".dist-info").replace("_cpu-", "-cpu ").replace("-", " ", 1)
+    return peer
+
+
+def llama_peer(model: str, cache_prompt: bool, parallel: int, threads: int) -> Peer:
+    flags = ["-np", str(parallel), "-t", str(threads), "--no-repack", "-c", str(parallel * 1024)]
+    no_cache = "" if cache_prompt else " `--no-cache-prompt`"
+    settings = f"llama.cpp's own server on the same GGUF (Q4_1), `{' '.join(flags)}`{no_cache}, built with "
+    cache = "on (its default)" if cache_prompt else "off (our engine's prefix caching is off too)"
+    settings += f"`-DGGML_NATIVE=ON`; prompt cache {cache}"
+    argv = [str(LLAMA_SERVER), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
+    argv += [] if cache_prompt else ["--no-cache-prompt"]
+    label = "(f) llama-server" + ("" if cache_prompt else " --no-cache-prompt")
+    peer = Peer("llama" if cache_prompt else "llama-nocache", label, settings, argv, 120.0)
+    if not LLAMA_SERVER.is_file() or not os.access(LLAMA_SERVER, os.X_OK):
+        peer.note = f"skipped: no {LLAMA_SERVER} (run `scripts/llama_cpp_build.sh`, ~12 min)"
+    else:
+        version_file = LLAMA_SERVER.parent.parent / "VERSION"
+        peer.version = version_file.read_text().strip() if version_file.is_file() else "unknown version"
+    return peer
