@@ -39,9 +39,9 @@ GATEWAY_FLAGS = (
     "0.5",
     "--circuit-cooldown-s",
     "1",
-    "--admin-key",
-    ADMIN_KEY,
 )
+# The admin key reaches the gateway through its environment, never its command line.
+GATEWAY_ENV = {"GENMESH_GATEWAY_ADMIN_KEY": ADMIN_KEY}
 
 
 @dataclass
@@ -164,7 +164,7 @@ def launch_gateway(log_dir: Path, config: Path, redis_url: str, *extra: str) -> 
         *GATEWAY_FLAGS,
         *extra,
     ]
-    return start_server("gateway", argv, port, log_dir, timeout_s=60)
+    return start_server("gateway", argv, port, log_dir, timeout_s=60, env=GATEWAY_ENV)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ bounded numbers), checked before the request reaches the engine: what cannot be 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +69,14 @@ def output_constraint(req: GuidedFields, limits: GrammarLimits) -> tuple[Constra
     return Constraint(grammar=_render(build, param, limits)), param
 
 
+async def output_constraint_off_loop(req: GuidedFields, limits: GrammarLimits) -> tuple[Constraint | None, str | None]:
+    """``output_constraint``, in a worker thread when there is a grammar to build: writing one for
+    a large schema is Python work of up to seconds, during which the event loop keeps its turns."""
+    if not _sources(req):
+        return None, None
+    return await asyncio.to_thread(output_constraint, req, limits)
+
+
 def _sources(req: GuidedFields) -> list[Source]:
     found: list[Source] = []
     if isinstance(req, ChatCompletionRequest) and req.response_format is not None:
@@ -104,7 +113,12 @@ def _sources(req: GuidedFields) -> list[Source]:
 def _named(prefix: str, *values: Any) -> list[Source]:
     """vLLM's four kinds of constraint (json, regex, choice, grammar, in that order), under
     ``structured_outputs.`` or as ``guided_*`` fields."""
-    kinds = (("json", _schema), ("regex", _regex), ("choice", _choice), ("grammar", _ebnf))
+    kinds: tuple[tuple[str, Callable[[Any], Build]], ...] = (
+        ("json", _schema),
+        ("regex", _regex),
+        ("choice", _choice),
+        ("grammar", _ebnf),
+    )
     pairs = zip(kinds, values, strict=True)
     return [(prefix + kind, make(value)) for (kind, make), value in pairs if value is not None]
 

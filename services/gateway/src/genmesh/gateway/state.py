@@ -43,6 +43,7 @@ class GatewayState:
         self.settings = settings
         self.config = config
         self.auth_required = settings.auth_required()
+        self.admin_key = settings.admin_secret()
         self.redis = connect_redis(settings)
         self.keyspace = KeySpace(settings.redis_prefix)
         self.scripts = Scripts.register(self.redis)

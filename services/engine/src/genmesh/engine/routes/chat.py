@@ -22,18 +22,18 @@ from genmesh.protocol import (
     new_id,
     now,
 )
-from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
 
 from .. import tools
 from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Collected, Delta, Event, Finished
 from ..logprobs import chat_logprobs
-from ..params import check_supported, completion_budget, sampling_params, text_options
-from ..structured import output_constraint
+from ..params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
+from ..structured import output_constraint_off_loop
 from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, log_user, sse
 
-router = APIRouter()
+router = APIRouter(route_class=CheckedRoute)
 
 PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completions")
 
@@ -46,15 +46,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     check_supported(body, st.settings.best_of_limit)
     limits = st.grammar_limits
     plan = tools.plan_tools(body, st.tokenizer.chat_template, limits)
-    constraint, source = output_constraint(body, limits)
+    constraint, source = await output_constraint_off_loop(body, limits)
     if plan is not None and source is not None:
         raise invalid_request(f"use either 'tools' or '{source}', not both", param=source)
     if plan is not None:
         constraint = plan.constraint
-    prompt = st.tokenizer.chat_prompt(
-        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs
+    limit = prompt_limit(st)
+    st.tokenizer.check_ids(body.stop_token_ids or [], "stop_token_ids")
+    ids = await st.tokenizer.chat_ids(
+        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs, limit
     )
-    ids = st.tokenizer.encode(prompt, add_special_tokens=False)
     limit_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     budget = completion_budget(
         body.completion_limit(),
@@ -63,6 +64,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         st.settings.max_tokens_limit,
         limit_param,
         "messages",
+        st.settings.max_prompt_tokens,
     )
     n = body.n or 1
     engine_requests = 1 if (body.best_of or 1) > 1 else n

@@ -26,7 +26,7 @@ class NewKey(BaseModel):
 
 
 def _admin(request: Request) -> None:
-    check_admin(request.headers.get("authorization"), gateway(request).settings.admin_key)
+    check_admin(request.headers.get("authorization"), gateway(request).admin_key)
 
 
 @router.post("/keys")

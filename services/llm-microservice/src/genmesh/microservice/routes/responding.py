@@ -25,10 +25,11 @@ from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from genmesh.protocol import OpenAIError, normalise_upstream_error
-from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.asgi import body_limits, unless_disconnected
+from genmesh.protocol.inputs import decode_json_object
 
 from ..metrics import MicroserviceMetrics
-from ..normalise import EngineCall, parse_json_object
+from ..normalise import EngineCall
 from ..state import MicroserviceState
 from ..upstream import Reply, Upstream, close, relayed_headers
 
@@ -48,7 +49,8 @@ def request_id(request: Request) -> str:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    return parse_json_object(await request.body())
+    """The body, checked before any work (``decode_json_object``; its size by ``BodyLimitMiddleware``)."""
+    return decode_json_object(await request.body(), body_limits(request).max_json_depth)
 
 
 def _error_json(reply: Reply) -> Response:

@@ -1,0 +1,119 @@
+"""The hostile-input suite's mesh: a real engine (its own, with ``--max-tokens-limit`` so that the
+valid requests property-based testing makes stay short), a microservice and a gateway (API keys on)
+with their default limits, a real Redis, and a prober that times every hop's health endpoint
+throughout (a process of its own, so that the suite's client does not slow its measurements).
+
+``make test`` runs the bounded form; ``make fuzz`` (``GENMESH_FUZZ=full``) the full one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.gateway_helpers import (  # noqa: F401  (fixtures are found by name)
+    ADMIN_KEY,
+    launch_gateway,
+    redis_server,
+)
+from support.hostile import COUNTS, FIGURES, FULL, Hop
+from support.servers import MODEL_NAME, ROOT, Server, free_port, start_engine, start_server
+
+LAST = "test_health_stayed_fast_during_the_suite"
+
+
+@dataclass
+class HostileMesh:
+    engine: Server
+    microservice: Server
+    gateway: Server
+    key: str
+    probe: subprocess.Popen[bytes]
+    probe_out: Path
+
+    def hops(self) -> list[Hop]:
+        return [
+            Hop("engine", self.engine.url),
+            Hop("microservice", self.microservice.url, health="/v1/health_check"),
+            Hop("gateway", self.gateway.url, {"Authorization": f"Bearer {self.key}"}),
+        ]
+
+
+def start_microservice(log_dir: Path, engine_url: str, *extra: str) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
+    argv += ["--model-id", MODEL_NAME, *extra]
+    return start_server("microservice", argv, port, log_dir, health_path="/v1/health_check", env={"OPENAI_API_KEY": ""})
+
+
+def route_to(upstream: str, slots: int, **limits: object) -> dict[str, object]:
+    route = {"upstreams": [{"url": upstream, "health_path": "/v1/ready", "max_concurrency": slots}]}
+    return {"models": {MODEL_NAME: {**route, **limits}}}
+
+
+def new_key(gateway: str) -> str:
+    r = httpx.post(
+        gateway + "/admin/keys", json={"tenant": "hostile"}, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    assert r.status_code == 201, r.text
+    key: str = r.json()["api_key"]
+    return key
+
+
+@pytest.fixture(scope="session")
+def hostile(tmp_path_factory: pytest.TempPathFactory, redis_server: object) -> Iterator[HostileMesh]:
+    logs = tmp_path_factory.mktemp("hostile")
+    engine = start_engine(logs, "--max-tokens-limit", "16")
+    servers = [engine]
+    try:
+        servers.append(microservice := start_microservice(logs, engine.url))
+        config = logs / "gateway.yaml"
+        config.write_text(json.dumps(route_to(microservice.url, 8)))
+        servers.append(gateway := launch_gateway(logs, config, redis_server.url, "--auth", "on"))  # type: ignore[attr-defined]
+        key = new_key(gateway.url)
+        probe_out = logs / "health-probe.json"
+        urls = [
+            f"engine={engine.url}/health",
+            f"microservice={microservice.url}/v1/health_check",
+            f"gateway={gateway.url}/health",
+        ]
+        probe = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "support" / "health_probe.py"), str(probe_out), *urls],
+            stdin=subprocess.PIPE,
+        )
+        yield HostileMesh(engine, microservice, gateway, key, probe, probe_out)
+        if probe.poll() is None:
+            probe.kill()
+    finally:
+        for server in reversed(servers):
+            server.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The health check judges the whole suite, so it runs after every other hostile test."""
+    last = [item for item in items if item.name == LAST]
+    items[:] = [item for item in items if item.name != LAST] + last
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not FIGURES and not COUNTS:
+        return
+    tr = terminalreporter
+    tr.section(f"hostile-input figures ({'full' if FULL else 'bounded'} form; {cpu_name()})")
+    for hop, c in COUNTS.items():
+        tr.write_line(f"{'hostile requests':<34} {hop:<13} {c['sent']:8d}  5xx: {c['5xx']}")
+    for what, hop, value, limit in FIGURES:
+        tr.write_line(f"{what:<34} {hop:<13} {value:8.2f}  {limit}")
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
