@@ -17,11 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.gateway_helpers import (  # noqa: F401  (fixtures are found by name)
+from support.gateway_helpers import (
     ADMIN_KEY,
     launch_gateway,
     redis_server,
 )
+
+__all__ = ["redis_server"]
 from support.hostile import COUNTS, FIGURES, FULL, Hop
 from support.servers import MODEL_NAME, ROOT, Server, free_port, start_engine, start_server
 
@@ -67,7 +69,8 @@ def new_key(gateway: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def hostile(tmp_path_factory: pytest.TempPathFactory, redis_server: object) -> Iterator[HostileMesh]:
+def hostile(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[HostileMesh]:
+    redis = request.getfixturevalue("redis_server")
     logs = tmp_path_factory.mktemp("hostile")
     engine = start_engine(logs, "--max-tokens-limit", "16")
     servers = [engine]
@@ -75,7 +78,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory, redis_server: object) -> I
         servers.append(microservice := start_microservice(logs, engine.url))
         config = logs / "gateway.yaml"
         config.write_text(json.dumps(route_to(microservice.url, 8)))
-        servers.append(gateway := launch_gateway(logs, config, redis_server.url, "--auth", "on"))  # type: ignore[attr-defined]
+        servers.append(gateway := launch_gateway(logs, config, redis.url, "--auth", "on"))
         key = new_key(gateway.url)
         probe_out = logs / "health-probe.json"
         urls = [
@@ -93,6 +96,14 @@ def hostile(tmp_path_factory: pytest.TempPathFactory, redis_server: object) -> I
     finally:
         for server in reversed(servers):
             server.stop()
+
+
+@pytest.fixture
+def capped_microservice(hostile: HostileMesh, tmp_path: Path) -> Iterator[Server]:
+    """A microservice of its own that takes at most 4 connections."""
+    server = start_microservice(tmp_path, hostile.engine.url, "--max-client-connections", "4")
+    yield server
+    server.stop()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -96,6 +96,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0
+        self._parsed_bytes = 0  # request line and headers, as the parser hands them over
         self._refusal: OpenAIError | None = None
 
     # connection
@@ -132,12 +133,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._in_head = True
             self._head_bytes = 0
             self._header_count = 0
+            self._parsed_bytes = 0
             self._arm("headers", self.limits.header_timeout_s)
+
+    def on_url(self, url: bytes) -> None:
+        self._parsed_bytes += len(url)
+        super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
-        if self._header_count > self.limits.max_header_count and self._refusal is None:
-            self._refusal = headers_too_large(f"more than {self.limits.max_header_count} headers")
+        self._parsed_bytes += len(name) + len(value) + 4
+        lim = self.limits
+        if self._refusal is None and self._header_count > lim.max_header_count:
+            self._refusal = headers_too_large(f"more than {lim.max_header_count} headers")
+        if self._refusal is None and self._parsed_bytes > lim.max_header_bytes:
+            self._refusal = headers_too_large(f"more than {lim.max_header_bytes} bytes")
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
