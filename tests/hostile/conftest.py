@@ -24,8 +24,8 @@ from support.gateway_helpers import (
 )
 
 __all__ = ["redis_server"]
-from support.hostile import COUNTS, FIGURES, FULL, Hop
-from support.servers import MODEL_NAME, ROOT, Server, free_port, start_engine, start_server
+from support.hostile import COUNTS, FIGURES, FULL, Hop, route_to, start_microservice
+from support.servers import ROOT, Server, start_engine
 
 LAST = "test_health_stayed_fast_during_the_suite"
 
@@ -45,18 +45,6 @@ class HostileMesh:
             Hop("microservice", self.microservice.url, health="/v1/health_check"),
             Hop("gateway", self.gateway.url, {"Authorization": f"Bearer {self.key}"}),
         ]
-
-
-def start_microservice(log_dir: Path, engine_url: str, *extra: str) -> Server:
-    port = free_port()
-    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
-    argv += ["--model-id", MODEL_NAME, *extra]
-    return start_server("microservice", argv, port, log_dir, health_path="/v1/health_check", env={"OPENAI_API_KEY": ""})
-
-
-def route_to(upstream: str, slots: int, **limits: object) -> dict[str, object]:
-    route = {"upstreams": [{"url": upstream, "health_path": "/v1/ready", "max_concurrency": slots}]}
-    return {"models": {MODEL_NAME: {**route, **limits}}}
 
 
 def new_key(gateway: str) -> str:

@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from support.servers import MODEL_NAME, Server, free_port, start_server
 
 FULL = os.environ.get("GENMESH_FUZZ", "") == "full"
 MAX_ERROR_BYTES = 4096
@@ -263,3 +267,18 @@ def iter_sse(sock: socket.socket) -> Iterator[bytes]:
         if not chunk:
             return
         yield chunk
+
+
+# --- the services under test ---------------------------------------------------------------------
+
+
+def start_microservice(log_dir: Path, engine_url: str, *extra: str) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
+    argv += ["--model-id", MODEL_NAME, *extra]
+    return start_server("microservice", argv, port, log_dir, health_path="/v1/health_check", env={"OPENAI_API_KEY": ""})
+
+
+def route_to(upstream: str, slots: int, **limits: object) -> dict[str, object]:
+    route = {"upstreams": [{"url": upstream, "health_path": "/v1/ready", "max_concurrency": slots}]}
+    return {"models": {MODEL_NAME: {**route, **limits}}}
