@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVICES := services/protocol services/engine scripts/bench services/llm-microservice services/gateway
+SERVICES := services/protocol services/relay services/engine scripts/bench services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
 
@@ -58,7 +58,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check services scripts tests
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
-	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
+	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
 		scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
 
 test-only: $(STAMP) model redis tools
@@ -122,7 +122,7 @@ clean:
 # kept where it still fits; LOCK_ARGS=--upgrade-package X (or --upgrade) moves versions on. Each
 # image's lock is constrained by the dev lock: it pins the versions the tests ran with.
 LOCK_ARGS ?=
-OUR_PACKAGES := genmesh-protocol genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway
+OUR_PACKAGES := genmesh-protocol genmesh-relay genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway
 UV_COMPILE = $(BIN)/uv pip compile --quiet --no-config --default-index https://pypi.org/simple \
 	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
 	--custom-compile-command "make lock" $(foreach p,$(OUR_PACKAGES),--no-emit-package $(p)) $(LOCK_ARGS)

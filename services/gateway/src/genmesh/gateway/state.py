@@ -13,13 +13,14 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry  # the asyncio one: redis.retry.Retry would not await, so never retry
 from redis.backoff import ExponentialBackoff
 
+from genmesh.relay import RelayClient
+
 from .auth import KeyStore
 from .config import RoutingConfig
 from .keys import KeySpace
 from .metrics import GatewayMetrics
 from .queue import Admission
 from .ratelimit import Limiter
-from .relay_client import RelayClient
 from .scripts import Scripts
 from .settings import GatewaySettings
 from .upstreams import Pool

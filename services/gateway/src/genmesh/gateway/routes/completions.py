@@ -27,12 +27,19 @@ from genmesh.protocol import OpenAIError, internal_error, model_not_found
 from genmesh.protocol.asgi import request_id_var
 from genmesh.protocol.http_server import too_large
 from genmesh.protocol.inputs import decode_json_object
+from genmesh.relay import (
+    Outcome,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamResponse,
+    relay_stream,
+    relay_unary,
+)
 
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
-from ..proxy import Outcome, bad_gateway, prepare_body, relay_stream, relay_unary, response_headers, upstream_timeout
+from ..proxy import bad_gateway, failures, prepare_body, response_headers, upstream_timeout
 from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
-from ..relay_client import UpstreamConnectError, UpstreamError, UpstreamResponse
 from ..state import GatewayState
 from .common import ClientGone, admission_error, authenticate, with_retry_after
 
@@ -197,11 +204,10 @@ class _Exchange:
             relay = relay_stream(
                 resp,
                 out,
+                failures(route.first_token_timeout_s, route.request_timeout_s),
                 strip_usage=strip_usage,
                 first_token_deadline=sent_at + route.first_token_timeout_s,
                 total_deadline=sent_at + route.request_timeout_s,
-                first_token_timeout_s=route.first_token_timeout_s,
-                total_timeout_s=route.request_timeout_s,
             )
         else:
             relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)
