@@ -198,6 +198,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._timer = None
         if self.transport.is_closing():
             return
+        if what == "headers" and self._head_bytes == 0 and self.cycle is None:
+            self.transport.close()  # a connection that never sent a byte: nothing to answer
+            return
         log.warning("closing a connection whose %s took longer than %g s", what, seconds)
         self._refuse_raw(request_timeout(what, seconds))
 
