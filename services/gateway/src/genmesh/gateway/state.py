@@ -55,7 +55,8 @@ class GatewayState:
             self.redis, self.scripts, self.keyspace, config, settings, self.pool, self.metrics, self.keys.forget
         )
         self.limiter = Limiter(self.redis, self.scripts, self.keyspace, self.metrics, settings.lease_ttl_s)
-        self.upstream = RelayClient(settings.connect_timeout_s)  # the relay path (aiohttp)
+        # the relay path (aiohttp), its upstream sockets bounded like the client ones
+        self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)
         self.http = httpx.AsyncClient(  # health probes
             timeout=httpx.Timeout(None, connect=settings.connect_timeout_s),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),

@@ -33,7 +33,9 @@ class HttpLimits(BaseModel):
         default=20.0, gt=0, le=30, description="a client that takes nothing of the reply this long is cut off"
     )
     send_buffer_bytes: int = Field(
-        default=16384, ge=4096, description="reply bytes buffered per connection before the send deadline runs"
+        default=16384,
+        ge=4096,
+        description="socket buffer per connection (to a client, from an upstream): bounds what a stream holds",
     )
     max_json_depth: int = Field(default=64, ge=2, le=512, description="deepest JSON nesting a body may have")
 
