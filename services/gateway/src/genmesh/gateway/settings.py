@@ -11,6 +11,7 @@ import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +65,15 @@ class GatewaySettings(BaseSettings, HttpLimits):
             return self.admin_key.get_secret_value().strip()
         return None
 
+    def redis_location(self) -> str:
+        """``redis_url`` without its password, for messages and logs."""
+        parts = urlsplit(self.redis_url)
+        if parts.password is None:
+            return self.redis_url
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
     def auth_required(self) -> bool:
         if self.auth != "auto":
             return self.auth == "on"
@@ -92,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8888)")
     p.add_argument("--config", help="routing config YAML (models -> upstream pools)")
-    p.add_argument("--redis-url", dest="redis_url", help="Redis URL (default $REDIS_URL or redis://127.0.0.1:6379/0)")
+    p.add_argument(
+        "--redis-url",
+        dest="redis_url",
+        help="Redis URL (default $REDIS_URL or redis://127.0.0.1:6379/0; a password belongs in $REDIS_URL, not here)",
+    )
     p.add_argument("--redis-prefix", help="prefix of every Redis key (default genmesh:gw)")
     p.add_argument("--redis-timeout-s", type=float, help="Redis socket timeout (default 2)")
     p.add_argument("--auth", choices=["auto", "on", "off"], help="API keys: auto = required unless bound to loopback")
