@@ -259,7 +259,11 @@ class CoreClient:
 
     def has_unread_output(self) -> bool:
         """Messages from the core wait to be read (a busy API process, not a silent core)."""
-        return bool(int(self._outbox.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+        # ``get``, not ``getsockopt``: reading ZMQ_EVENTS can swallow the edge that ZMQ's FD signals,
+        # and only the asyncio socket's own ``get`` then tells its waiting ``recv`` to look again.
+        # (``getsockopt`` is the plain socket's: with it, this check, made by the watchdog, left the
+        # reader asleep for good while the core's messages piled up; the engine looked stalled.)
+        return bool(int(self._outbox.get(zmq.EVENTS)) & zmq.POLLIN)
 
     async def close(self, timeout_s: float = 10.0) -> None:
         self._closed = True
