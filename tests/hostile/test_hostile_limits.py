@@ -141,6 +141,11 @@ def test_gateway_admin_surfaces_need_keys(hostile: object) -> None:
     paths = httpx.get(gateway + "/openapi.json", headers=key, timeout=10).json()["paths"]
     assert "/v1/chat/completions" in paths  # the hot path is documented too
     assert httpx.get(gateway + "/health", timeout=10).status_code == 200  # liveness stays open
+    # the admin endpoints check their input like every other: a lone surrogate is a 400, not a 500
+    bad = b'{"tenant": "\\ud800"}'
+    r = httpx.post(gateway + "/admin/keys", content=bad, headers={**admin, "content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "tenant"
 
 
 def test_admin_key_is_refused_on_the_command_line() -> None:

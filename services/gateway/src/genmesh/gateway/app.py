@@ -76,6 +76,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
             await state.close()
 
     app = FastAPI(title="genmesh gateway", version="0.1.0", lifespan=lifespan)
+    app.state.http_limits = settings.http_limits()
     install_error_handlers(app)
     app.include_router(openai.router)
     app.include_router(admin.router)
