@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from support.gateway_helpers import (
 )
 
 __all__ = ["redis_server"]
-from support.hostile import COUNTS, FIGURES, FULL, Hop, route_to, start_microservice
+from support.hostile import COUNTS, FIGURES, FULL, STARTED, Hop, route_to, start_microservice
 from support.servers import ROOT, Server, start_engine
 
 LAST = "test_health_stayed_fast_during_the_suite"
@@ -84,6 +85,11 @@ def hostile(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     finally:
         for server in reversed(servers):
             server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _note_start(request: pytest.FixtureRequest) -> None:
+    STARTED.append((time.time(), request.node.name))
 
 
 @pytest.fixture

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import statistics
+from typing import Any
 
-from support.hostile import record
+from support.hostile import STARTED, record
 
 P99_LIMIT_MS = 50.0
 
@@ -25,4 +26,13 @@ def test_health_stayed_fast_during_the_suite(hostile: object) -> None:
         assert data["failures"][hop] == 0, (hop, data["failures"][hop])
         if p99 >= P99_LIMIT_MS:
             slow.append(f"{hop}: p99 {p99:.1f} ms over {len(samples)} probes")
-    assert not slow, slow
+    assert not slow, [*slow, *_blame(data["slow"])]
+
+
+def _blame(samples: list[list[Any]]) -> list[str]:
+    """Each slow probe with the test that was running when it was made."""
+    out = []
+    for at, name, ms in samples:
+        running = [test for began, test in STARTED if began <= at]
+        out.append(f"{name} {ms:.0f} ms during {running[-1] if running else 'set-up'}")
+    return out

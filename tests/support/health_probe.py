@@ -22,6 +22,7 @@ def main() -> int:
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     latencies: dict[str, list[float]] = {name: [] for name in urls}
     failures: dict[str, int] = {name: 0 for name in urls}
+    slow: list[tuple[float, str, float]] = []  # (wall-clock time, name, ms) of probes over 50 ms
     with httpx.Client(timeout=5.0) as client:
         while not done.is_set():
             for name, url in urls.items():
@@ -30,11 +31,14 @@ def main() -> int:
                     ok = client.get(url).status_code == 200
                 except httpx.HTTPError:
                     ok = False
-                latencies[name].append((time.perf_counter() - started) * 1000)
+                ms = (time.perf_counter() - started) * 1000
+                latencies[name].append(ms)
+                if ms > 50:
+                    slow.append((time.time(), name, ms))
                 failures[name] += 0 if ok else 1
             done.wait(INTERVAL_S)
     with open(out, "w") as f:
-        json.dump({"latencies_ms": latencies, "failures": failures}, f)
+        json.dump({"latencies_ms": latencies, "failures": failures, "slow": slow}, f)
     return 0
 
 

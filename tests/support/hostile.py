@@ -27,6 +27,7 @@ FULL = os.environ.get("GENMESH_FUZZ", "") == "full"
 MAX_ERROR_BYTES = 4096
 FIGURES: list[tuple[str, str, float, str]] = []  # what, hop, value, limit
 COUNTS: dict[str, dict[str, int]] = {}  # hop -> {"sent": n, "5xx": n}
+STARTED: list[tuple[float, str]] = []  # when each hostile test began (to tell which one a slow probe met)
 CHAT = "/v1/chat/completions"
 COMP = "/v1/completions"
 MSG = [{"role": "user", "content": "hi"}]

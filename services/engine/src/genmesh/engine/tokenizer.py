@@ -135,6 +135,12 @@ class PromptTokenizer:
         the event loop when large)."""
         chars = sum(len(m.text()) for m in messages)
         self.check_size(chars, limit, "messages")
+        if self.has_chat_template and len(messages) > limit:  # a template gives every message a token or more
+            raise invalid_request(
+                f"{len(messages)} messages cannot fit in the {limit} tokens this server accepts",
+                param="messages",
+                code="context_length_exceeded",
+            )
         if chars <= OFF_LOOP_CHARS:
             prompt = self.chat_prompt(messages, add_generation_prompt, plan, extra_context)
             return self.encode(prompt, add_special_tokens=False)
