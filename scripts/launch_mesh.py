@@ -177,6 +177,12 @@ def build(args: argparse.Namespace) -> list[Component]:
         data: Path = args.redis_dir or args.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
         argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", ""]
+        password = urllib.parse.urlparse(args.redis_url).password
+        if password:  # from a config file only this user reads: never on the command line (ps)
+            conf = args.run_dir / "redis.conf"
+            conf.touch(mode=0o600)
+            conf.write_text(f"requirepass {urllib.parse.unquote(password)}\n")
+            argv.insert(1, str(conf))
         if args.redis_dir:  # the append-only file keeps API keys, limits and usage across restarts
             argv += ["--appendonly", "yes", "--appendfsync", "everysec"]
             say(f"the private Redis keeps its data in {data} (append-only file)")

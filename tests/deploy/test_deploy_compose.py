@@ -104,8 +104,8 @@ def test_each_profile_runs_exactly_one_engine_behind_the_same_name(
     services = resolved(compose, tmp_path, profile)["services"]
     assert set(services) == {"redis", ENGINES[profile], "llm-microservice", "gateway"}
     engine = services[ENGINES[profile]]
-    assert "engine" in engine["networks"]["default"]["aliases"] or ENGINES[profile] == "engine"
-    assert [(p["target"], str(p["published"])) for p in engine["ports"]] == [(8008, "8008")]
+    assert "engine" in engine["networks"]["backend"]["aliases"]
+    assert not engine.get("ports"), "only the gateway is published"
     assert services["llm-microservice"]["environment"]["LLM_ENDPOINT"] == "http://engine:8008"
     assert engine["healthcheck"]["test"][-1].endswith("8008/health") or "8008/health" in str(engine["healthcheck"])
     model_volumes = [v for v in engine["volumes"] if v["target"] == "/models"]
@@ -117,12 +117,25 @@ def test_each_profile_runs_exactly_one_engine_behind_the_same_name(
 def test_ports_and_healthchecks_on_real_readiness_endpoints(compose: list[str], tmp_path: Path) -> None:
     services = resolved(compose, tmp_path, "openvino")["services"]
     published = {name: [str(p["published"]) for p in s.get("ports", [])] for name, s in services.items()}
-    assert published == {"redis": [], "engine": ["8008"], "llm-microservice": ["9000"], "gateway": ["8888"]}
+    assert published == {"redis": [], "engine": [], "llm-microservice": [], "gateway": ["8888"]}
+    networks = resolved(compose, tmp_path, "openvino")["networks"]
+    assert any(n.get("internal") for name, n in networks.items() if name.endswith("backend"))
+    for name in ("redis", "engine", "llm-microservice"):
+        assert set(services[name]["networks"]) == {"backend"}, name
     checks = {name: " ".join(s["healthcheck"]["test"]) for name, s in services.items()}
     assert "redis-cli ping" in checks["redis"]
     assert "127.0.0.1:8008/health" in checks["engine"]
     assert "127.0.0.1:9000/v1/health_check" in checks["llm-microservice"]
     assert "127.0.0.1:8888/ready" in checks["gateway"]
+
+
+def test_redis_requires_the_password_the_gateway_gets_in_its_url(compose: list[str], tmp_path: Path) -> None:
+    services = resolved(compose, tmp_path, "openvino")["services"]
+    assert "--requirepass" in services["redis"]["command"]
+    password = services["redis"]["command"][services["redis"]["command"].index("--requirepass") + 1]
+    assert password
+    assert services["gateway"]["environment"]["REDIS_URL"] == f"redis://:{password}@redis:6379/0"
+    assert services["redis"]["environment"]["REDISCLI_AUTH"] == password
 
 
 def test_start_order_waits_for_health(compose: list[str], tmp_path: Path) -> None:

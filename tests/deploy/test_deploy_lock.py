@@ -19,16 +19,25 @@ from packaging.version import Version
 from ._support import ROOT
 
 LOCK_DIR = ROOT / "lock"
-OURS = {"genmesh-protocol", "genmesh-engine", "genmesh-bench", "genmesh-microservice", "genmesh-gateway"}
+OURS = {
+    "genmesh-protocol",
+    "genmesh-relay",
+    "genmesh-engine",
+    "genmesh-bench",
+    "genmesh-microservice",
+    "genmesh-gateway",
+}
 PROTOCOL = ROOT / "services" / "protocol"
 # image lock -> (its Dockerfile's folder, the service packages the image installs on top of the lock)
+RELAY = ROOT / "services" / "relay"
 IMAGES = {
     "engine": (ROOT / "services" / "engine", [PROTOCOL, ROOT / "services" / "engine"]),
-    "microservice": (ROOT / "services" / "llm-microservice", [PROTOCOL, ROOT / "services" / "llm-microservice"]),
-    "gateway": (ROOT / "services" / "gateway", [PROTOCOL, ROOT / "services" / "gateway"]),
+    "microservice": (ROOT / "services" / "llm-microservice", [PROTOCOL, RELAY, ROOT / "services" / "llm-microservice"]),
+    "gateway": (ROOT / "services" / "gateway", [PROTOCOL, RELAY, ROOT / "services" / "gateway"]),
 }
 DEV_PACKAGES = [
     PROTOCOL,
+    RELAY,
     ROOT / "services" / "engine",
     ROOT / "scripts" / "bench",
     ROOT / "services" / "llm-microservice",

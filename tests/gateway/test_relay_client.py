@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from genmesh.gateway.relay_client import (
+from genmesh.relay.client import (
     RelayClient,
     UpstreamConnectError,
     UpstreamProtocolError,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -39,9 +40,9 @@ GATEWAY_FLAGS = (
     "0.5",
     "--circuit-cooldown-s",
     "1",
-    "--admin-key",
-    ADMIN_KEY,
 )
+# The admin key reaches the gateway through its environment, never its command line.
+GATEWAY_ENV = {"GENMESH_GATEWAY_ADMIN_KEY": ADMIN_KEY}
 
 
 @dataclass
@@ -49,19 +50,23 @@ class RedisServer:
     port: int
     dir: Path
     proc: subprocess.Popen[bytes] | None = None
+    password: str | None = None  # given to redis-server in a config file, as the launcher does
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=5)
+        return redis.Redis(port=self.port, socket_timeout=5, password=self.password)
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is not installed: run 'make redis' (scripts/ensure_redis.sh install)"
+        conf = self.dir / f"redis-{self.port}.conf"
+        conf.write_text(f"requirepass {self.password}\n" if self.password else "")
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [binary, str(conf), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
             cwd=self.dir,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
@@ -164,7 +169,7 @@ def launch_gateway(log_dir: Path, config: Path, redis_url: str, *extra: str) -> 
         *GATEWAY_FLAGS,
         *extra,
     ]
-    return start_server("gateway", argv, port, log_dir, timeout_s=60)
+    return start_server("gateway", argv, port, log_dir, timeout_s=60, env=GATEWAY_ENV)
 
 
 @pytest.fixture

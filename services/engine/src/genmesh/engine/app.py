@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from genmesh.protocol.asgi import RequestIdMiddleware, ShutdownSwitch, install_error_handlers
+from genmesh.protocol.asgi import BodyLimitMiddleware, RequestIdMiddleware, ShutdownSwitch, install_error_handlers
 
 from .registry import ModelRegistry
 from .repository import Repository
@@ -42,6 +42,7 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
     engine_version = _version("genmesh-engine")
     app = FastAPI(title="genmesh engine", version=engine_version, lifespan=lifespan)
     app.state.versions = {"version": engine_version, "openvino_genai": _version("openvino-genai")}
+    app.state.http_limits = settings.http_limits()
     install_error_handlers(app)
 
     app.include_router(chat.router)
@@ -49,5 +50,6 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
     app.include_router(responses.router)
     app.include_router(tokenize.router)
     app.include_router(system.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -12,10 +12,10 @@ from genmesh.protocol import ChatCompletionRequest, invalid_request
 
 from . import tools
 from .generation import Generation
-from .params import check_supported, completion_budget, sampling_params, text_options
+from .params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
 from .routes.responding import log_user
 from .state import EngineState
-from .structured import output_constraint
+from .structured import output_constraint_off_loop
 
 
 @dataclass(frozen=True)
@@ -27,21 +27,22 @@ class ChatJob:
     n: int
 
 
-def start_chat(st: EngineState, body: ChatCompletionRequest, endpoint: str, arrival: float) -> ChatJob:
+async def start_chat(st: EngineState, body: ChatCompletionRequest, endpoint: str, arrival: float) -> ChatJob:
     model = st.check_model(body.model)
     log_user(body.user, endpoint, model)
     check_supported(body, st.settings.best_of_limit)
     limits = st.grammar_limits
     plan = tools.plan_tools(body, st.tokenizer.chat_template, limits)
-    constraint, source = output_constraint(body, limits)
+    constraint, source = await output_constraint_off_loop(body, limits)
     if plan is not None and source is not None:
         raise invalid_request(f"use either 'tools' or '{source}', not both", param=source)
     if plan is not None:
         constraint = plan.constraint
-    prompt = st.tokenizer.chat_prompt(
-        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs
+    limit = prompt_limit(st)
+    st.tokenizer.check_ids(body.stop_token_ids or [], "stop_token_ids")
+    ids = await st.tokenizer.chat_ids(
+        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs, limit
     )
-    ids = st.tokenizer.encode(prompt, add_special_tokens=False)
     limit_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     budget = completion_budget(
         body.completion_limit(),
@@ -50,6 +51,7 @@ def start_chat(st: EngineState, body: ChatCompletionRequest, endpoint: str, arri
         st.settings.max_tokens_limit,
         limit_param,
         "messages",
+        st.settings.max_prompt_tokens,
     )
     n = body.n or 1
     engine_requests = 1 if (body.best_of or 1) > 1 else n

@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     switch = ShutdownSwitch()
     app = create_app(settings, models, switch)
-    return serve(app, settings.host, settings.port, settings.log_level, switch)
+    return serve(app, settings.host, settings.port, settings.log_level, switch, settings.http_limits())
 
 
 if __name__ == "__main__":

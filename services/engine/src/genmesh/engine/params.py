@@ -6,7 +6,7 @@ sent with a value that changes nothing (``n: 1``, ``logprobs: false``, ...).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genmesh.protocol import (
     ChatCompletionRequest,
@@ -19,6 +19,9 @@ from genmesh.protocol import (
 
 from .generation import TextOptions
 from .messages import Constraint, SamplingParams
+
+if TYPE_CHECKING:
+    from .state import EngineState
 
 # Parameters not honoured, with the value that means "not used".
 _NEUTRAL: dict[str, Any] = {
@@ -71,6 +74,14 @@ def check_supported(req: SamplingFields, best_of_limit: int) -> None:
             raise unsupported_parameter("echo", "echo together with logprobs (prompt logprobs) is not supported")
 
 
+def prompt_limit(st: EngineState) -> int:
+    """The most prompt tokens a request may have: the context, or ``--max-prompt-tokens`` if lower."""
+    limit = st.source.context_length
+    if st.settings.max_prompt_tokens is not None:
+        limit = min(limit, st.settings.max_prompt_tokens)
+    return limit
+
+
 def wants_logprobs(req: ChatCompletionRequest | CompletionRequest) -> bool:
     if isinstance(req, ChatCompletionRequest):
         return bool(req.logprobs)
@@ -84,8 +95,15 @@ def completion_budget(
     max_tokens_limit: int | None,
     limit_param: str,
     prompt_param: str,
+    max_prompt_tokens: int | None = None,
 ) -> int:
     """How many tokens to generate; a 400 when the request cannot fit."""
+    if max_prompt_tokens is not None and prompt_tokens > max_prompt_tokens:
+        raise invalid_request(
+            f"The prompt has {prompt_tokens} tokens, above this server's limit of {max_prompt_tokens}.",
+            param=prompt_param,
+            code="context_length_exceeded",
+        )
     room = context_length - prompt_tokens
     if room <= 0:
         raise invalid_request(
@@ -124,7 +142,8 @@ def sampling_params(
     temperature = 1.0 if req.temperature is None else req.temperature
     top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
     best_of = req.best_of or 1
-    seed = None if req.seed is None else req.seed + choice
+    # The engine's seed is unsigned 64-bit; the request's is signed (vLLM's range): wrap it.
+    seed = None if req.seed is None else (req.seed + choice) % 2**64
     return SamplingParams(
         max_new_tokens=max_new_tokens,
         temperature=temperature,

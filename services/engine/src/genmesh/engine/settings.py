@@ -13,10 +13,12 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from genmesh.protocol.limits import HttpLimits, add_limit_flags
+
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class EngineSettings(BaseSettings):
+class EngineSettings(BaseSettings, HttpLimits):
     model_config = SettingsConfigDict(env_prefix="GENMESH_ENGINE_", extra="ignore")
 
     model: str = DEFAULT_MODEL
@@ -32,6 +34,7 @@ class EngineSettings(BaseSettings):
     enable_prefix_caching: bool = False
     plugin_config: dict[str, Any] = Field(default_factory=dict)
     max_tokens_limit: int | None = Field(default=None, ge=1)
+    max_prompt_tokens: int | None = Field(default=None, ge=1, description="longest prompt (default: the context)")
     best_of_limit: int = Field(default=20, ge=1)
     num_kv_blocks: int | None = Field(default=None, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
@@ -142,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="core restarts allowed per window; one more and the server exits with status 75 (default 5)",
     )
     p.add_argument("--core-restart-window-s", type=float, help="the window of --core-restart-limit (default 600)")
+    p.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted, in tokens (default: the context)")
+    add_limit_flags(p)
     return p
 
 

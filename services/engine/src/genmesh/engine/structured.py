@@ -10,6 +10,7 @@ bounded numbers), checked before the request reaches the engine: what cannot be 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +67,14 @@ def output_constraint(req: GuidedFields, limits: GrammarLimits) -> tuple[Constra
         )
     param, build = sources[0]
     return Constraint(grammar=_render(build, param, limits)), param
+
+
+async def output_constraint_off_loop(req: GuidedFields, limits: GrammarLimits) -> tuple[Constraint | None, str | None]:
+    """``output_constraint``, in a worker thread when there is a grammar to build: writing one for
+    a large schema is Python work of up to seconds, during which the event loop keeps its turns."""
+    if not _sources(req):
+        return None, None
+    return await asyncio.to_thread(output_constraint, req, limits)
 
 
 def _sources(req: GuidedFields) -> list[Source]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,10 @@ SINGLE_MESSAGE_TEMPLATE = (
 
 TEMPLATE_FILE = "template.jinja"
 _LOAD_LOCK = threading.Lock()
+# Prompts longer than this (characters) are templated and tokenised in a worker thread. OpenVINO
+# GenAI 2026.4 holds the GIL while it does either (measured), so what bounds the stall is the size
+# check before: a prompt that cannot fit is refused without being tokenised.
+OFF_LOOP_CHARS = 65536
 
 
 class PromptTokenizer:
@@ -42,6 +47,9 @@ class PromptTokenizer:
             self.vocab_size = self._vocab_size()
             self.eos_token_id = int(self._tok.get_eos_token_id())
             self.table: TokenTable | None = build_token_table(self._tok)
+            # No token covers more characters than its piece has bytes: a text longer than
+            # ``limit * max_piece_chars`` is more than ``limit`` tokens, known without tokenising.
+            self.max_piece_chars = max((len(p) for p in self.table.pieces), default=0) if self.table else 0
 
     def _choose_chat_template(self, template_dir: Path | None) -> str:
         file = template_dir / TEMPLATE_FILE if template_dir is not None else None
@@ -93,6 +101,63 @@ class PromptTokenizer:
             )
         except Exception as exc:  # a template that raises on this history is the client's problem
             raise invalid_request(f"chat template failed on these messages: {exc}", param="messages") from exc
+
+    def check_size(self, text_chars: int, limit: int, param: str) -> None:
+        """A 400 for a text that is surely longer than ``limit`` tokens, before it is tokenised."""
+        if self.max_piece_chars and text_chars > limit * self.max_piece_chars:
+            raise invalid_request(
+                f"The prompt has {text_chars} characters, more than the {limit} tokens this server accepts "
+                "could hold. Please reduce the length of the prompt.",
+                param=param,
+                code="context_length_exceeded",
+            )
+
+    def check_ids(self, ids: Sequence[int], param: str) -> None:
+        """A 400 for a token id outside the vocabulary (``param[i]`` names it)."""
+        vocab = self.vocab_size
+        if vocab is None:
+            return
+        for i, token in enumerate(ids):
+            if token >= vocab:
+                raise invalid_request(
+                    f"token id {token} is outside this model's vocabulary (0-{vocab - 1})", param=f"{param}[{i}]"
+                )
+
+    async def chat_ids(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool,
+        plan: ToolPlan | None,
+        extra_context: dict[str, Any] | None,
+        limit: int,
+    ) -> list[int]:
+        """The token ids of a chat prompt: size-checked first, then templated and tokenised (off
+        the event loop when large)."""
+        chars = sum(len(m.text()) for m in messages)
+        self.check_size(chars, limit, "messages")
+        if self.has_chat_template and len(messages) > limit:  # a template gives every message a token or more
+            raise invalid_request(
+                f"{len(messages)} messages cannot fit in the {limit} tokens this server accepts",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        if chars <= OFF_LOOP_CHARS:
+            prompt = self.chat_prompt(messages, add_generation_prompt, plan, extra_context)
+            return self.encode(prompt, add_special_tokens=False)
+        prompt = await asyncio.to_thread(self.chat_prompt, messages, add_generation_prompt, plan, extra_context)
+        self.check_size(len(prompt), limit, "messages")
+        return await asyncio.to_thread(self.encode, prompt, False)
+
+    async def completion_ids(self, req: CompletionRequest, limit: int) -> list[int]:
+        """The token ids of a completion prompt (text size-checked first; ids checked against the vocabulary)."""
+        prompt = req.single_prompt()
+        if isinstance(prompt, str) and len(prompt) > OFF_LOOP_CHARS:
+            self.check_size(len(prompt), limit, "prompt")
+            return await asyncio.to_thread(self.encode, prompt, True)
+        ids = self.completion_prompt(req)
+        if not isinstance(prompt, str):
+            self.check_ids(ids, "prompt")
+        return ids
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         ids = self._tok.encode(text, add_special_tokens=add_special_tokens).input_ids.data

@@ -8,12 +8,26 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
+from genmesh.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, ResponsesRequest
+from genmesh.protocol.asgi import (
+    BodyLimitMiddleware,
+    RequestIdMiddleware,
+    document_routes,
+    error_response,
+    install_error_handlers,
+)
 
+from .auth import check_admin
 from .config import RoutingConfig
 from .routes import admin, completions, openai, responses, stored_responses, system
+from .routes.common import authenticate
 from .settings import GatewaySettings
 from .state import GatewayState
+
+# With API keys required, these need a key too: the API's description needs any valid key (or
+# the admin key); /metrics, whose series carry tenant names, needs the admin key.
+DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+ADMIN_PATHS = frozenset({"/metrics"})
 
 
 class GatewayApp:
@@ -24,12 +38,34 @@ class GatewayApp:
         self.api = api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] in completions.PATHS:
-            await completions.serve(self.api.state.gateway, scope, receive, send)
-        elif scope["type"] == "http" and scope["path"] == responses.PATH and scope["method"] == "POST":
-            await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)
-        else:
-            await self.api(scope, receive, send)
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path in completions.PATHS:
+                await completions.serve(self.api.state.gateway, scope, receive, send)
+                return
+            if path == responses.PATH and scope["method"] == "POST":
+                await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)
+                return
+            if path in DOC_PATHS or path in ADMIN_PATHS:
+                try:
+                    await self._authorize(scope)
+                except OpenAIError as err:
+                    await error_response(err)(scope, receive, send)
+                    return
+        await self.api(scope, receive, send)
+
+    async def _authorize(self, scope: Scope) -> None:
+        st = self.api.state.gateway
+        if not st.auth_required:
+            return
+        authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        if scope["path"] in ADMIN_PATHS:
+            check_admin(authorization, st.admin_key)
+            return
+        try:
+            check_admin(authorization, st.admin_key)
+        except OpenAIError:
+            await authenticate(st, authorization, required=True)
 
 
 def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
@@ -43,11 +79,22 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
             await state.close()
 
     app = FastAPI(title="genmesh gateway", version="0.1.0", lifespan=lifespan)
+    app.state.http_limits = settings.http_limits()
     install_error_handlers(app)
     app.include_router(openai.router)
     app.include_router(stored_responses.router)
     app.include_router(admin.router)
     app.include_router(system.router)
+    # The completion endpoints are served as plain ASGI (GatewayApp), before FastAPI: documented here.
+    document_routes(
+        app,
+        {
+            "/v1/chat/completions": ChatCompletionRequest,
+            "/v1/completions": CompletionRequest,
+            responses.PATH: ResponsesRequest,
+        },
+    )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app
 

@@ -95,7 +95,9 @@ def bearer(authorization: str | None) -> str | None:
 
 def check_admin(authorization: str | None, admin_key: str | None) -> None:
     if not admin_key:
-        raise forbidden("admin endpoints are disabled: start the gateway with --admin-key", code="admin_disabled")
+        raise forbidden(
+            "admin endpoints are disabled: set GENMESH_GATEWAY_ADMIN_KEY (or --admin-key-file)", code="admin_disabled"
+        )
     token = bearer(authorization)
     if token is None or not hmac.compare_digest(token.encode(), admin_key.encode()):
         raise unauthorized("a valid admin key is required", code="invalid_admin_key")

@@ -19,12 +19,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
     try:
+        settings.admin_secret()
+    except OSError as exc:
+        print(f"genmesh-gateway: cannot read the admin key file: {exc}", file=sys.stderr)
+        return 2
+    try:
         config = load_config(settings.config)
     except (OSError, ValueError, ValidationError) as exc:
         print(f"genmesh-gateway: cannot load routing config {settings.config}: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings, config)
-    serve(app, settings.host, settings.port, settings.log_level)
+    serve(app, settings.host, settings.port, settings.log_level, limits=settings.http_limits())
     return 0
 
 

@@ -78,7 +78,7 @@ async def run(ns: argparse.Namespace) -> int:
             limiter = Limiter(redis, Scripts.register(redis), keyspace, GatewayMetrics(), settings.lease_ttl_s)
             print(json.dumps({"key_id": ns.key_id, **await limiter.usage(ns.key_id)}))
     except (RedisError, OSError) as exc:
-        print(f"genmesh-gateway-keys: Redis at {settings.redis_url} unavailable: {exc}", file=sys.stderr)
+        print(f"genmesh-gateway-keys: Redis at {settings.redis_location()} unavailable: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
         print(f"genmesh-gateway-keys: {exc}", file=sys.stderr)

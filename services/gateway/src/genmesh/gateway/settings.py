@@ -9,15 +9,19 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from genmesh.protocol.limits import HttpLimits, add_limit_flags
 
 AuthMode = Literal["auto", "on", "off"]
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(BaseSettings, HttpLimits):
     model_config = SettingsConfigDict(env_prefix="GENMESH_GATEWAY_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
@@ -30,7 +34,10 @@ class GatewaySettings(BaseSettings):
     redis_prefix: str = "genmesh:gw"
     redis_timeout_s: float = Field(default=2.0, gt=0)
     auth: AuthMode = "auto"
-    admin_key: str | None = None
+    # The admin secret comes from the environment (GENMESH_GATEWAY_ADMIN_KEY) or a file, never
+    # from the command line, where every local user could read it in ps.
+    admin_key: SecretStr | None = None
+    admin_key_file: Path | None = None
     auth_cache_s: float = Field(
         default=1.0, ge=0, description="how long a looked-up API key is reused; revocations are pushed at once"
     )
@@ -55,6 +62,24 @@ class GatewaySettings(BaseSettings):
     )
     log_level: str = "info"
 
+    def admin_secret(self) -> str | None:
+        """The admin key (the file's first line when ``admin_key_file`` is set); None: admin endpoints off."""
+        if self.admin_key_file is not None:
+            secret = self.admin_key_file.read_text(encoding="utf-8").strip()
+            return secret or None
+        if self.admin_key is not None and self.admin_key.get_secret_value().strip():
+            return self.admin_key.get_secret_value().strip()
+        return None
+
+    def redis_location(self) -> str:
+        """``redis_url`` without its password, for messages and logs."""
+        parts = urlsplit(self.redis_url)
+        if parts.password is None:
+            return self.redis_url
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
     def auth_required(self) -> bool:
         if self.auth != "auto":
             return self.auth == "on"
@@ -78,15 +103,23 @@ def build_parser() -> argparse.ArgumentParser:
         prog="genmesh-gateway",
         description="OpenAI gateway with Redis-backed fair queues, exact per-upstream concurrency, auth and limits.",
         argument_default=argparse.SUPPRESS,
+        allow_abbrev=False,  # --admin-key must not pass for --admin-key-file
     )
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8888)")
     p.add_argument("--config", help="routing config YAML (models -> upstream pools)")
-    p.add_argument("--redis-url", dest="redis_url", help="Redis URL (default $REDIS_URL or redis://127.0.0.1:6379/0)")
+    p.add_argument(
+        "--redis-url",
+        dest="redis_url",
+        help="Redis URL (default $REDIS_URL or redis://127.0.0.1:6379/0; a password belongs in $REDIS_URL, not here)",
+    )
     p.add_argument("--redis-prefix", help="prefix of every Redis key (default genmesh:gw)")
     p.add_argument("--redis-timeout-s", type=float, help="Redis socket timeout (default 2)")
     p.add_argument("--auth", choices=["auto", "on", "off"], help="API keys: auto = required unless bound to loopback")
-    p.add_argument("--admin-key", help="secret for /admin endpoints (default: admin endpoints off)")
+    p.add_argument(
+        "--admin-key-file",
+        help="file holding the secret for /admin and /metrics (or set GENMESH_GATEWAY_ADMIN_KEY; default: off)",
+    )
     p.add_argument("--auth-cache-s", type=float, help="reuse a looked-up API key this long (default 1; 0: off)")
     p.add_argument("--lease-ttl-s", type=float, help="slot lease time; a dead gateway's slots return after it")
     p.add_argument("--reclaim-interval-s", type=float, help="expired-lease sweep period (default lease/3)")
@@ -106,9 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--responses-ttl-s", type=float, help="TTL of a stored /v1/responses response (default 30 days)")
     p.add_argument("--responses-max-bytes", type=int, help="size cap of one stored response (default 1 MiB)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    add_limit_flags(p)
     return p
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = list(argv) if argv is not None else None
+    ns, rest = parser.parse_known_args(args)
+    if any(a == "--admin-key" or a.startswith("--admin-key=") for a in rest):
+        parser.error(
+            "--admin-key is not accepted (ps shows it to every user): "
+            "set GENMESH_GATEWAY_ADMIN_KEY or use --admin-key-file"
+        )
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return GatewaySettings(**vars(ns))

@@ -13,13 +13,14 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry  # the asyncio one: redis.retry.Retry would not await, so never retry
 from redis.backoff import ExponentialBackoff
 
+from genmesh.relay import RelayClient
+
 from .auth import KeyStore
 from .config import RoutingConfig
 from .keys import KeySpace
 from .metrics import GatewayMetrics
 from .queue import Admission
 from .ratelimit import Limiter
-from .relay_client import RelayClient
 from .responses_store import ResponseStore
 from .scripts import Scripts
 from .settings import GatewaySettings
@@ -44,6 +45,7 @@ class GatewayState:
         self.settings = settings
         self.config = config
         self.auth_required = settings.auth_required()
+        self.admin_key = settings.admin_secret()
         self.redis = connect_redis(settings)
         self.keyspace = KeySpace(settings.redis_prefix)
         self.scripts = Scripts.register(self.redis)
@@ -57,7 +59,8 @@ class GatewayState:
         self.responses = ResponseStore(
             self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
         )
-        self.upstream = RelayClient(settings.connect_timeout_s)  # the relay path (aiohttp)
+        # the relay path (aiohttp), its upstream sockets bounded like the client ones
+        self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)
         self.http = httpx.AsyncClient(  # health probes
             timeout=httpx.Timeout(None, connect=settings.connect_timeout_s),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),

@@ -8,7 +8,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from genmesh.protocol.asgi import RequestIdMiddleware, install_error_handlers
+from genmesh.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
+from genmesh.protocol.asgi import BodyLimitMiddleware, RequestIdMiddleware, document_routes, install_error_handlers
 
 from .metrics import MicroserviceMetrics
 from .observe import ObserveMiddleware
@@ -39,13 +40,19 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
             await state.close()
 
     app = FastAPI(title="genmesh llm-microservice", version=app_version, lifespan=lifespan)
+    app.state.http_limits = settings.http_limits()
     install_error_handlers(app)
 
     app.include_router(chat.router)
     app.include_router(completions.router)
     app.include_router(responses.router)
     app.include_router(system.router)
+    # OPEA's string ``messages`` is accepted too; the document shows the OpenAI body.
+    document_routes(
+        app, {chat.PATH: ChatCompletionRequest, completions.PATH: CompletionRequest, "/v1/responses": ResponsesRequest}
+    )
     # The last one added runs first: the request id must be known when requests are observed.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ObserveMiddleware, metrics=metrics)
     app.add_middleware(RequestIdMiddleware)
     return app

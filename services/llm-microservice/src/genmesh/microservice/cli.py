@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.host,
         settings.port,
     )
-    serve(create_app(settings), settings.host, settings.port, settings.log_level)
+    serve(create_app(settings), settings.host, settings.port, settings.log_level, limits=settings.http_limits())
     return 0
 
 

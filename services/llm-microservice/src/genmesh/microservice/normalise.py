@@ -11,7 +11,6 @@ refused here (400 naming the parameter) without a round trip to the engine.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -45,16 +44,6 @@ class EngineCall:
     path: str
     body: dict[str, Any]
     stream: bool
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise invalid_request(f"We could not parse the JSON body of your request: {exc}", code="invalid_json") from exc
-    if not isinstance(data, dict):
-        raise invalid_request("The request body must be a JSON object", code="invalid_json")
-    return data
 
 
 def resolve_model(body: dict[str, Any], default_model: str | None) -> None:

@@ -14,10 +14,12 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from genmesh.protocol.limits import HttpLimits, add_limit_flags
+
 DEFAULT_ENDPOINT = "http://127.0.0.1:8008"
 
 
-class MicroserviceSettings(BaseSettings):
+class MicroserviceSettings(BaseSettings, HttpLimits):
     model_config = SettingsConfigDict(env_prefix="GENMESH_MICROSERVICE_", extra="ignore", populate_by_name=True)
 
     llm_endpoint: str = Field(
@@ -39,6 +41,10 @@ class MicroserviceSettings(BaseSettings):
     port: int = Field(default=9000, ge=1, le=65535)
     connect_timeout_s: float = Field(default=1.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0, description="longest silence allowed from the engine")
+    first_token_timeout_s: float = Field(
+        default=60.0, gt=0, description="a stream's first event with generated text must come within this"
+    )
+    request_timeout_s: float = Field(default=600.0, gt=0, description="a whole request must be answered within this")
     ready_cache_ttl_s: float = Field(default=1.5, ge=0)
     max_connections: int = Field(default=1024, ge=1, description="connections to the engine at once")
     log_level: str = "info"
@@ -74,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-timeout-s", type=float, help="seconds of engine silence before giving up (default 600)")
     p.add_argument("--ready-cache-ttl-s", type=float, help="seconds a readiness answer is reused (default 1.5)")
     p.add_argument("--max-connections", type=int, help="connections to the engine at once (default 1024)")
+    p.add_argument("--first-token-timeout-s", type=float, help="deadline for a stream's first text (default 60)")
+    p.add_argument("--request-timeout-s", type=float, help="deadline for a whole request (default 600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    add_limit_flags(p)
     return p
 
 

@@ -19,6 +19,7 @@ import aiohttp
 from yarl import URL
 
 from genmesh.protocol import OpenAIError, service_unavailable
+from genmesh.relay.client import READ_BUFSIZE, bounded_connector
 
 from .settings import MicroserviceSettings
 
@@ -73,7 +74,8 @@ class Upstream:
             sock_read=settings.read_timeout_s,  # the longest silence between two reads
         )
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=settings.max_connections, keepalive_timeout=KEEPALIVE_S),
+            connector=bounded_connector(settings.max_connections, KEEPALIVE_S, settings.send_buffer_bytes),
+            read_bufsize=READ_BUFSIZE,
             headers=headers,
             timeout=self.timeout,
             auto_decompress=False,

@@ -1,5 +1,5 @@
 """ASGI plumbing every genmesh service uses: OpenAI error handlers, the X-Request-ID middleware,
-and cancelling work when the client goes away."""
+cancelling work when the client goes away, bodies checked before any work, and the server."""
 
 from __future__ import annotations
 
@@ -8,16 +8,21 @@ import contextlib
 import contextvars
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import OpenAIError, from_validation_error, internal_error
+from .inputs import decode_json_object
+from .limits import HttpLimits
 
 T = TypeVar("T")
 REQUEST_ID_HEADER = "x-request-id"
@@ -73,7 +78,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(OpenAIError(str(exc.detail), status=exc.status_code, type=kind))
+        code = "request_too_large" if exc.status_code == 413 else None
+        return error_response(OpenAIError(str(exc.detail), status=exc.status_code, type=kind, code=code))
 
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
@@ -139,12 +145,101 @@ class ShutdownSwitch:
             self._server.should_exit = True
 
 
-def serve(app: ASGIApp, host: str, port: int, log_level: str, switch: ShutdownSwitch | None = None) -> int:
+class BodyLimitMiddleware:
+    """A request body past ``max_bytes`` is a 413 as soon as that many bytes have come in (a
+    ``Content-Length`` past it is refused by the server before the app runs: ``http_server``)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise StarletteHTTPException(
+                    413, f"the request body is larger than this server's limit of {self.max_bytes} bytes"
+                )
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def body_limits(request: Request) -> HttpLimits:
+    limits: HttpLimits = request.app.state.http_limits
+    return limits
+
+
+class CheckedRoute(APIRoute):
+    """A route whose JSON body is decoded by ``decode_json_object`` (valid Unicode, bounded
+    nesting) before FastAPI validates it against the route's model: a hostile body is a 400
+    naming the field, before any work. ``app.state.http_limits`` gives the depth limit."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            if request.method == "POST":
+                raw = await request.body()
+                if raw:
+                    # starlette keeps the decoded body here; FastAPI's request.json() then reuses it
+                    request._json = decode_json_object(raw, body_limits(request).max_json_depth)
+            return await handler(request)
+
+        return checked
+
+
+def document_routes(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
+    """Describe, in ``app``'s OpenAPI document, POST routes whose handlers read the raw body (the
+    gateway's plain-ASGI hot path, the microservice's OPEA normalisation): each path's request
+    body is documented as the wire model it accepts, so clients and the hostile-input suite's
+    property-based tests see the same schema at every hop."""
+    doc = FastAPI()
+    for path, model in bodies.items():
+
+        async def handler(body: Any) -> None:  # pragma: no cover - never served
+            return None
+
+        handler.__annotations__ = {"body": model, "return": None}
+        doc.add_api_route(path, handler, methods=["POST"], response_model=None)
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = plain()
+            extra = get_openapi(title=app.title, version=app.version, routes=doc.routes)
+            schema.setdefault("paths", {}).update(extra["paths"])
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(extra.get("components", {}).get("schemas", {}))
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def serve(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    log_level: str,
+    switch: ShutdownSwitch | None = None,
+    limits: HttpLimits | None = None,
+) -> int:
     """Run a genmesh service with uvicorn: our JSON log handler (uvicorn's loggers propagate to
-    it), no uvicorn access log (services log their own), a bounded graceful shutdown. Returns the
-    exit status: 0, or what ``switch.stop`` asked for."""
+    it), no uvicorn access log (services log their own), a bounded graceful shutdown, and the
+    HTTP limits (``http_server.py``). Returns the exit status: 0, or what ``switch.stop`` asked for."""
     import uvicorn
 
+    from .http_server import protocol_class
+
+    limits = limits or HttpLimits()
     config = uvicorn.Config(
         app,
         host=host,
@@ -153,6 +248,8 @@ def serve(app: ASGIApp, host: str, port: int, log_level: str, switch: ShutdownSw
         log_level=log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=10,
+        http=protocol_class(limits),
+        timeout_keep_alive=limits.keep_alive_timeout_s,
     )
     server = uvicorn.Server(config)
     if switch is not None:

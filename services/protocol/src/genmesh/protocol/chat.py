@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .common import FinishReason, Usage
+from .common import INT32_MAX, FinishReason, Usage
 from .sampling import SamplingFields
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -81,7 +81,7 @@ class ResponseFormat(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None

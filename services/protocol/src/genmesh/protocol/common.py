@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Integer fields have ranges, so a number no engine type holds (past 64 bits, or a token id past
+# 32) is a 400 naming the field, never an overflow inside a service.
+INT32_MAX = 2**31 - 1
+Count = Annotated[int, Field(le=INT32_MAX)]
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Seed = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
 class StrictRequest(BaseModel):

@@ -6,16 +6,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import FinishReason, Usage
+from .common import INT32_MAX, FinishReason, TokenId, Usage
 from .sampling import SamplingFields
 
-Prompt = str | list[str] | list[int] | list[list[int]]
+Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
 
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
     # OpenAI's default for the legacy completions endpoint.
-    max_tokens: int | None = Field(default=16, ge=1)
+    max_tokens: int | None = Field(default=16, ge=1, le=INT32_MAX)
     echo: bool | None = False
     logprobs: int | None = Field(default=None, ge=0, le=5)
     suffix: str | None = None

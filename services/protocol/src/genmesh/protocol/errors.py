@@ -19,8 +19,26 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+MAX_QUOTED = 200  # characters of a client's input an error message repeats
+MAX_MESSAGE = 700  # characters of any error message (with the rest, the body stays under 4 KB)
+MAX_PARAM = 100
+
+
+def quote(value: object, limit: int = MAX_QUOTED) -> str:
+    """A client's input, safe to repeat in an error: at most ``limit`` characters, with anything
+    unprintable (control characters, lone surrogates) escaped, so the body always encodes."""
+    text = value if isinstance(value, str) else str(value)
+    clipped = text[:limit]
+    if not clipped.isprintable():
+        clipped = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in clipped)
+    return clipped + ("…" if len(text) > limit else "")
+
+
 class OpenAIError(Exception):
-    """An error that becomes ``{"error": {...}}`` with an HTTP status."""
+    """An error that becomes ``{"error": {...}}`` with an HTTP status.
+
+    Its message and param are clipped (and made printable), so no error body repeats a client's
+    input whole or grows past 4 KB, whatever called it."""
 
     def __init__(
         self,
@@ -32,12 +50,13 @@ class OpenAIError(Exception):
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = quote(message, MAX_MESSAGE)
         super().__init__(message)
         self.message = message
         self.status = status
         self.type = type
-        self.param = param
-        self.code = code
+        self.param = None if param is None else quote(param, MAX_PARAM)
+        self.code = None if code is None else quote(code, MAX_PARAM)
         self.headers = headers or {}
 
     def to_response(self) -> ErrorResponse:
@@ -63,7 +82,7 @@ def unsupported_parameter(param: str, detail: str = "") -> OpenAIError:
 
 def model_not_found(model: str) -> OpenAIError:
     return OpenAIError(
-        f"The model '{model}' does not exist",
+        f"The model '{quote(model)}' does not exist",
         status=404,
         param="model",
         code="model_not_found",
@@ -152,13 +171,13 @@ def from_validation_error(exc: ValidationError | Any) -> OpenAIError:
     loc = [p for p in loc if not (isinstance(p, str) and _is_type_tag(p))]
     param = _loc_to_param(loc) or None
     if first.get("type") == "extra_forbidden":
-        return invalid_request(f"Unrecognized request argument supplied: {param}", param=param)
+        return invalid_request(f"Unrecognized request argument supplied: {quote(param)}", param=param)
     if first.get("type") == "json_invalid":
         return invalid_request(
-            f"We could not parse the JSON body of your request: {first.get('msg')}",
+            f"We could not parse the JSON body of your request: {quote(first.get('msg'))}",
             param=None,
             code="invalid_json",
         )
-    msg = first.get("msg", "invalid value")
-    where = f"'{param}'" if param else "request body"
+    msg = quote(first.get("msg", "invalid value"))
+    where = f"'{quote(param)}'" if param else "request body"
     return invalid_request(f"Invalid value for {where}: {msg}", param=param)

@@ -11,26 +11,26 @@ from typing import Any
 
 from pydantic import Field
 
-from .common import StreamOptions
+from .common import INT32_MAX, Seed, StreamOptions, TokenId
 from .structured import GuidedFields
 
 
 class SamplingFields(GuidedFields):
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    seed: int | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int | None = Field(default=1, ge=1)
-    best_of: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=1, ge=1, le=INT32_MAX)
+    best_of: int | None = Field(default=None, ge=1, le=INT32_MAX)
     ignore_eos: bool | None = False
-    min_tokens: int | None = Field(default=None, ge=0)
+    min_tokens: int | None = Field(default=None, ge=0, le=INT32_MAX)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)

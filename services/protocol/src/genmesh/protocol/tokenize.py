@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Discriminator, Field, Tag
 
 from .chat import ChatMessage
-from .common import StrictRequest
+from .common import StrictRequest, TokenId
 
 
 class TokenizeCompletionRequest(StrictRequest):
@@ -53,7 +53,7 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(StrictRequest):
     model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0)]]
+    tokens: list[TokenId]
 
 
 class DetokenizeResponse(BaseModel):

@@ -85,9 +85,11 @@ def seq(*items: Expr) -> Expr:
 def alt(*items: Expr) -> Expr:
     """A choice, flattened, without repeated alternatives."""
     flat: list[Expr] = []
+    seen: set[Expr] = set()  # linear, for choices of thousands (a schema's many properties)
     for item in items:
         for part in item.items if isinstance(item, Alt) else (item,):
-            if part not in flat:
+            if part not in seen:
+                seen.add(part)
                 flat.append(part)
     if not flat:
         raise GrammarError("an empty choice matches nothing")
@@ -122,6 +124,7 @@ class Grammar:
     """Named rules; ``root`` is where matching starts."""
 
     rules: dict[str, Expr] = field(default_factory=dict)
+    _suffix: dict[str, int] = field(default_factory=dict, repr=False)  # next number to try per base name
 
     def add(self, name: str, expr: Expr) -> Ref:
         self.rules[name] = expr
@@ -133,10 +136,13 @@ class Grammar:
         if not base[0].isalpha():
             base = "r_" + base
         base = base[:40]
-        name, n = base, 1
+        name, n = base, self._suffix.get(base, 1)
+        if n > 1:
+            name = f"{base}_{n}"
         while name in self.rules:
             n += 1
             name = f"{base}_{n}"
+        self._suffix[base] = n
         return name
 
     def check(self) -> None:
@@ -152,14 +158,19 @@ class Grammar:
             for ref in _refs(self.rules[name]):
                 if ref not in self.rules:
                     raise GrammarError(f"rule '{ref}' is used by '{name}' but never defined")
+        # A worklist, so a schema with thousands of rules is checked in linear time: a rule is
+        # looked at again only when a rule it uses has just been found able to end.
+        users: dict[str, set[str]] = {}
+        for name in reachable:
+            for ref in _refs(self.rules[name]):
+                users.setdefault(ref, set()).add(name)
         productive: set[str] = set()
-        changed = True
-        while changed:
-            changed = False
-            for name in reachable - productive:
-                if _can_end(self.rules[name], productive):
-                    productive.add(name)
-                    changed = True
+        todo = sorted(reachable)
+        while todo:
+            name = todo.pop()
+            if name not in productive and _can_end(self.rules[name], productive):
+                productive.add(name)
+                todo.extend(users.get(name, ()))
         stuck = sorted(reachable - productive)
         if stuck:
             raise GrammarError(f"rule '{stuck[0]}' can never finish (every alternative recurses into itself)")

@@ -21,7 +21,7 @@ from genmesh.protocol import (
     new_id,
     now,
 )
-from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
 
 from .. import tools
 from ..chat_job import start_chat
@@ -31,7 +31,7 @@ from ..logprobs import chat_logprobs
 from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, sse
 
-router = APIRouter()
+router = APIRouter(route_class=CheckedRoute)
 
 PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completions")
 
@@ -39,7 +39,7 @@ PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completion
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request, body.model)
-    job = start_chat(st, body, "chat", arrival)
+    job = await start_chat(st, body, "chat", arrival)
     plan, ids, gens, n, model = job.plan, job.prompt_ids, job.gens, job.n, job.model
     rid = new_id("chatcmpl")
     if body.stream:

@@ -15,17 +15,17 @@ from genmesh.protocol import (
     new_id,
     now,
 )
-from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
 
 from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
 from ..generation import Beams, Collected, Delta, Event, Finished
 from ..logprobs import completion_logprobs
-from ..params import check_supported, completion_budget, sampling_params, text_options
-from ..structured import output_constraint
+from ..params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
+from ..structured import output_constraint_off_loop
 from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, log_user, sse
 
-router = APIRouter()
+router = APIRouter(route_class=CheckedRoute)
 
 PATHS = ("/v1/completions", "/v3/completions", "/v3/v1/completions")
 
@@ -36,10 +36,17 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     model = st.check_model(body.model)
     log_user(body.user, "completions", model)
     check_supported(body, st.settings.best_of_limit)
-    constraint, _ = output_constraint(body, st.grammar_limits)
-    ids = st.tokenizer.completion_prompt(body)
+    constraint, _ = await output_constraint_off_loop(body, st.grammar_limits)
+    st.tokenizer.check_ids(body.stop_token_ids or [], "stop_token_ids")
+    ids = await st.tokenizer.completion_ids(body, prompt_limit(st))
     budget = completion_budget(
-        body.max_tokens, len(ids), st.source.context_length, st.settings.max_tokens_limit, "max_tokens", "prompt"
+        body.max_tokens,
+        len(ids),
+        st.source.context_length,
+        st.settings.max_tokens_limit,
+        "max_tokens",
+        "prompt",
+        st.settings.max_prompt_tokens,
     )
     n = body.n or 1
     engine_requests = 1 if (body.best_of or 1) > 1 else n

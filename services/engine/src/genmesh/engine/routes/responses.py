@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from genmesh.protocol import now
-from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
 from genmesh.protocol.responses import ResponsesRequest
 
 from ..chat_job import start_chat
@@ -20,7 +20,7 @@ from ..responses_output import finished, shell, unary_output
 from ..responses_stream import ResponseEvents
 from .responding import arrival_time, engine, sse
 
-router = APIRouter()
+router = APIRouter(route_class=CheckedRoute)
 
 PATHS = ("/v1/responses", "/v3/responses", "/v3/v1/responses")
 
@@ -30,7 +30,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     st = engine(request, body.model)
     with responses_params():
         check_engine_supported(body)
-        job = start_chat(st, to_chat(body), "responses", arrival)
+        job = await start_chat(st, to_chat(body), "responses", arrival)
     base = shell(body, job.model, now())
     prompt_tokens = len(job.prompt_ids)
     if body.stream:

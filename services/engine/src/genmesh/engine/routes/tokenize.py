@@ -11,13 +11,13 @@ from genmesh.protocol import (
     TokenizeChatRequest,
     TokenizeRequest,
     TokenizeResponse,
-    invalid_request,
     unsupported_parameter,
 )
+from genmesh.protocol.asgi import CheckedRoute
 
 from .responding import engine
 
-router = APIRouter()
+router = APIRouter(route_class=CheckedRoute)
 
 
 @router.post("/tokenize", response_model=None)
@@ -31,6 +31,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
         )
     else:
         prompt = body.prompt
+    st.tokenizer.check_size(len(prompt), st.source.context_length, "prompt")
     ids = st.tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens) if prompt else []
     strs = [st.tokenizer.token_text(i)[0] for i in ids] if body.return_token_strs else None
     reply = TokenizeResponse(count=len(ids), max_model_len=st.source.context_length, tokens=ids, token_strs=strs)
@@ -40,11 +41,6 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
 @router.post("/detokenize", response_model=None)
 async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     st = engine(request, body.model)
-    vocab = st.tokenizer.vocab_size
-    for i, token in enumerate(body.tokens):
-        if vocab is not None and token >= vocab:
-            raise invalid_request(
-                f"token id {token} is outside this model's vocabulary (0-{vocab - 1})", param=f"tokens[{i}]"
-            )
+    st.tokenizer.check_ids(body.tokens, "tokens")
     reply = DetokenizeResponse(prompt=st.tokenizer.detokenize(body.tokens))
     return Response(reply.model_dump_json(), media_type="application/json")

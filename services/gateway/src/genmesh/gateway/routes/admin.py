@@ -7,11 +7,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from genmesh.protocol import OpenAIError
+from genmesh.protocol.asgi import CheckedRoute
 
 from ..auth import check_admin
 from .common import gateway
 
-router = APIRouter(prefix="/admin")
+router = APIRouter(prefix="/admin", route_class=CheckedRoute)
 
 
 class NewKey(BaseModel):
@@ -26,7 +27,7 @@ class NewKey(BaseModel):
 
 
 def _admin(request: Request) -> None:
-    check_admin(request.headers.get("authorization"), gateway(request).settings.admin_key)
+    check_admin(request.headers.get("authorization"), gateway(request).admin_key)
 
 
 @router.post("/keys")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from fastapi import Request
+from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
+from ..auth import ApiKey
 from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable
 from ..state import GatewayState
 
@@ -36,3 +38,12 @@ def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
     else:
         raise exc
     return with_retry_after(err, retry_after_s)
+
+
+async def authenticate(st: GatewayState, authorization: str | None, required: bool | None = None) -> ApiKey:
+    """The caller's API key (``required``: the gateway's setting unless given); Redis down: 503."""
+    try:
+        return await st.keys.authenticate(authorization, st.auth_required if required is None else required)
+    except (RedisError, OSError) as exc:
+        st.metrics.redis_errors.inc()
+        raise admission_error(StoreUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc

@@ -15,7 +15,6 @@ connection so that the engine aborts.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -23,41 +22,33 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 from starlette.types import Message, Receive, Scope, Send
 
-from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
+from genmesh.protocol import OpenAIError, internal_error, model_not_found
 from genmesh.protocol.asgi import request_id_var
+from genmesh.protocol.http_server import too_large
+from genmesh.protocol.inputs import decode_json_object
+from genmesh.relay import (
+    Outcome,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamResponse,
+    relay_stream,
+    relay_unary,
+)
 
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
-from ..proxy import Outcome, bad_gateway, prepare_body, relay_stream, relay_unary, response_headers, upstream_timeout
+from ..proxy import bad_gateway, failures, prepare_body, response_headers, upstream_timeout
 from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
-from ..relay_client import UpstreamConnectError, UpstreamError, UpstreamResponse
 from ..state import GatewayState
-from .common import ClientGone, admission_error, with_retry_after
+from .common import ClientGone, admission_error, authenticate, with_retry_after
 
 log = logging.getLogger("genmesh.gateway.http")
 
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions"))
-MAX_BODY_BYTES = 32 * 1024 * 1024
 _JSON = (b"content-type", b"application/json")
 _UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
-
-
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:  # orjson refuses integers beyond 64 bits and lone surrogates; json is the reference
-            body = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise invalid_request(
-                f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
-            ) from exc
-    if not isinstance(body, dict):
-        raise invalid_request("The request body must be a JSON object", code="invalid_json")
-    return body
 
 
 def _route(st: GatewayState, body: dict[str, Any]) -> ModelRoute:
@@ -132,9 +123,9 @@ class _Exchange:
         st = self.st
         route_name = "-"
         try:
-            key = await self._authenticate(authorization)
+            key = await authenticate(st, authorization)
             raw = await self._read_body()
-            body = _parse(raw)
+            body = decode_json_object(raw, st.settings.max_json_depth)
             route = _route(st, body)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
@@ -150,14 +141,6 @@ class _Exchange:
             st.metrics.requests.labels(route_name, "500").inc()
             await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
 
-    async def _authenticate(self, authorization: str | None) -> ApiKey:
-        st = self.st
-        try:
-            return await st.keys.authenticate(authorization, st.auth_required)
-        except (RedisError, OSError) as exc:
-            st.metrics.redis_errors.inc()
-            raise admission_error(StoreUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
-
     async def _read_body(self) -> bytes:
         chunks: list[bytes] = []
         size = 0
@@ -167,8 +150,8 @@ class _Exchange:
                 raise ClientGone()
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise OpenAIError("request body too large", status=413, code="request_too_large")
+            if size > self.st.settings.max_body_bytes:  # counted as it comes (Content-Length: http_server)
+                raise too_large(self.st.settings.max_body_bytes)
             chunks.append(chunk)
             if not message.get("more_body"):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -233,11 +216,10 @@ class _Exchange:
             relay = relay_stream(
                 resp,
                 out,
+                failures(route.first_token_timeout_s, route.request_timeout_s),
                 strip_usage=strip_usage,
                 first_token_deadline=sent_at + route.first_token_timeout_s,
                 total_deadline=sent_at + route.request_timeout_s,
-                first_token_timeout_s=route.first_token_timeout_s,
-                total_timeout_s=route.request_timeout_s,
             )
         else:
             relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)

@@ -9,9 +9,10 @@ from ..normalise import normalise_chat
 from .responding import json_body, relay_call, state_of
 
 router = APIRouter()
+PATH = "/v1/chat/completions"
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post(PATH, response_model=None, include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
     st = state_of(request)
     call = normalise_chat(await json_body(request), st.settings.llm_model_id)

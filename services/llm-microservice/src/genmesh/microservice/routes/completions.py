@@ -9,9 +9,10 @@ from ..normalise import normalise_completion
 from .responding import json_body, relay_call, state_of
 
 router = APIRouter()
+PATH = "/v1/completions"
 
 
-@router.post("/v1/completions", response_model=None)
+@router.post(PATH, response_model=None, include_in_schema=False)
 async def completions(request: Request) -> Response:
     st = state_of(request)
     call = normalise_completion(await json_body(request), st.settings.llm_model_id)

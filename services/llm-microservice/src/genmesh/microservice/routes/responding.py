@@ -1,41 +1,38 @@
-"""Relaying engine replies to our client: unary bodies, and SSE streams event by event.
+"""Relaying engine replies to our client: unary bodies, and SSE streams event by event through
+the shared relay (``genmesh.relay``), with this hop's first-token and total deadlines.
 
-Streams are not buffered and not re-parsed: the engine's SSE bytes are relayed as they arrive
-(the engine already frames them), which keeps the microservice's cost per token to a byte
-copy. ``[DONE]`` goes out exactly once. A stream the
-engine breaks off (connection cut, timeout, garbage) ends with one error event
-``data: {"error": {...}}`` and then ``[DONE]``, never with a bare cut. When our client goes
-away, the upstream response is closed, which drops the engine connection and so aborts the
-generation there.
+A stream's last event (``[DONE]``; a Responses stream's ``response.completed``, ``incomplete`` or
+``failed``) goes out exactly once. A stream the engine breaks off (connection cut, timeout,
+garbage, the end without its last event) ends with one error event ``data: {"error": {...}}`` and
+then ``[DONE]`` (a Responses stream: ``error`` and ``response.failed``), never with a bare cut.
+When our client goes away (or stops reading past the send deadline), the upstream response is
+closed, which drops the engine connection and so aborts the generation there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import aiohttp
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
-from sse_starlette import ServerSentEvent
-from starlette.background import BackgroundTask
 
 from genmesh.protocol import OpenAIError, normalise_upstream_error
-from genmesh.protocol.asgi import unless_disconnected
+from genmesh.protocol.asgi import body_limits, unless_disconnected
+from genmesh.protocol.inputs import decode_json_object
+from genmesh.relay import Failures, Outcome, StreamEnd, UpstreamResponse, relay_stream
 
 from ..metrics import MicroserviceMetrics
-from ..normalise import EngineCall, parse_json_object
+from ..normalise import EngineCall
 from ..state import MicroserviceState
-from ..upstream import Reply, Upstream, close, relayed_headers
+from ..upstream import Reply, Upstream, relayed_headers
 
 T = TypeVar("T")
 log = logging.getLogger("genmesh.microservice.http")
-
-DONE = "[DONE]"
 
 
 def state_of(request: Request) -> MicroserviceState:
@@ -48,7 +45,8 @@ def request_id(request: Request) -> str:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    return parse_json_object(await request.body())
+    """The body, checked before any work (``decode_json_object``; its size by ``BodyLimitMiddleware``)."""
+    return decode_json_object(await request.body(), body_limits(request).max_json_depth)
 
 
 def _error_json(reply: Reply) -> Response:
@@ -75,95 +73,96 @@ def _error_json(reply: Reply) -> Response:
 
 
 async def relay_unary(request: Request, upstream: Upstream, method: str, path: str, body: Any = None) -> Response:
-    """One engine request, its whole reply relayed with its status (errors included)."""
-    reply = await unless_disconnected(request, upstream.fetch(method, path, request_id(request), body))
+    """One engine request, its whole reply relayed with its status (errors included), within the
+    request deadline."""
+    deadline_s = state_of(request).settings.request_timeout_s
+    try:
+        async with asyncio.timeout(deadline_s):
+            reply = await unless_disconnected(request, upstream.fetch(method, path, request_id(request), body))
+    except TimeoutError as exc:
+        raise deadline_error("total", deadline_s) from exc
     if reply.status >= 400:
         return _error_json(reply)
     return Response(reply.body, status_code=reply.status, headers=relayed_headers(reply))
 
 
-class StreamEnd:
-    """How a relayed stream ends: ``ended`` sees each window of bytes (the new chunk after the
-    previous one's tail) and says whether the last event has gone by; ``failure`` is what the client
-    gets when the engine breaks the stream off first. Chat and completions end with ``[DONE]``; the
-    Responses API has its own (``routes/responses.py``). One instance per stream."""
+def deadline_error(which: str, seconds: float) -> OpenAIError:
+    return OpenAIError(
+        f"The LLM engine did not send its {'first text' if which == 'first token' else 'whole reply'} "
+        f"within {seconds:g} s",
+        status=504,
+        type="timeout_error",
+        code="engine_timeout",
+    )
 
-    marker = b"data: [DONE]"
 
-    def ended(self, window: bytes) -> bool:
-        return self.marker in window
+def _failures(st: MicroserviceState) -> Failures:
+    s = st.settings
 
-    def failure(self, err: OpenAIError) -> bytes:
-        return _error_event(err).encode() + ServerSentEvent(data=DONE, sep="\n").encode()
+    def timeout(which: str) -> OpenAIError:
+        return deadline_error(which, s.first_token_timeout_s if which == "first token" else s.request_timeout_s)
+
+    cut = OpenAIError(
+        "The LLM engine ended the stream before its last event",
+        status=502,
+        type="upstream_error",
+        code="engine_stream_cut",
+    )
+    return Failures(timeout=timeout, broken=st.upstream.failure, cut=cut)
 
 
 async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None = None) -> Response:
     st = state_of(request)
     if not call.stream:
         return await relay_unary(request, st.upstream, "POST", call.path, call.body)
-    started = time.perf_counter()
+    started = time.monotonic()
     response = await unless_disconnected(request, st.upstream.open("POST", call.path, request_id(request), call.body))
     if response.status != 200:
         # The engine refuses before streaming (validation, context length, ...): relay that reply as is.
         return _error_json(await st.upstream.read(response))
-    events = _relay_bytes(response, st.upstream, st.metrics, request.url.path, started, end or StreamEnd())
+    upstream, out, s = UpstreamResponse(response), Outcome(), st.settings
+    events = relay_stream(
+        upstream,
+        out,
+        _failures(st),
+        strip_usage=False,
+        first_token_deadline=started + s.first_token_timeout_s,
+        total_deadline=started + s.request_timeout_s,
+        ending=end,
+    )
     return StreamingResponse(
-        events,
+        _observed(events, upstream, out, st.metrics, request.url.path, started),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
-        background=BackgroundTask(close, response),
     )
 
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-# A chunk carrying generated text: a non-empty chat delta "content", completion "text" or Responses "delta".
-_TEXT = re.compile(rb'"(?:content|text|delta)":"(?!")')
 
 
-def _error_event(err: OpenAIError) -> ServerSentEvent:
-    return ServerSentEvent(data=json.dumps(err.body()), sep="\n")
-
-
-async def _relay_bytes(
-    response: aiohttp.ClientResponse,
-    upstream: Upstream,
+async def _observed(
+    events: AsyncIterator[bytes],
+    upstream: UpstreamResponse,
+    out: Outcome,
     metrics: MicroserviceMetrics,
     endpoint: str,
     started: float,
-    end: StreamEnd,
 ) -> AsyncIterator[bytes]:
-    saw_done = False
-    saw_text = False
-    tail = b""  # end of the previous chunk, so a marker split across two chunks is still seen
-    error: OpenAIError | None = None
-    content = response.content
+    """The relayed events, measured; the engine connection handed back when the stream ended
+    cleanly, else closed (which is how the engine learns to stop generating)."""
+    finished = False
     try:
-        try:
-            while chunk := await content.readany():  # whatever has arrived, b"" at the end
-                if saw_done:
-                    continue  # drain to the end so the connection can be reused
-                window = tail + chunk
-                if not saw_text and _TEXT.search(window):
-                    saw_text = True
-                    metrics.first_token.labels(endpoint=endpoint).observe(time.perf_counter() - started)
-                if end.ended(window):
-                    saw_done = True
-                tail = window[-(len(end.marker) - 1) :]
-                yield chunk
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            if not saw_done:
-                error = upstream.failure(exc)
+        async for event in events:
+            if out.first_token_at is not None and started:
+                metrics.first_token.labels(endpoint=endpoint).observe(out.first_token_at - started)
+                started = 0.0
+            yield event
+        finished = True
     finally:
-        await close(response)
-    if saw_done:
-        return
-    if error is None:
-        error = OpenAIError(
-            "The LLM engine ended the stream before its last event",
-            status=502,
-            type="upstream_error",
-            code="engine_stream_cut",
-        )
-    metrics.stream_errors.labels(endpoint=endpoint).inc()
-    log.warning("stream from the engine failed: %s", error.message)
-    yield end.failure(error)
+        if finished and out.error is None:
+            upstream.close()
+        else:
+            upstream.abort()
+    if out.error is not None:
+        metrics.stream_errors.labels(endpoint=endpoint).inc()
+        log.warning("stream from the engine failed: %s", out.error)

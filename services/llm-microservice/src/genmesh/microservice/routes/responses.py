@@ -21,19 +21,20 @@ from genmesh.protocol.response_objects import (
     ResponseLifecycleEvent,
     ResponseObject,
 )
+from genmesh.relay import StreamEnd
 
 from ..normalise import normalise_responses
-from .responding import StreamEnd, json_body, relay_call, state_of
+from .responding import json_body, relay_call, state_of
 
 router = APIRouter()
 
-_TERMINAL = (b'"type":"response.completed"', b'"type":"response.incomplete"', b'"type":"response.failed"')
 _SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
 _RESPONSE_ID = re.compile(rb'"response":\{"id":"([^"\\]{1,200})"')
 
 
 class ResponsesEnd(StreamEnd):
-    marker = max(_TERMINAL, key=len)  # the longest: what the tail between two chunks must hold
+    """Ends like any Responses stream; fails with ``error`` and ``response.failed``, numbered after
+    the last event relayed and naming the response the engine had started."""
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -41,13 +42,13 @@ class ResponsesEnd(StreamEnd):
         self.response_id = "resp_unknown"
         self.seen_id = False
 
-    def ended(self, window: bytes) -> bool:
-        at = window.rfind(b'"sequence_number":')
-        if at != -1 and (m := _SEQUENCE.match(window, at)) is not None:
+    def ended(self, event: bytes) -> bool:
+        at = event.rfind(b'"sequence_number":')
+        if at != -1 and (m := _SEQUENCE.match(event, at)) is not None:
             self.sequence = max(self.sequence, int(m.group(1)))
-        if not self.seen_id and (m := _RESPONSE_ID.search(window)) is not None:
+        if not self.seen_id and (m := _RESPONSE_ID.search(event)) is not None:
             self.response_id, self.seen_id = m.group(1).decode(), True
-        return any(marker in window for marker in _TERMINAL)
+        return super().ended(event)
 
     def failure(self, err: OpenAIError) -> bytes:
         error = ErrorEvent(sequence_number=self.sequence + 1, code=err.code, message=err.message)

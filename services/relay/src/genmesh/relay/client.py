@@ -18,7 +18,11 @@ module only fixes what the routes rely on:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import time
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from yarl import URL
@@ -98,6 +102,26 @@ class UpstreamResponse:
             self._resp.release()
 
 
+def bounded_connector(limit: int, keepalive_s: float, receive_buffer_bytes: int | None) -> aiohttp.TCPConnector:
+    """aiohttp's connector with each upstream socket's receive buffer bounded (the kernel otherwise
+    grows it to megabytes): with aiohttp's own read buffer bounded too (``READ_BUFSIZE``), a stream
+    whose client stops reading holds a few events per hop, not megabytes."""
+    factory: Callable[[Any], socket.socket] | None = None
+    if receive_buffer_bytes is not None:
+
+        def factory(addr_info: Any) -> socket.socket:
+            family, kind, proto, _, _ = addr_info
+            sock = socket.socket(family=family, type=kind, proto=proto)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+            return sock
+
+    return aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=keepalive_s, socket_factory=factory)
+
+
+READ_BUFSIZE = 16384  # aiohttp pauses reading an upstream past twice this, unread
+
+
 class RelayClient:
     """One ``aiohttp.ClientSession`` (created on first use, inside the running loop).
 
@@ -106,16 +130,20 @@ class RelayClient:
     request that holds a slot wait for a connection.
     """
 
-    def __init__(self, connect_timeout_s: float, keepalive_s: float = 4.0) -> None:
+    def __init__(
+        self, connect_timeout_s: float, keepalive_s: float = 4.0, receive_buffer_bytes: int | None = None
+    ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_s = keepalive_s
+        self.receive_buffer_bytes = receive_buffer_bytes
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[tuple[str, str], URL] = {}
 
     def _open(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=self.keepalive_s)
+        connector = bounded_connector(0, self.keepalive_s, self.receive_buffer_bytes)
         self._session = aiohttp.ClientSession(
             connector=connector,
+            read_bufsize=READ_BUFSIZE,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "User-Agent"),

@@ -1,0 +1,122 @@
+"""Request bodies checked before any work: JSON that parses, valid Unicode, bounded nesting.
+
+Every hop decodes a body with ``decode_json_object``. orjson does the fast path: it refuses
+invalid UTF-8, lone surrogates (``"\\ud800"``), ``NaN`` / ``Infinity`` and numbers that overflow
+a double, and nesting past 1,024 levels. Nesting past ``max_depth`` (64 by default) is refused
+here, after a scan that only runs when the body has that many brackets at all. When orjson
+refuses a body, the standard library parses it again, only to name the field at fault in the
+400 (``param``). Integers are checked per field by the wire models (``common.py``): orjson turns
+one past 64 bits into a float, which no integer field with a bound accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+
+from .errors import OpenAIError, invalid_request, quote
+
+
+def decode_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 (``code="invalid_json"``) naming what is wrong and where."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _diagnose(raw, str(exc), max_depth) from None
+    if not isinstance(data, dict):
+        raise invalid_request("The request body must be a JSON object", code="invalid_json")
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        where = too_deep(data, max_depth)
+        if where is not None:
+            raise _nested(where, max_depth)
+    return data
+
+
+def too_deep(value: Any, max_depth: int) -> str | None:
+    """The path of the first value nested deeper than ``max_depth`` containers, else None."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        node, depth, path = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.items()
+        elif isinstance(node, list):
+            children = enumerate(node)
+        else:
+            continue
+        if depth > max_depth:
+            return path
+        for key, child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1, _join(path, key)))
+    return None
+
+
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def _nested(path: str, max_depth: int) -> OpenAIError:
+    return invalid_request(
+        f"the JSON body is nested more than {max_depth} levels deep", param=quote(path) or None, code="invalid_json"
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _diagnose(raw: bytes, orjson_message: str, max_depth: int) -> OpenAIError:
+    """Why orjson refused ``raw``, with the field at fault when the standard parser can find it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return invalid_request(f"the request body is not valid UTF-8 (byte {exc.start})", code="invalid_json")
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        return _nested("", max_depth)
+    except ValueError as exc:
+        return invalid_request(
+            f"We could not parse the JSON body of your request: {quote(str(exc))}", code="invalid_json"
+        )
+    if too_deep(data, max_depth) is not None:
+        return _nested(too_deep(data, max_depth) or "", max_depth)
+    found = _bad_value(data)
+    if found is not None:
+        path, why = found
+        return invalid_request(f"invalid value at '{quote(path)}': {why}", param=quote(path) or None)
+    return invalid_request(f"the request body was refused: {quote(orjson_message)}", code="invalid_json")
+
+
+def _bad_value(value: Any) -> tuple[str, str] | None:
+    """The first string with a lone surrogate, or number no double holds, as (path, reason)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if not _valid_unicode(node):
+                return path, "strings must be valid Unicode (a lone surrogate escape such as \\ud800 is not)"
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                return path, "numbers must be finite"
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if not _valid_unicode(key):
+                    return path or "body", "keys must be valid Unicode (a lone surrogate escape is not)"
+                stack.append((child, _join(path, key)))
+        elif isinstance(node, list):
+            stack.extend((child, _join(path, i)) for i, child in enumerate(node))
+    return None
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,68 @@
+"""The HTTP limits every genmesh server enforces, as one typed fragment of each service's settings.
+
+Each service's settings class inherits these fields (so each is read from that service's own
+``GENMESH_<SERVICE>_*`` variable and flag) and hands ``http_limits()`` to the server
+(``http_server.py``) and to the JSON checks (``inputs.py``). The README's "Limits and hardening"
+section lists them with their defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import BaseModel, Field
+
+MIB = 1024 * 1024
+
+
+class HttpLimits(BaseModel):
+    max_body_bytes: int = Field(
+        default=4 * MIB, ge=1024, description="largest request body; past it 413, counted as the bytes arrive"
+    )
+    max_header_bytes: int = Field(default=16384, ge=1024, description="request line and headers together; past it 431")
+    max_header_count: int = Field(default=100, ge=8, description="headers per request; past it 431")
+    header_timeout_s: float = Field(
+        default=5.0, gt=0, description="time for a request's line and headers to arrive; then 408 and closed"
+    )
+    body_timeout_s: float = Field(default=8.0, gt=0, description="time for a body to arrive once the headers are in")
+    keep_alive_timeout_s: int = Field(default=5, ge=1, description="an idle keep-alive connection is closed after")
+    max_client_connections: int = Field(
+        default=1024, ge=1, description="open client connections per process; past it 503 + Retry-After"
+    )
+    send_timeout_s: float = Field(
+        default=20.0, gt=0, le=30, description="a client that takes nothing of the reply this long is cut off"
+    )
+    send_buffer_bytes: int = Field(
+        default=16384,
+        ge=4096,
+        description="socket buffer per connection (to a client, from an upstream): bounds what a stream holds",
+    )
+    max_json_depth: int = Field(default=64, ge=2, le=512, description="deepest JSON nesting a body may have")
+
+    def http_limits(self) -> HttpLimits:
+        """The limits alone (a service's settings object carries other fields too)."""
+        return HttpLimits.model_validate({name: getattr(self, name) for name in HttpLimits.model_fields})
+
+
+_FLAGS = {
+    "max_body_bytes": int,
+    "max_header_bytes": int,
+    "max_header_count": int,
+    "header_timeout_s": float,
+    "body_timeout_s": float,
+    "keep_alive_timeout_s": int,
+    "max_client_connections": int,
+    "send_timeout_s": float,
+    "send_buffer_bytes": int,
+    "max_json_depth": int,
+}
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max-body-bytes`` and the rest, each with its default in the help."""
+    group = parser.add_argument_group("limits (README: Limits and hardening)")
+    for name, kind in _FLAGS.items():
+        field = HttpLimits.model_fields[name]
+        group.add_argument(
+            "--" + name.replace("_", "-"), type=kind, help=f"{field.description} (default {field.default})"
+        )

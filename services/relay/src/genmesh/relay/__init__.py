@@ -1,0 +1,34 @@
+"""The one streaming relay the microservice and the gateway share.
+
+``client``: the upstream HTTP client (aiohttp; a read deadline per read, abort to cancel the
+upstream's generation). ``stream``: relaying a reply event by event with first-token and total
+deadlines, one event in hand at a time (so buffering per stream is what the sockets hold, which
+the server bounds: ``genmesh.protocol.http_server``), an error event and ``[DONE]`` when the
+upstream fails. Not imported by the wire models (``genmesh.protocol``).
+"""
+
+from .client import (
+    RelayClient,
+    UpstreamAborted,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamResponse,
+)
+from .stream import DONE_EVENT, Failures, Outcome, StreamEnd, error_event, relay_stream, relay_unary
+
+__all__ = [
+    "DONE_EVENT",
+    "Failures",
+    "Outcome",
+    "RelayClient",
+    "StreamEnd",
+    "UpstreamAborted",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamProtocolError",
+    "UpstreamResponse",
+    "error_event",
+    "relay_stream",
+    "relay_unary",
+]

@@ -1,0 +1,176 @@
+"""Relaying one upstream reply to our client: event by event, with deadlines, never buffered whole.
+
+Streams are relayed as the upstream framed them, one SSE event (``data: ...`` and a blank line) at
+a time: an event goes out before the next is read, so what a stream holds is one event in hand
+plus what the sockets buffer (bounded by ``genmesh.protocol.http_server``). The upstream's bytes
+pass unchanged; the relay reads an event only to see the first generated text (the first-token
+deadline is met by text, not by keep-alive comments), the stream's last event (``StreamEnd``:
+``[DONE]`` for chat and completions, ``response.completed``/``incomplete``/``failed`` for the
+Responses API), and a usage chunk (accounted, and dropped when ``strip_usage``: the gateway asked
+for it, not its client). Every way a stream can fail (connection cut, garbage, a deadline, the end
+without its last event) ends it with the ``StreamEnd``'s failure events (by default one error
+event and ``[DONE]``, written by sse-starlette); what the error says is the hop's own (``Failures``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from sse_starlette import ServerSentEvent
+
+from genmesh.protocol import OpenAIError
+
+from .client import UpstreamError, UpstreamResponse
+
+# A chunk carrying generated text: a non-empty chat delta "content", completion "text" or Responses "delta".
+_TOKEN = re.compile(rb'"(?:content|text|delta)":"(?!")')
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+_USAGE = re.compile(rb'"usage":\s*\{')
+# A whole event's data is [DONE] (not the text "[DONE]" inside a chunk), or a Responses stream's
+# terminal event (quotes inside generated text are escaped, so these bytes are the event's own).
+_LAST = re.compile(rb'^data: ?\[DONE\]\r?$|"type":"response\.(?:completed|incomplete|failed)"', re.MULTILINE)
+_MAX_EVENT = 1024 * 1024  # past this without an event's end, it is not SSE we understand: passed on as is
+_MAX_UNARY_SCAN = 4 * 1024 * 1024
+
+
+def error_event(err: OpenAIError) -> bytes:
+    return ServerSentEvent(data=orjson.dumps(err.body()).decode(), sep="\n").encode()
+
+
+DONE_EVENT = ServerSentEvent(data="[DONE]", sep="\n").encode()
+
+
+class StreamEnd:
+    """How a relayed stream ends: ``ended`` sees each whole event and says whether it is the
+    stream's last; ``failure`` is what the client gets when the upstream fails before that. By
+    default (chat, completions) an error event and ``[DONE]``; the Responses API says it with its
+    own events (a subclass). One instance per stream: a subclass may keep what it saw."""
+
+    def ended(self, event: bytes) -> bool:
+        return _LAST.search(event) is not None
+
+    def failure(self, err: OpenAIError) -> bytes:
+        return error_event(err) + DONE_EVENT
+
+
+@dataclass(frozen=True)
+class Failures:
+    """What each failure is called at this hop: ``timeout(which)`` for a missed deadline
+    ("first token" or "total"), ``broken(exc)`` for a failed connection, ``cut`` for a stream that
+    ended without its last event (None: relay the end as it is)."""
+
+    timeout: Callable[[str], OpenAIError]
+    broken: Callable[[BaseException], OpenAIError]
+    cut: OpenAIError | None = None
+
+
+@dataclass
+class Outcome:
+    """What the relay learned: usage for accounting and whether it ended cleanly."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+    first_token_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _usage_from(obj: Any, out: Outcome) -> None:
+    """Usage of a chat or completion reply (or chunk), or of a response (``/v1/responses``: the
+    reply itself, or its final stream event)."""
+    if isinstance(obj, dict) and isinstance(obj.get("response"), dict):
+        obj = obj["response"]
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if isinstance(usage, dict):
+        out.prompt_tokens = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        out.completion_tokens = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+
+
+async def relay_stream(
+    resp: UpstreamResponse,
+    out: Outcome,
+    failures: Failures,
+    *,
+    strip_usage: bool,
+    first_token_deadline: float,
+    total_deadline: float,
+    ending: StreamEnd | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """SSE relay, one event at a time (deadlines are ``time.monotonic()`` values)."""
+    last_event = ending or StreamEnd()
+    buf = b""
+    saw_done = False
+    try:
+        while True:
+            waiting_first = out.first_token_at is None
+            deadline = min(first_token_deadline, total_deadline) if waiting_first else total_deadline
+            try:
+                chunk = await resp.read(deadline)
+            except TimeoutError as exc:
+                if time.monotonic() < deadline:  # the client's own socket timeout, not our deadline
+                    raise UpstreamError(str(exc)) from exc
+                which = "first token" if waiting_first and first_token_deadline < total_deadline else "total"
+                out.error = f"{which} timeout"
+                yield buf + last_event.failure(failures.timeout(which))
+                return
+            if not chunk:
+                break
+            buf += chunk
+            while True:
+                end = _EVENT_END.search(buf)
+                if end is None:
+                    break
+                event, buf = buf[: end.end()], buf[end.end() :]
+                last = last_event.ended(event)
+                if out.first_token_at is None and (last or _TOKEN.search(event)):
+                    out.first_token_at = time.monotonic()
+                saw_done = saw_done or last
+                if _USAGE.search(event):
+                    payload = event.split(b"data:", 1)[-1].strip()
+                    try:
+                        obj = orjson.loads(payload)
+                    except ValueError:
+                        obj = None
+                    _usage_from(obj, out)
+                    if strip_usage and isinstance(obj, dict) and obj.get("choices") == []:
+                        continue
+                yield event
+            if len(buf) > _MAX_EVENT:
+                yield buf
+                buf = b""
+        if buf:
+            yield buf
+        if not saw_done and failures.cut is not None:
+            out.error = "cut"
+            yield last_event.failure(failures.cut)
+    except UpstreamError as exc:
+        out.error = type(exc).__name__
+        if not saw_done:
+            yield buf + last_event.failure(failures.broken(exc.__cause__ or exc))
+
+
+async def relay_unary(resp: UpstreamResponse, out: Outcome, *, total_deadline: float) -> AsyncGenerator[bytes, None]:
+    """A whole reply, chunk by chunk as it comes (its usage read at the end, for accounting)."""
+    seen: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            chunk = await resp.read(total_deadline)
+        except (TimeoutError, UpstreamError) as exc:
+            out.error = type(exc).__name__
+            return  # headers are sent: all we can do is end the body short
+        if not chunk:
+            break
+        if size < _MAX_UNARY_SCAN:
+            seen.append(chunk)
+            size += len(chunk)
+        yield chunk
+    if b"json" in (resp.header(b"content-type") or b"") and size < _MAX_UNARY_SCAN:
+        with contextlib.suppress(ValueError):
+            _usage_from(orjson.loads(b"".join(seen) if len(seen) != 1 else seen[0]), out)
