@@ -51,7 +51,7 @@ $(MODEL):
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 
 # The GGUF as published, then the copy the engine serves: OpenVINO GenAI misreads Q4_1, so the engine
-# serves a Q8_0 re-encoding (genmesh.engine.gguf_fidelity), made once here and checked by sha256.
+# serves an F16 re-encoding (genmesh.engine.gguf_fidelity), made once here and checked by sha256.
 model: $(STAMP)
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 	@$(BIN)/python scripts/fetch_model.py --models-dir models --faithful

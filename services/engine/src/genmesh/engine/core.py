@@ -21,7 +21,7 @@ import zmq
 from genmesh.protocol.logs import configure_logging
 
 from . import messages as m
-from .gguf_fidelity import DEFAULT_CACHE_DIR
+from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 from .scorer import Scorer
 from .served_model import prepare_model, start_scorer
 
@@ -43,6 +43,7 @@ class CoreConfig:
     plugin_config: dict[str, Any] = field(default_factory=dict)
     # GGUF fidelity (gguf_fidelity.py) and the scorer (scorer.py): see EngineSettings.
     gguf_reencode: bool = True
+    gguf_reencode_type: Target = DEFAULT_TARGET
     gguf_cache_dir: str = DEFAULT_CACHE_DIR
     max_num_scoring_seqs: int = 8
     scoring_chunk_tokens: int = 256

@@ -40,7 +40,7 @@ def prepare_model(config: CoreConfig) -> ServedModel:
     path = Path(config.model_path)
     if path.is_dir():
         return ServedModel(path, path / IR_XML, False)
-    served = prepare(path, config.gguf_cache_dir, config.gguf_reencode)
+    served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
     ir = served.parent / IR_XML
     return ServedModel(served, ir, config.max_num_scoring_seqs > 0 and not _has_ir(ir))
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .gguf_fidelity import DEFAULT_CACHE_DIR
+from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -57,6 +57,7 @@ class EngineSettings(BaseSettings):
     core_restart_window_s: float = Field(default=600.0, gt=0)
     # The served model is the GGUF's (gguf_fidelity.py), and scoring runs it too (scorer.py).
     gguf_reencode: bool = Field(default=True, description="re-encode GGUF tensors OpenVINO misreads (Q4_1, K-quants)")
+    gguf_reencode_type: Target = Field(default=DEFAULT_TARGET, description="F16 (faithful) or Q8_0 (smaller)")
     gguf_cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="re-encoded GGUFs and their OpenVINO IRs")
     max_num_scoring_seqs: int = Field(default=8, ge=0, description="scoring sessions at once (0: scoring off)")
     scoring_chunk_tokens: int = Field(default=256, ge=1, le=8192, description="tokens per scoring forward pass")
@@ -143,7 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gguf-reencode",
         action=argparse.BooleanOptionalAction,
-        help="re-encode GGUF tensors OpenVINO GenAI reads unfaithfully (Q4_1, Q4_K, ...) as Q8_0, once (default on)",
+        help="re-encode GGUFs holding tensors OpenVINO GenAI misreads (Q4_1, Q4_K, ...), once (default on)",
+    )
+    p.add_argument(
+        "--gguf-reencode-type",
+        choices=["F16", "Q8_0"],
+        help="what misread GGUFs become: F16 (default; the GGUF's values) or Q8_0 (half the size, requantised)",
     )
     p.add_argument("--gguf-cache-dir", help="where re-encoded GGUFs and their OpenVINO IRs are kept (~/.cache/genmesh)")
     p.add_argument(

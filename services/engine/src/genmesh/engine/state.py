@@ -79,6 +79,7 @@ class EngineState:
             num_kv_blocks=settings.num_kv_blocks,
             plugin_config=settings.plugin_config,
             gguf_reencode=settings.gguf_reencode,
+            gguf_reencode_type=settings.gguf_reencode_type,
             gguf_cache_dir=settings.gguf_cache_dir,
             max_num_scoring_seqs=settings.max_num_scoring_seqs,
             scoring_chunk_tokens=settings.scoring_chunk_tokens,
