@@ -109,7 +109,8 @@ class NumpyLlama:
 
     def _norm(self, x: F32, weight: F32) -> F32:
         var = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
-        return (x / np.sqrt(var + self.config.rms_eps)).astype(np.float32) * weight
+        out: F32 = (x / np.sqrt(var + self.config.rms_eps)).astype(np.float32) * weight
+        return out
 
     def _rope(self, x: F32, positions: npt.NDArray[np.int64]) -> F32:
         """Rotate adjacent pairs (x[2i], x[2i+1]) by position * inv_freq[i] (llama.cpp's normal rope)."""
@@ -127,7 +128,7 @@ class NumpyLlama:
         start = cache.length if cache is not None else 0
         n = len(ids)
         positions = np.arange(start, start + n, dtype=np.int64)
-        x = self.embed[np.asarray(ids, dtype=np.int64)]  # (T, hidden)
+        x: npt.NDArray[Any] = self.embed[np.asarray(ids, dtype=np.int64)]  # (T, hidden)
         hd, group = c.head_dim, c.heads // c.kv_heads
         for layer in range(c.layers):
             p = f"blk.{layer}."

@@ -154,9 +154,10 @@ def reencode(src: str | Path, dst: str | Path, target: Target = DEFAULT_TARGET) 
     return plans
 
 
-def cache_folder(src: Path, cache_dir: Path, target: Target) -> Path:
+def cache_folder(src: Path, cache_dir: Path, target: Target | Literal["as-is"]) -> Path:
     """Where the served copy of ``src`` lives: one folder per source file (its path, size and
-    modification time), target type and encoder version, so a changed file is prepared anew."""
+    modification time), target type (or "as-is") and encoder version, so a changed file is
+    prepared anew."""
     st = src.stat()
     key = f"{src.resolve()}|{st.st_size}|{st.st_mtime_ns}|{target}|v{ENCODER_VERSION}"
     return cache_dir / f"{src.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
@@ -172,7 +173,7 @@ def prepare(
     writes the IR it builds beside it): ``src``'s faithful re-encoding, made once and written
     atomically, or a link to ``src`` when OpenVINO reads it as it is (or re-encoding is off)."""
     src = Path(src).resolve()
-    folder = cache_folder(src, Path(cache_dir).expanduser(), target)
+    folder = cache_folder(src, Path(cache_dir).expanduser(), target if reencode_unfaithful else "as-is")
     served = folder / SERVED_NAME
     if served.exists():
         return served
