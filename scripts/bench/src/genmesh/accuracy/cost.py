@@ -3,7 +3,8 @@
 ``python -m genmesh.accuracy.cost`` starts the engine on the default model in two ways, in
 interleaved rounds on this machine: *before* (``--no-gguf-reencode --max-num-scoring-seqs 0``:
 OpenVINO GenAI reads the Q4_1 file itself, no scorer, as the engine did until now) and *after*
-(the defaults: the F16 re-encoding, made beforehand by ``make model``, and the scorer). Each
+(the defaults: the F16 re-encoding, made beforehand by ``make model``, and the scorer), and
+*f16* (the re-encoding without the scorer, to tell the two costs apart). Each
 round measures the time until ``/health`` answers 200, the resident memory of the engine's
 processes (API and core) after a warm-up, and output tokens per second with 1 and with 32
 concurrent greedy requests of 64 tokens each. It prints the medians and the after/before ratios.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +27,11 @@ from genmesh.bench.server import ManagedServer, free_port, http_ok
 
 ROOT = Path(__file__).resolve().parents[5]
 MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
-MODES = {"before": ["--no-gguf-reencode", "--max-num-scoring-seqs", "0"], "after": []}
+MODES = {
+    "before": ["--no-gguf-reencode", "--max-num-scoring-seqs", "0"],
+    "f16": ["--max-num-scoring-seqs", "0"],  # the faithful weights alone, without the scorer
+    "after": [],
+}
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -55,7 +61,7 @@ def rss_mib(proc: psutil.Process) -> float:
 
 def one_round(mode: str, log_dir: Path, tokens: int) -> dict[str, float]:
     port = free_port()
-    argv = ["genmesh-engine", "--model", str(ROOT / MODEL), "--port", str(port), *MODES[mode]]
+    argv = [sys.executable, "-m", "genmesh.engine", "--model", str(ROOT / MODEL), "--port", str(port), *MODES[mode]]
     url = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
     server = ManagedServer.start(f"engine-{mode}", argv, url, http_ok(f"{url}/health"), log_dir / f"{mode}.log")
@@ -83,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             results[mode].append(got)
             print(f"round {r + 1} {mode:6s} " + "  ".join(f"{k} {v:.1f}" for k, v in got.items()), flush=True)
     print(f"\nCPU: {cpu_model()}; median of {args.rounds} interleaved rounds")
-    print(f"{'':12s} {'before':>10s} {'after':>10s} {'after/before':>13s}")
+    print(f"{'':12s} {'before':>10s} {'f16':>10s} {'after':>10s} {'f16/before':>11s} {'after/before':>13s}")
     for key in ("load_s", "rss_mib", "tok_s_c1", "tok_s_c32"):
-        before = statistics.median(x[key] for x in results["before"])
-        after = statistics.median(x[key] for x in results["after"])
-        print(f"{key:12s} {before:10.1f} {after:10.1f} {after / before:13.2f}")
+        m = {mode: statistics.median(x[key] for x in results[mode]) for mode in MODES}
+        b = m["before"]
+        print(f"{key:12s} {b:10.1f} {m['f16']:10.1f} {m['after']:10.1f} {m['f16'] / b:11.2f} {m['after'] / b:13.2f}")
     return 0
 
 

@@ -12,11 +12,17 @@ A session is one stateful infer request fed a sequence in chunks of at most ``ch
 log-probability and rank and the ``top`` most likely tokens, all normalised over the raw logits
 (before temperature, penalties or any sampling filter), as the pipeline's own logprobs are.
 At most ``max_sessions`` sessions exist at once; the API process keeps to that cap.
+
+The model is compiled on the first scoring request, in a thread (``compile_model`` releases the
+GIL, so the step loop runs meanwhile): an engine nobody asks for log-probabilities pays nothing
+(measured on the default model: 2 s and 540 MiB once compiled).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +35,6 @@ log = logging.getLogger("genmesh.engine.scorer")
 @dataclass
 class _Session:
     sid: int
-    request: Any
     top: int
     report_from: int  # the first position reported (position p: token p given tokens 0..p-1)
     ids: list[int] = field(default_factory=list)  # every token received so far
@@ -37,6 +42,7 @@ class _Session:
     next_report: int = 1  # the next position whose entry is still to send
     pending: Any = None  # log-softmax of the row of token fed-1: the distribution of position `fed`
     ending: bool = False  # no more tokens will come
+    request: Any = None  # its infer request (its KV state), made at the first forward
 
     @property
     def first_unreported(self) -> int:
@@ -55,14 +61,36 @@ class _Session:
 
 
 class Scorer:
-    def __init__(self, np: Any, compiled: Any, max_sessions: int, chunk_tokens: int) -> None:
+    def __init__(self, np: Any, load: Callable[[], Any], max_sessions: int, chunk_tokens: int) -> None:
         self.np = np
-        self.compiled = compiled
+        self._load = load
+        self.compiled: Any = None
+        self._loading: threading.Thread | None = None
+        self._load_error: str | None = None
         self.max_sessions = max_sessions
         self.chunk_tokens = chunk_tokens
         self.sessions: dict[int, _Session] = {}
         self.outputs: list[m.ScoreOutput] = []
-        self.vocab = int(compiled.output("logits").get_partial_shape()[2].get_length())
+        self.vocab: int | None = None
+
+    def _compile(self) -> None:
+        try:
+            compiled = self._load()
+            self.vocab = int(compiled.output("logits").get_partial_shape()[2].get_length())
+            self.compiled = compiled
+            log.info("scorer compiled")
+        except Exception as exc:
+            log.exception("the scorer's model failed to compile")
+            self._load_error = f"the scorer's model failed to compile: {exc}"
+
+    def _start_loading(self) -> None:
+        if self._loading is None:
+            self._loading = threading.Thread(target=self._compile, name="scorer-compile", daemon=True)
+            self._loading.start()
+
+    @property
+    def ready(self) -> bool:
+        return self.compiled is not None
 
     # -- messages ------------------------------------------------------------------------------
     def handle(self, msg: m.ScoreOpen | m.ScoreAppend | m.ScoreClose) -> None:
@@ -74,7 +102,8 @@ class Scorer:
             if len(self.sessions) >= self.max_sessions:
                 self._fail(msg.session_id, "too many scoring sessions")
                 return
-            s = _Session(msg.session_id, self.compiled.create_infer_request(), msg.top, msg.report_from)
+            self._start_loading()
+            s = _Session(msg.session_id, msg.top, msg.report_from)
             self.sessions[s.sid] = s
             ids, last = msg.token_ids, not msg.keep
         else:
@@ -83,10 +112,11 @@ class Scorer:
                 self._fail(msg.session_id, "no such scoring session")
                 return
             s, ids, last = found, msg.token_ids, msg.last
-        bad = [t for t in ids if not 0 <= t < self.vocab]
+        vocab = self.vocab
+        bad = [t for t in ids if t < 0 or (vocab is not None and t >= vocab)]
         if bad:
             self.sessions.pop(s.sid, None)
-            self._fail(s.sid, f"token id {bad[0]} is outside the vocabulary (0..{self.vocab - 1})")
+            self._fail(s.sid, f"token id {bad[0]} is outside the vocabulary")
             return
         s.ids.extend(ids)
         s.ending = s.ending or last
@@ -95,6 +125,8 @@ class Scorer:
         self.outputs.append(m.ScoreOutput(sid, [], True, why))
 
     def has_work(self) -> bool:
+        if not self.ready:  # compiling (nothing to do until it is done) or failed to
+            return bool(self.outputs) or (self._load_error is not None and bool(self.sessions))
         return bool(self.outputs) or any(
             s.fed < s.target_fed() or s.first_unreported <= min(s.fed, len(s.ids) - 1) or s.finished
             for s in self.sessions.values()
@@ -104,6 +136,13 @@ class Scorer:
     def work(self) -> tuple[list[m.ScoreOutput], int]:
         """Up to ``chunk_tokens`` tokens through the model, sessions taken in turn; returns the
         outputs ready and how many tokens were run."""
+        if self._load_error is not None:
+            for sid in list(self.sessions):
+                self._fail(sid, self._load_error)
+            self.sessions.clear()
+        if not self.ready:
+            out, self.outputs = self.outputs, []
+            return out, 0
         budget = self.chunk_tokens
         ran = 0
         for s in list(self.sessions.values()):
@@ -131,6 +170,8 @@ class Scorer:
     def _feed(self, s: _Session, n: int) -> Any:
         np = self.np
         start = s.fed
+        if s.request is None:
+            s.request = self.compiled.create_infer_request()
         s.request.infer(
             {
                 "input_ids": np.asarray([s.ids[start : start + n]], dtype=np.int64),
@@ -179,6 +220,10 @@ class Scorer:
 def load_scorer(
     ov: Any, np: Any, ir_path: Path, device: str, plugin_config: dict[str, Any], max_sessions: int, chunk_tokens: int
 ) -> Scorer:
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(str(ir_path)), device, plugin_config)
-    return Scorer(np, compiled, max_sessions, chunk_tokens)
+    """A scorer whose model compiles when the first scoring request comes."""
+
+    def load() -> Any:
+        core = ov.Core()
+        return core.compile_model(core.read_model(str(ir_path)), device, plugin_config)
+
+    return Scorer(np, load, max_sessions, chunk_tokens)

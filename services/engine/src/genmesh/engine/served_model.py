@@ -64,5 +64,5 @@ def start_scorer(ov: Any, np: Any, config: CoreConfig, served: ServedModel) -> S
         config.max_num_scoring_seqs,
         config.scoring_chunk_tokens,
     )
-    log.info("scorer ready (%s; %d sessions)", served.ir, config.max_num_scoring_seqs)
+    log.info("scorer set up (%s, compiled on first use; %d sessions)", served.ir, config.max_num_scoring_seqs)
     return scorer
