@@ -10,8 +10,9 @@ median error per generated token against the GGUF's own weights with f32 arithme
 top-token agreement; a copy of the file whose every block minimum was moved to that integer zero
 point gives bit-identical output.
 
-Q8_0 (zero point 128), Q4_0 (8), F16 and F32 are read exactly (measured: 1e-4 nats against their
-own fp32 reference). ``reencode`` rewrites a file that holds any other type, from the ``gguf``
+Q8_0 (zero point 128), Q4_0 (8) and F16 are read exactly (measured: 1e-4 nats against their own
+fp32 reference); F32, BF16, Q5_0 and Q5_1 weight matrices are refused ("Unsupported quantization
+type"). ``reencode`` rewrites a file that holds any other type, from the ``gguf``
 package's bit-exact dequantisation, in numpy: as F16 (the default: every weight the GGUF's value
 rounded to half precision; OpenVINO then also keeps the KV cache in f16), or as Q8_0 for the
 misread tensors only (half the size, but a requantisation: 0.015 nats median with f32
@@ -36,7 +37,9 @@ ENCODER_VERSION = 2
 DEFAULT_CACHE_DIR = "~/.cache/genmesh"
 Target = Literal["F16", "Q8_0"]
 DEFAULT_TARGET: Target = "F16"
-FAITHFUL_TYPES = frozenset({"F32", "F16", "Q8_0", "Q4_0"})
+# Weight matrices OpenVINO GenAI reads exactly; every other type is misread (Q4_1, Q4_K) or refused
+# ("Unsupported quantization type": F32, BF16, Q5_0, Q5_1, ...), and served from a re-encoding.
+FAITHFUL_TYPES = frozenset({"F16", "Q8_0", "Q4_0"})
 
 
 def _types() -> Any:
@@ -74,7 +77,7 @@ def plan(reader: Any, target: Target = DEFAULT_TARGET) -> list[TensorPlan]:
     out: list[TensorPlan] = []
     for tensor in reader.tensors:
         src = t(tensor.tensor_type).name
-        if not bad or len(tensor.shape) < 2 or src in ("F16", "F32"):
+        if not bad or len(tensor.shape) < 2 or src == "F16":
             dst = src
         elif target == "F16":
             dst = "F16"  # every quantised matrix: one uniform half-precision file
@@ -182,8 +185,8 @@ def prepare(
     if todo and not reencode_unfaithful:
         kinds = "/".join(sorted({kind for _, kind in todo}))
         log.warning(
-            "%s: %d tensors of type %s are read by OpenVINO GenAI with an integer zero point, not as "
-            "the file means them (re-encoding is off: the served model is not the GGUF's)",
+            "%s: %d tensors of type %s are misread (an integer zero point) or refused by OpenVINO GenAI "
+            "(re-encoding is off: the served model is not the GGUF's, or does not load)",
             src,
             len(todo),
             kinds,
@@ -196,8 +199,8 @@ def prepare(
         return served
     kinds = "/".join(sorted({kind for _, kind in todo}))
     log.warning(
-        "%s: %d tensors of type %s would be read by OpenVINO GenAI with an integer zero point (not as "
-        "the file means them); re-encoding the file as %s into %s (once)",
+        "%s: %d tensors of type %s would be misread (an integer zero point) or refused by OpenVINO GenAI; "
+        "re-encoding the file as %s into %s (once)",
         src,
         len(todo),
         kinds,
