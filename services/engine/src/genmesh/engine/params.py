@@ -60,18 +60,6 @@ def check_supported(req: SamplingFields, best_of_limit: int) -> None:
             raise invalid_request(f"'best_of' ({req.best_of}) must be at least 'n' ({n})", param="best_of")
         if req.stream:
             raise invalid_request("'best_of' (beam search) cannot be used with streaming", param="best_of")
-    if isinstance(req, ChatCompletionRequest):
-        if req.top_logprobs:
-            raise unsupported_parameter(
-                "top_logprobs", "this engine reports the chosen token's logprob only (use top_logprobs 0 or omit it)"
-            )
-    elif isinstance(req, CompletionRequest):
-        if req.logprobs is not None and req.logprobs > 1:
-            raise unsupported_parameter(
-                "logprobs", f"got {req.logprobs}; this engine reports the chosen token's logprob only (0 or 1)"
-            )
-        if req.echo and req.logprobs is not None:
-            raise unsupported_parameter("echo", "echo together with logprobs (prompt logprobs) is not supported")
 
 
 def prompt_limit(st: EngineState) -> int:

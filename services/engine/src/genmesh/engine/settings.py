@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from genmesh.protocol.limits import HttpLimits, add_limit_flags
 
+from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
+
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -58,6 +60,14 @@ class EngineSettings(BaseSettings, HttpLimits):
     core_restart_backoff_max_s: float = Field(default=30.0, gt=0)
     core_restart_limit: int = Field(default=5, ge=0, description="restarts allowed per window; past it, exit")
     core_restart_window_s: float = Field(default=600.0, gt=0)
+    # The served model is the GGUF's (gguf_fidelity.py), and scoring runs it too (scorer.py).
+    gguf_reencode: bool = Field(default=True, description="re-encode GGUF tensors OpenVINO misreads (Q4_1, K-quants)")
+    gguf_reencode_type: Target = Field(default=DEFAULT_TARGET, description="F16 (faithful) or Q8_0 (smaller)")
+    gguf_cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="re-encoded GGUFs and their OpenVINO IRs")
+    max_num_scoring_seqs: int = Field(default=8, ge=0, description="scoring sessions at once (0: scoring off)")
+    scoring_chunk_tokens: int = Field(default=256, ge=1, le=8192, description="tokens per scoring forward pass")
+    scoring_queue_timeout_s: float = Field(default=30.0, gt=0, description="wait for a scoring slot before a 503")
+    max_logprobs: int = Field(default=20, ge=0, le=1000, description="largest top_logprobs/logprobs/prompt_logprobs")
 
     @field_validator("plugin_config", mode="before")
     @classmethod
@@ -147,6 +157,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--core-restart-window-s", type=float, help="the window of --core-restart-limit (default 600)")
     p.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted, in tokens (default: the context)")
     add_limit_flags(p)
+    p.add_argument(
+        "--gguf-reencode",
+        action=argparse.BooleanOptionalAction,
+        help="re-encode GGUFs holding tensors OpenVINO GenAI misreads (Q4_1, Q4_K, ...), once (default on)",
+    )
+    p.add_argument(
+        "--gguf-reencode-type",
+        choices=["F16", "Q8_0"],
+        help="what misread GGUFs become: F16 (default; the GGUF's values) or Q8_0 (half the size, requantised)",
+    )
+    p.add_argument("--gguf-cache-dir", help="where re-encoded GGUFs and their OpenVINO IRs are kept (~/.cache/genmesh)")
+    p.add_argument(
+        "--max-num-scoring-seqs",
+        type=int,
+        help="prompt-logprob / top-logprob scoring sessions at once (default 8; 0: scoring off)",
+    )
+    p.add_argument("--scoring-chunk-tokens", type=int, help="tokens per scoring forward pass (default 256)")
+    p.add_argument("--scoring-queue-timeout-s", type=float, help="wait for a scoring slot this long, then 503 (30)")
+    p.add_argument("--max-logprobs", type=int, help="largest top_logprobs, logprobs or prompt_logprobs (default 20)")
     return p
 
 

@@ -15,6 +15,7 @@ from .generation import Generator
 from .grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from .metrics import EngineMetrics
 from .model_source import ModelSource
+from .scoring import Scoring
 from .settings import EngineSettings
 from .supervisor import CoreSupervisor
 from .tokenizer import PromptTokenizer
@@ -47,6 +48,7 @@ class EngineState:
     core: CoreSupervisor
     metrics: EngineMetrics
     generator: Generator
+    scoring: Scoring
 
     @property
     def model_name(self) -> str:
@@ -85,6 +87,11 @@ class EngineState:
             num_kv_blocks=settings.num_kv_blocks,
             plugin_config=settings.plugin_config,
             warmup_grammars=(any_object_grammar(grammar_limits(settings)).render(),),
+            gguf_reencode=settings.gguf_reencode,
+            gguf_reencode_type=settings.gguf_reencode_type,
+            gguf_cache_dir=settings.gguf_cache_dir,
+            max_num_scoring_seqs=settings.max_num_scoring_seqs,
+            scoring_chunk_tokens=settings.scoring_chunk_tokens,
         )
         engine_metrics = metrics
 
@@ -113,7 +120,8 @@ class EngineState:
             await core.close()
             raise
         log.info("model %s loaded (context %d tokens)", source.served_name, source.context_length)
-        return cls(settings, source, tokenizer, core, metrics, Generator(core, tokenizer, metrics))
+        scoring = Scoring(core, settings.max_num_scoring_seqs, settings.scoring_queue_timeout_s)
+        return cls(settings, source, tokenizer, core, metrics, Generator(core, tokenizer, metrics), scoring)
 
     async def close(self) -> None:
         await self.core.close()

@@ -135,6 +135,14 @@ class CoreSupervisor:
         if self.core is not None:
             self.core.abort(request_id)
 
+    def scoring_core(self) -> CoreClient:
+        """The core that scoring sessions (scoring.py) talk to; raises like ``add`` when there is none."""
+        if self.restarting:
+            raise EngineRestarting(self.unavailable_reason(), self.retry_after_s())
+        if self.core is None or self.failed is not None:
+            raise EngineDeadError(self.unavailable_reason())
+        return self.core
+
     # -- life cycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -182,6 +182,14 @@ class PromptTokenizer:
             return TableDecoder(self.table)
         return BatchDetokenizer(self.decode_batch)
 
+    def special_tokens(self) -> dict[str, str | None]:
+        """``eos_token``, ``bos_token``, ``pad_token`` as text (None where the model has none)."""
+        out: dict[str, str | None] = {}
+        for name, getter in (("eos", "get_eos_token_id"), ("bos", "get_bos_token_id"), ("pad", "get_pad_token_id")):
+            token_id = int(getattr(self._tok, getter)())
+            out[f"{name}_token"] = self.token_text(token_id)[0] if 0 <= token_id < (self.vocab_size or 0) else None
+        return out
+
     def token_text(self, token_id: int) -> tuple[str, list[int]]:
         """One token's text and raw bytes, as logprobs report them."""
         if self.table is not None:

@@ -23,7 +23,18 @@ from .chat import (
     ToolDefinition,
     TopLogprob,
 )
-from .common import FinishReason, ModelCard, ModelList, StreamOptions, StrictRequest, Usage, new_id, now
+from .common import (
+    FinishReason,
+    ModelCard,
+    ModelList,
+    PromptLogprob,
+    PromptLogprobs,
+    StreamOptions,
+    StrictRequest,
+    Usage,
+    new_id,
+    now,
+)
 from .completions import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from .errors import (
     ErrorDetail,
@@ -51,6 +62,8 @@ from .tokenize import (
 )
 
 __all__ = [
+    "PromptLogprob",
+    "PromptLogprobs",
     "ChoiceLogprobs",
     "FunctionCall",
     "FunctionDefinition",

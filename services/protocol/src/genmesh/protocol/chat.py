@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .common import INT32_MAX, FinishReason, Usage
+from .common import INT32_MAX, FinishReason, PromptLogprobs, Usage
 from .sampling import SamplingFields
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -166,6 +166,7 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class ChatDelta(BaseModel):
@@ -196,3 +197,4 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM's, on the first chunk only

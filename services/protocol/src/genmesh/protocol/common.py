@@ -55,3 +55,15 @@ def now() -> int:
 
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "abort", "error"]
+
+
+class PromptLogprob(BaseModel):
+    """vLLM's ``prompt_logprobs`` entry: one token at one prompt position (1: the most likely)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# vLLM's ``prompt_logprobs``: per prompt position (the first is null), token id (as a string) -> entry.
+PromptLogprobs = list[dict[str, PromptLogprob] | None]

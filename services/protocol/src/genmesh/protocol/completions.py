@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import INT32_MAX, FinishReason, TokenId, Usage
+from .common import INT32_MAX, FinishReason, PromptLogprobs, TokenId, Usage
 from .sampling import SamplingFields
 
 Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
@@ -14,10 +14,11 @@ Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
-    # OpenAI's default for the legacy completions endpoint.
-    max_tokens: int | None = Field(default=16, ge=1, le=INT32_MAX)
+    # OpenAI's default for the legacy completions endpoint; 0 (with ``echo``) scores the prompt only.
+    max_tokens: int | None = Field(default=16, ge=0, le=INT32_MAX)
     echo: bool | None = False
-    logprobs: int | None = Field(default=None, ge=0, le=5)
+    # OpenAI allows 0..5, vLLM up to its max_logprobs (20): the server states its own cap.
+    logprobs: int | None = Field(default=None, ge=0, le=INT32_MAX)
     suffix: str | None = None
 
     def single_prompt(self) -> Prompt:
@@ -40,6 +41,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class CompletionResponse(BaseModel):

@@ -38,6 +38,8 @@ class SamplingFields(GuidedFields):
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
     logit_bias: dict[str, float] | None = None
+    # vLLM: the log-probability of every prompt token, with this many most likely tokens at each position.
+    prompt_logprobs: int | None = Field(default=None, ge=0)
     user: str | None = None
 
     def stop_list(self) -> list[str]:

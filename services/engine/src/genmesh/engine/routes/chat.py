@@ -25,9 +25,11 @@ from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
 
 from .. import tools
 from ..chat_job import start_chat
-from ..choices import Reply, collect_all, merged, total_usage, usage_of_results
+from ..choices import Reply, total_usage, usage_of_results
 from ..generation import Collected, Delta, Event, Finished
-from ..logprobs import chat_logprobs
+from ..logprobs import chat_logprobs, vllm_prompt_logprobs
+from ..messages import ScoredToken
+from ..scored_replies import ScoringPlan, scored_results, scored_stream
 from ..tokenizer import PromptTokenizer
 from .responding import arrival_time, engine, guarded, sse
 
@@ -41,17 +43,24 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     st = engine(request, body.model)
     job = await start_chat(st, body, "chat", arrival)
     plan, ids, gens, n, model = job.plan, job.prompt_ids, job.gens, job.n, job.model
+    scoring = ScoringPlan.of(body, len(ids))
     rid = new_id("chatcmpl")
+    top = scoring.top
     if body.stream:
-        stream = _Stream(st.tokenizer, Reply(rid, model, now(), n, len(ids), body.include_usage()), plan)
-        return sse(guarded(stream.chunks(merged(st.generator, gens))))
-    results = await unless_disconnected(request, collect_all(st.generator, gens))
+        head = Reply(rid, model, now(), n, len(ids), body.include_usage())
+        stream = _Stream(st.tokenizer, head, plan, top, body.prompt_logprobs)
+        return sse(guarded(scored_stream(st, ids, scoring, gens, stream.chunks)))
+    results, prompts = await unless_disconnected(request, scored_results(st, ids, scoring, gens))
+    prompt_lps = prompts[0]
     reply = ChatCompletionResponse(
         id=rid,
         created=now(),
         model=model,
-        choices=_choices(st.tokenizer, results, plan, bool(body.logprobs)),
+        choices=_choices(st.tokenizer, results, plan, bool(body.logprobs), top),
         usage=usage_of_results(len(ids), results),
+        prompt_logprobs=None
+        if prompt_lps is None
+        else vllm_prompt_logprobs(st.tokenizer, prompt_lps, body.prompt_logprobs or 0),
     )
     return Response(reply.model_dump_json(), media_type="application/json")
 
@@ -73,28 +82,34 @@ def _choice(
 
 
 def _choices(
-    tok: PromptTokenizer, results: list[Collected], plan: tools.ToolPlan | None, want_logprobs: bool
+    tok: PromptTokenizer, results: list[Collected], plan: tools.ToolPlan | None, want_logprobs: bool, top: int
 ) -> list[ChatChoice]:
-    def logprobs(ids: list[int], lps: list[float]) -> ChoiceLogprobs | None:
-        return chat_logprobs(tok, ids, lps) if want_logprobs else None
+    def logprobs(ids: list[int], lps: list[float], scored: list[ScoredToken] | None) -> ChoiceLogprobs | None:
+        return chat_logprobs(tok, ids, lps, scored, top) if want_logprobs else None
 
     if results[0].beams is not None:
         beams = results[0].beams
         return [
-            _choice(i, b.text, b.finish_reason, logprobs(b.token_ids, b.logprobs), plan) for i, b in enumerate(beams)
+            _choice(i, b.text, b.finish_reason, logprobs(b.token_ids, b.logprobs, None), plan)
+            for i, b in enumerate(beams)
         ]
     return [
-        _choice(i, r.text, r.finished.reason, logprobs(r.token_ids, r.logprobs), plan) for i, r in enumerate(results)
+        _choice(i, r.text, r.finished.reason, logprobs(r.token_ids, r.logprobs, r.scored), plan)
+        for i, r in enumerate(results)
     ]
 
 
 class _Stream:
     """Chunks of a streamed reply: ``n`` choices interleaved, tool calls sent once complete."""
 
-    def __init__(self, tok: PromptTokenizer, reply: Reply, plan: tools.ToolPlan | None) -> None:
+    def __init__(
+        self, tok: PromptTokenizer, reply: Reply, plan: tools.ToolPlan | None, top: int, prompt_top: int | None
+    ) -> None:
         self.tok = tok
         self.reply = reply
         self.plan = plan
+        self.top = top
+        self.prompt_top = prompt_top
         self.splitters = (
             [tools.CallSplitter() for _ in range(reply.n)] if plan is not None and plan.mode == "auto" else []
         )
@@ -119,9 +134,14 @@ class _Stream:
             return self.splitters[index].feed(text, final)
         return ""  # required / named: the whole reply is the call
 
-    async def chunks(self, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[ChatCompletionChunk]:
+    async def chunks(
+        self, events: AsyncIterator[tuple[int, Event]], prompts: list[list[ScoredToken] | None]
+    ) -> AsyncIterator[ChatCompletionChunk]:
         for i in range(self.reply.n):
-            yield self.chunk(i, ChatDelta(role="assistant", content=""))
+            first = self.chunk(i, ChatDelta(role="assistant", content=""))
+            if i == 0 and prompts[0] is not None:
+                first.prompt_logprobs = vllm_prompt_logprobs(self.tok, prompts[0], self.prompt_top or 0)
+            yield first
         completion_tokens = 0
         async for index, ev in events:
             if isinstance(ev, str):
@@ -130,9 +150,8 @@ class _Stream:
                     yield self.chunk(index, ChatDelta(content=text))
             elif isinstance(ev, Delta):
                 text = self.visible(index, ev.text, False)
-                yield self.chunk(
-                    index, ChatDelta(content=text), logprobs=chat_logprobs(self.tok, ev.token_ids, ev.logprobs)
-                )
+                lps = chat_logprobs(self.tok, ev.token_ids, ev.logprobs, ev.scored, self.top)
+                yield self.chunk(index, ChatDelta(content=text), logprobs=lps)
             elif isinstance(ev, Finished):
                 completion_tokens += ev.completion_tokens
                 async for c in self.finish(index, ev):

@@ -1,6 +1,8 @@
-"""``POST /tokenize`` and ``POST /detokenize`` (vLLM's endpoints and bodies)."""
+"""``POST /tokenize``, ``POST /detokenize`` and ``GET /tokenizer_info`` (vLLM's endpoints and bodies)."""
 
 from __future__ import annotations
+
+import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -44,3 +46,19 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     st.tokenizer.check_ids(body.tokens, "tokens")
     reply = DetokenizeResponse(prompt=st.tokenizer.detokenize(body.tokens))
     return Response(reply.model_dump_json(), media_type="application/json")
+
+
+@router.get("/tokenizer_info", response_model=None)
+async def tokenizer_info(request: Request, model: str | None = None) -> Response:
+    """vLLM's ``GET /tokenizer_info``: what a client needs to tokenise as the server does (lm-eval's
+    ``tokenizer_backend=remote`` reads it, then calls ``/tokenize`` and ``/detokenize``)."""
+    st = engine(request, model)
+    tok = st.tokenizer
+    special = tok.special_tokens()
+    info = {
+        "tokenizer_class": "openvino_genai.Tokenizer",
+        "model_max_length": st.source.context_length,
+        "chat_template": tok.chat_template,
+        **special,
+    }
+    return Response(json.dumps(info), media_type="application/json")
