@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from genmesh.protocol.logs import configure_logging
+from genmesh.protocol.server.logs import configure_logging
 
 from . import messages as m
 from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
