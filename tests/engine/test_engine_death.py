@@ -16,7 +16,8 @@ import psutil
 import pytest
 import zmq
 
-from support.servers import DEFAULT_MODEL, Server, start_engine, wait_until
+from support.polling import wait_until
+from support.servers import DEFAULT_MODEL, Server, start_engine
 
 LONG = {"prompt": "Tell a long story.", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
