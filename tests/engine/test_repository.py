@@ -21,7 +21,8 @@ from genmesh.engine.registry import ModelRegistry
 from genmesh.engine.repository import RepositoryError, from_config, load
 from genmesh.engine.settings import EngineSettings, parse_settings
 from genmesh.protocol import OpenAIError
-from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, free_port, start_server, wait_until
+from support.polling import wait_until
+from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, free_port, start_server
 
 pytestmark = GENMESH_ENGINE_ONLY
 
