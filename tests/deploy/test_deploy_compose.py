@@ -220,3 +220,26 @@ def test_redis_keeps_its_data_on_a_named_volume_and_everything_restarts(compose:
     assert "redis-data" in data["volumes"]
     # a service that exits (an engine past its core-restart cap exits 75 on purpose) is started again
     assert {s.get("restart") for s in data["services"].values()} == {"unless-stopped"}
+
+
+def test_replica_profile_adds_a_second_pair_that_the_replicas_config_routes(compose: list[str], tmp_path: Path) -> None:
+    proc = run_compose(
+        compose, tmp_path, "--profile", "openvino", "--profile", "replica", "config", "--format", "json",
+        GATEWAY_CONFIG="./deploy/gateway-replicas.yaml",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    assert {"engine", "engine-2", "llm-microservice", "llm-microservice-2"} <= set(services)
+    assert services["engine-2"]["healthcheck"] == services["engine"]["healthcheck"]
+    assert services["llm-microservice-2"]["environment"]["LLM_ENDPOINT"] == "http://engine-2:8008"
+    assert set(services["llm-microservice-2"]["depends_on"]) == {"engine-2"}
+    mounts = {v["target"]: v for v in services["gateway"]["volumes"]}
+    assert Path(mounts["/etc/genmesh/gateway.yaml"]["source"]) == ROOT / "deploy" / "gateway-replicas.yaml"
+    gateway_config = pytest.importorskip("genmesh.gateway.config")
+    route = gateway_config.load_config(ROOT / "deploy" / "gateway-replicas.yaml").route("SmolLM2-135M-Instruct")
+    hosts = [u.url for u in route.upstreams]
+    assert hosts == ["http://llm-microservice:9000", "http://llm-microservice-2:9000"]
+    # without the profile, no second pair
+    single = resolved(compose, tmp_path, "openvino")["services"]
+    assert "engine-2" not in single
+    assert "llm-microservice-2" not in single

@@ -278,3 +278,12 @@ def auth(key: str) -> dict[str, str]:
 def helpers() -> Any:
     """This module's helpers, for the gateway test modules."""
     return sys.modules[__name__]
+
+
+def counter(metrics: str, name: str, **labels: str) -> float:
+    """One labelled sample of a Prometheus page (0 when the series is absent), labels in their order."""
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in metrics.splitlines():
+        if line.startswith(f"{name}{{") and line.split("}")[0].split("{")[1] == want:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

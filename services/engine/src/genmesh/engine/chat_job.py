@@ -13,6 +13,7 @@ from genmesh.protocol import ChatCompletionRequest, invalid_request
 from . import tools
 from .generation import Generation
 from .params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
+from .prefill import check_continue
 from .routes.responding import log_user
 from .scoring import check_logprob_request
 from .state import EngineState
@@ -42,8 +43,14 @@ async def start_chat(st: EngineState, body: ChatCompletionRequest, endpoint: str
         constraint = plan.constraint
     limit = prompt_limit(st)
     st.tokenizer.check_ids(body.stop_token_ids or [], "stop_token_ids")
+    check_continue(body)
     ids = await st.tokenizer.chat_ids(
-        body.messages, body.add_generation_prompt is not False, plan, body.chat_template_kwargs, limit
+        body.messages,
+        body.add_generation_prompt is not False,
+        plan,
+        body.chat_template_kwargs,
+        limit,
+        continue_final=bool(body.continue_final_message),
     )
     limit_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     budget = completion_budget(

@@ -11,6 +11,7 @@ from typing import Any
 from genmesh.protocol import ChatMessage, CompletionRequest, OtherPart, invalid_request, unsupported_parameter
 
 from .detokenizer import BatchDetokenizer, StepDecoder, TableDecoder
+from .prefill import continued
 from .token_table import TokenTable, build_token_table
 from .tools import ToolPlan
 from .tools import history as tool_history
@@ -76,6 +77,7 @@ class PromptTokenizer:
         add_generation_prompt: bool = True,
         plan: ToolPlan | None = None,
         extra_context: dict[str, Any] | None = None,
+        continue_final: bool = False,
     ) -> str:
         for i, msg in enumerate(messages):
             if isinstance(msg.content, list):
@@ -94,13 +96,14 @@ class PromptTokenizer:
             return str(turns[0]["content"])
         tools = plan.template_tools() if plan is not None and plan.native else None
         try:
-            return str(
+            prompt = str(
                 self._tok.apply_chat_template(
                     turns, add_generation_prompt=add_generation_prompt, tools=tools, extra_context=extra_context
                 )
             )
         except Exception as exc:  # a template that raises on this history is the client's problem
             raise invalid_request(f"chat template failed on these messages: {exc}", param="messages") from exc
+        return continued(prompt, messages[-1]) if continue_final else prompt
 
     def check_size(self, text_chars: int, limit: int, param: str) -> None:
         """A 400 for a text that is surely longer than ``limit`` tokens, before it is tokenised."""
@@ -130,6 +133,7 @@ class PromptTokenizer:
         plan: ToolPlan | None,
         extra_context: dict[str, Any] | None,
         limit: int,
+        continue_final: bool = False,
     ) -> list[int]:
         """The token ids of a chat prompt: size-checked first, then templated and tokenised (off
         the event loop when large)."""
@@ -142,9 +146,11 @@ class PromptTokenizer:
                 code="context_length_exceeded",
             )
         if chars <= OFF_LOOP_CHARS:
-            prompt = self.chat_prompt(messages, add_generation_prompt, plan, extra_context)
+            prompt = self.chat_prompt(messages, add_generation_prompt, plan, extra_context, continue_final)
             return self.encode(prompt, add_special_tokens=False)
-        prompt = await asyncio.to_thread(self.chat_prompt, messages, add_generation_prompt, plan, extra_context)
+        prompt = await asyncio.to_thread(
+            self.chat_prompt, messages, add_generation_prompt, plan, extra_context, continue_final
+        )
         self.check_size(len(prompt), limit, "messages")
         return await asyncio.to_thread(self.encode, prompt, False)
 

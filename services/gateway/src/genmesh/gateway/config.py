@@ -11,6 +11,8 @@ models:
     max_queue_wait_s: 60
     first_token_timeout_s: 60
     request_timeout_s: 600
+    routing: least-loaded        # or prefix-affinity
+    mid_stream_failover: false
 ```
 Every gateway replica sharing one Redis must load the same file: the upstream order is the
 slot-key order in the Lua scripts.
@@ -19,6 +21,7 @@ slot-key order in the Lua scripts.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -47,6 +50,9 @@ class UpstreamConfig(BaseModel):
         return self
 
 
+Routing = Literal["least-loaded", "prefix-affinity"]
+
+
 class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
@@ -56,6 +62,20 @@ class ModelRoute(BaseModel):
     first_token_timeout_s: float = Field(default=60.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After on 429/503")
+    routing: Routing = Field(
+        default="least-loaded",
+        description="least-loaded: fewest leases; prefix-affinity: the upstream that served the prompt's prefix",
+    )
+    affinity_block_bytes: int = Field(default=64, ge=8, le=65536, description="prefix block size (~16 tokens)")
+    affinity_max_blocks: int = Field(default=16, ge=1, le=256, description="leading blocks hashed")
+    affinity_max_imbalance: int = Field(
+        default=8, ge=0, description="leases the preferred upstream may hold beyond the least-loaded one's"
+    )
+    affinity_ttl_s: float = Field(default=600.0, gt=0, description="how long a prefix remembers its upstream")
+    mid_stream_failover: bool = Field(
+        default=False, description="a stream whose upstream dies continues on another upstream"
+    )
+    max_failovers: int = Field(default=2, ge=1, le=16, description="failovers allowed per stream")
 
     @model_validator(mode="after")
     def _unique_names(self) -> ModelRoute:

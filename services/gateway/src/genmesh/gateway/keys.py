@@ -32,9 +32,14 @@ class ModelKeys:
     members: str  # ZSET gateway id -> expiry ms: gateways with requests of this model, renewed with them
     slots: tuple[str, ...]  # one ZSET per upstream (config order): lease id -> expiry ms
     channel: str  # pub/sub channel on which grants are announced
+    prefix_base: str  # STRING per prompt-prefix block hash -> upstream index (prefix-affinity), TTL affinity_ttl_s
 
     def all(self) -> list[str]:
         return [self.queue, self.waiters, self.alive, self.rounds, self.members, *self.slots]
+
+    def prefix(self, block_hash: str) -> str:
+        """The upstream that last served prompts starting with this block chain (same hash slot)."""
+        return f"{self.prefix_base}:{block_hash}"
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class KeySpace:
             members=f"{base}:members",
             slots=tuple(f"{base}:slots:{_tag(u)}" for u in upstreams),
             channel=f"{base}:grants",
+            prefix_base=f"{base}:prefix",
         )
 
     def key_id(self, key_id: str) -> KeyIdKeys:

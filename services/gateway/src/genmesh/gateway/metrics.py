@@ -44,6 +44,25 @@ class GatewayMetrics:
         self.retries = Counter(
             "genmesh_gateway_upstream_retries", "Connect failures retried on another upstream", ["model"], registry=r
         )
+        self.upstream_requests = Counter(
+            "genmesh_gateway_upstream_requests",
+            "Requests sent to an upstream (a retry or failover counts again on the next one)",
+            ["model", "upstream"],
+            registry=r,
+        )
+        self.affinity = Counter(
+            "genmesh_gateway_affinity",
+            "prefix-affinity decisions: hit (the prefix's upstream), fallback (imbalance guard, full or "
+            "unhealthy: least-loaded instead), miss (prefix not known)",
+            ["model", "result"],
+            registry=r,
+        )
+        self.failovers = Counter(
+            "genmesh_gateway_failovers",
+            "Streams continued on another upstream after theirs failed mid-stream",
+            ["model", "upstream"],
+            registry=r,
+        )
         self.redis_errors = Counter("genmesh_gateway_redis_errors", "Redis calls that failed", registry=r)
         self.peers = Gauge(
             "genmesh_gateway_peers",

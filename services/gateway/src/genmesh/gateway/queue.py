@@ -66,6 +66,8 @@ class Ticket:
     upstream: int | None = None
     position: int = 0
     granted_at: float | None = None
+    prefix: tuple[str, ...] = ()  # the prompt's prefix block hashes (prefix-affinity), shortest first
+    affinity: str = ""  # how the prefix routed it: hit, fallback, miss ("" when queued or not affine)
 
     @property
     def klass(self) -> str:
@@ -133,10 +135,17 @@ class Admission:
 
     async def _run(self, script: Callable[..., Awaitable[Any]], route: ModelRoute, *args: Any, **kw: Any) -> Any:
         exclude: frozenset[int] = kw.get("exclude", frozenset())
+        extra_keys: list[str] = kw.get("extra_keys", [])
         return await redis_call(
             self.metrics,
-            script(keys=self.keys[route.name].all(), args=[*self._argv(route, exclude), *args]),
+            script(keys=[*self.keys[route.name].all(), *extra_keys], args=[*self._argv(route, exclude), *args]),
         )
+
+    def _prefix_keys(self, ticket: Ticket) -> list[str]:
+        if ticket.route.routing != "prefix-affinity":
+            return []
+        keys = self.keys[ticket.route.name]
+        return [keys.prefix(h) for h in ticket.prefix]
 
     # -- the request path --------------------------------------------------------------------------
 
@@ -151,6 +160,10 @@ class Admission:
             granted = await self._admit(ticket, exclude, front)
             if granted is None:
                 granted = await self._wait(ticket, deadline, exclude)
+                if prefix_keys := self._prefix_keys(ticket):  # granted from the queue: remember it too
+                    args = [granted + 1, int(route.affinity_ttl_s * 1000)]
+                    with contextlib.suppress(StoreUnavailable):
+                        await redis_call(self.metrics, self.scripts.remember(keys=prefix_keys, args=args))
         except BaseException:
             await self._shielded_release(ticket)
             raise
@@ -162,6 +175,7 @@ class Admission:
     async def _admit(self, ticket: Ticket, exclude: frozenset[int], front: bool) -> int | None:
         route = ticket.route
         self._waiting[ticket.id] = asyncio.get_running_loop().create_future()
+        prefix_keys = self._prefix_keys(ticket)
         for _ in range(3):
             res = await self._run(
                 self.scripts.admit,
@@ -171,7 +185,11 @@ class Admission:
                 ticket.klass,
                 route.max_queue_length,
                 "1" if front else "0",
+                int(route.affinity_ttl_s * 1000),
+                route.affinity_max_imbalance,
+                int(ticket.prefix[0][:8], 16) if ticket.prefix else 0,
                 exclude=exclude,
+                extra_keys=prefix_keys,
             )
             code = int(res[0])
             if code != 4:
@@ -181,6 +199,9 @@ class Admission:
             raise StoreUnavailable("queue state keeps being reset; try again shortly")
         if code == 1:
             self._waiting.pop(ticket.id, None)
+            ticket.affinity = _text(res[2]) if len(res) > 2 else ""
+            if ticket.affinity:
+                self.metrics.affinity.labels(route.name, ticket.affinity).inc()
             return int(res[1]) - 1
         if code == 3:
             raise QueueFull(f"queue for model '{route.name}' is full ({route.max_queue_length} waiting)")

@@ -1,10 +1,11 @@
 """The Lua scripts: every multi-key change of the queue, leases and limits happens atomically here.
 
 Model scripts get ``KEYS = [queue, waiters, alive, rounds, members, slot_1 .. slot_n]`` (all
-tagged ``{model}``) and ``ARGV = [lease_ttl_ms, state_ttl_ms, channel, caps, epoch, gateway id,
-others, ...]`` where ``caps`` is ``"c1,c2,..."``: each upstream's max concurrency as this gateway
-sees it (0 = unhealthy or excluded). Time is Redis' own clock (``TIME``), so replicas never
-disagree about expiry.
+tagged ``{model}``; ADMIT may add the prompt's prefix keys after the slots, shortest prefix first)
+and ``ARGV = [lease_ttl_ms, state_ttl_ms, channel, caps, epoch, gateway id, others, ...]`` where
+``caps`` is ``"c1,c2,..."``: each upstream's max concurrency as this gateway sees it (0 = unhealthy
+or excluded; its length is the number of slots). Time is Redis' own clock (``TIME``), so replicas
+never disagree about expiry.
 
 Epochs: Redis may lose the model's state while streams still run (a restart without persistence).
 The ``epoch`` field of ``rounds`` names the state's incarnation; the first script to find it
@@ -37,7 +38,8 @@ local caps = {}
 for c in string.gmatch(ARGV[4], '[^,]+') do caps[#caps + 1] = tonumber(c) end
 local known, me, others = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local Q, W, A, R, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local NSLOT = #KEYS - 5
+local NSLOT = #caps
+local NPFX = #KEYS - 5 - NSLOT  -- prefix-affinity keys after the slots (ADMIT only)
 
 local epoch = redis.call('HGET', R, 'epoch')
 if not epoch then
@@ -48,7 +50,7 @@ end
 local hold_left = math.max(0, tonumber(redis.call('HGET', R, 'hold') or '0') - now)
 
 local function touch()
-  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], state_ttl) end
+  for i = 1, 5 + NSLOT do redis.call('PEXPIRE', KEYS[i], state_ttl) end
 end
 
 local function reclaim()
@@ -63,17 +65,45 @@ local function reclaim()
   return #dead
 end
 
-local function pick()
+-- The upstream with the fewest leases and a free slot; a tie goes to the first, or with `spread`
+-- (a number from the prompt's prefix) to the (spread mod ties)-th, so new prefixes spread out.
+local function pick(spread)
   if hold_left > 0 then return nil end
-  local best, bestn = nil, nil
+  local ties, bestn = {}, nil
   for i = 1, NSLOT do
     local cap = caps[i] or 0
     if cap > 0 then
       local n = redis.call('ZCARD', KEYS[5 + i])
-      if n < cap and (best == nil or n < bestn) then best, bestn = i, n end
+      if n < cap then
+        if bestn == nil or n < bestn then ties, bestn = {i}, n elseif n == bestn then ties[#ties + 1] = i end
+      end
     end
   end
-  return best
+  if #ties == 0 then return nil end
+  return ties[((spread or 0) % #ties) + 1]
+end
+
+-- prefix-affinity: the upstream that served the longest known prefix of this prompt, unless it is
+-- full, unhealthy or more than `imbalance` leases ahead of the least-loaded one.
+-- -> upstream index or nil, and 'hit' | 'fallback' | 'miss' (no known prefix)
+local function pick_affine(imbalance, spread)
+  local best = pick(spread)
+  if not best then return nil, 'miss' end
+  local p = nil
+  for k = #KEYS, 6 + NSLOT, -1 do
+    local v = redis.call('GET', KEYS[k])
+    if v then p = tonumber(v); break end
+  end
+  if not p then return best, 'miss' end
+  local cap = caps[p] or 0
+  if cap == 0 then return best, 'fallback' end
+  local np = redis.call('ZCARD', KEYS[5 + p])
+  if np >= cap or np - redis.call('ZCARD', KEYS[5 + best]) > imbalance then return best, 'fallback' end
+  return p, 'hit'
+end
+
+local function remember(i, ttl)
+  for k = 6 + NSLOT, #KEYS do redis.call('SET', KEYS[k], i, 'PX', ttl) end
 end
 
 local function grant(id, i)
@@ -139,8 +169,9 @@ end
 """
 
 # ARGV[8]=id ARGV[9]=tenant ARGV[10]=class ARGV[11]=max queue length ARGV[12]=front ('1': a retry)
-# -> {1, upstream index} granted | {2, position, hold ms left} queued | {3} queue full
-#    | {4, epoch}: nothing done; re-register this gateway's leases (RENEW) in that epoch first
+# ARGV[13]=prefix key TTL ms ARGV[14]=max imbalance ARGV[15]=spread (prefix-affinity: prefix keys follow the slots)
+# -> {1, upstream index, 'hit'|'fallback'|'miss'|''} granted | {2, position, hold ms left} queued
+#    | {3} queue full | {4, epoch}: nothing done; re-register this gateway's leases (RENEW) in that epoch first
 ADMIT = (
     _PRELUDE
     + """
@@ -151,10 +182,12 @@ reclaim()
 dispatch()
 local res
 if redis.call('ZCARD', Q) == 0 then
-  local i = pick()
+  local i, how = nil, ''
+  if NPFX > 0 then i, how = pick_affine(tonumber(ARGV[14]), tonumber(ARGV[15])) else i = pick() end
   if i then
     grant(id, i)
-    res = {1, i}
+    if NPFX > 0 then remember(i, tonumber(ARGV[13])) end
+    res = {1, i, how}
   end
 end
 if not res then
@@ -231,6 +264,13 @@ return {dead, woken}
 """
 )
 
+# KEYS = the prompt's prefix keys (tag {model}); ARGV = upstream index (1-based), TTL ms: a request
+# granted from the queue, remembered as the upstream of its prefix (prefix-affinity).
+REMEMBER = """
+for k = 1, #KEYS do redis.call('SET', KEYS[k], ARGV[1], 'PX', tonumber(ARGV[2])) end
+return #KEYS
+"""
+
 # KEYS = [rate, concurrent] (tag {k:<id>}); ARGV = rpm, tpm, max_concurrent, id, lease_ttl_ms, state_ttl_ms
 # -> {'ok', 0} | {'rpm'|'tpm'|'concurrency', retry_after_s}
 LIMIT = """
@@ -288,6 +328,7 @@ class Scripts:
     limit: AsyncScript
     account: AsyncScript
     renew_concurrent: AsyncScript
+    remember: AsyncScript
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
@@ -299,4 +340,5 @@ class Scripts:
             limit=redis.register_script(LIMIT),
             account=redis.register_script(ACCOUNT),
             renew_concurrent=redis.register_script(RENEW_CONCURRENT),
+            remember=redis.register_script(REMEMBER),
         )

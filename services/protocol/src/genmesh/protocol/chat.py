@@ -92,6 +92,7 @@ class ChatCompletionRequest(SamplingFields):
     function_call: str | dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool | None = True
+    continue_final_message: bool | None = False  # vLLM's: the last (assistant) message is continued
     store: bool | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None

@@ -29,19 +29,24 @@ from genmesh.protocol.server.http_server import too_large
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.relay import (
+    DONE_EVENT,
     Outcome,
     UpstreamConnectError,
     UpstreamError,
     UpstreamResponse,
+    error_event,
     relay_stream,
     relay_unary,
 )
 
+from .. import failover
+from ..affinity import prefix_of
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
 from ..proxy import bad_gateway, failures, prepare_body, response_headers, upstream_timeout
 from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
 from ..state import GatewayState
+from ..upstreams import Upstream
 from .common import ClientGone, admission_error, authenticate, with_retry_after
 
 log = logging.getLogger("genmesh.gateway.http")
@@ -103,6 +108,7 @@ class _Exchange:
         self.response_started = False
         self.finished = False  # the last body message is about to go: a disconnect now is the normal end
         self.gone = False
+        self.leg: tuple[UpstreamResponse | None, Upstream | None] = (None, None)  # the upstream relaying now
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -196,6 +202,10 @@ class _Exchange:
         """The body to send upstream and whether a usage chunk the client did not ask for is added."""
         return prepare_body(raw, body, stream)
 
+    def prompt_source(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request whose prompt routes it under prefix-affinity (subclasses add stored history)."""
+        return body
+
     def wrap(self, relay: AsyncGenerator[bytes, None], key: ApiKey, status: int) -> AsyncGenerator[bytes, None]:
         """What the client gets of the relayed body (subclasses may rewrite it)."""
         return relay
@@ -205,22 +215,19 @@ class _Exchange:
         route = ticket.route
         try:
             send_body, strip_usage = await self.prepare(key, raw, body, stream)
+            ticket.prefix = prefix_of(route, self.prompt_source(body))
             resp, idx, sent_at = await self._connect(ticket, send_body, stream)
         except BaseException:
             st.spawn(self._give_back(key, ticket))
             raise
         up = st.pool.upstreams(route)[idx]
+        self.leg = (resp, up)
         out = Outcome()
         completed = False
         if stream and resp.status == 200:
-            relay = relay_stream(
-                resp,
-                out,
-                failures(route.first_token_timeout_s, route.request_timeout_s),
-                strip_usage=strip_usage,
-                first_token_deadline=sent_at + route.first_token_timeout_s,
-                total_deadline=sent_at + route.request_timeout_s,
-            )
+            relay = self._relay(resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route)
+            if route.mid_stream_failover and failover.eligible(self.path, body):
+                relay = self._failover(relay, ticket, idx, body, out, strip_usage, sent_at + route.request_timeout_s)
         else:
             relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)
         relay = self.wrap(relay, key, resp.status)
@@ -236,22 +243,97 @@ class _Exchange:
             ]
             await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
             async for chunk in relay:
-                if stream:
-                    up.stream_output()
+                if stream and self.leg[1] is not None:
+                    self.leg[1].stream_output()
                 await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
             self.finished = True
             await self.send({"type": "http.response.body", "body": b""})
             completed = True
         finally:
-            if stream:
-                up.stream_ended()  # watched since _connect sent it
+            resp = self.leg[0] or resp  # after a failover: the upstream that took over
+            watched = self.leg[1]
+            if stream and watched is not None:
+                watched.stream_ended()  # watched since _connect sent it
+            name = (watched or up).name
             if completed:
                 resp.close()
-                await self._finish(key, ticket, resp, out, up.name, completed=True)
+                await self._finish(key, ticket, resp, out, name, completed=True)
             else:
                 resp.abort()  # closing mid-stream drops the connection: the upstream aborts
                 await relay.aclose()
-                st.spawn(self._finish(key, ticket, resp, out, up.name, completed=False))
+                st.spawn(self._finish(key, ticket, resp, out, name, completed=False))
+
+    def _relay(
+        self,
+        resp: UpstreamResponse,
+        out: Outcome,
+        strip_usage: bool,
+        sent_at: float,
+        total_deadline: float,
+        route: ModelRoute,
+    ) -> AsyncGenerator[bytes, None]:
+        return relay_stream(
+            resp,
+            out,
+            failures(route.first_token_timeout_s, route.request_timeout_s),
+            strip_usage=strip_usage,
+            first_token_deadline=sent_at + route.first_token_timeout_s,
+            total_deadline=total_deadline,
+        )
+
+    async def _failover(
+        self,
+        relay: AsyncGenerator[bytes, None],
+        ticket: Ticket,
+        idx: int,
+        body: dict[str, Any],
+        out: Outcome,
+        strip_usage: bool,
+        total_deadline: float,
+    ) -> AsyncGenerator[bytes, None]:
+        """The stream, continued on another upstream when its own fails mid-way (``failover.py``)."""
+        st = self.st
+        route = ticket.route
+        cont = failover.Continuation(self.path, body)
+        exclude: frozenset[int] = frozenset()
+        while True:
+            async for event in relay:
+                sent = cont.see(event)
+                if sent is None:
+                    break
+                if sent:
+                    yield sent
+            else:
+                if not cont.ended_early(error_event(bad_gateway("upstream stream ended early")) + DONE_EVENT):
+                    if cont.legs > 1:
+                        cont.account(out)
+                    return
+            await relay.aclose()
+            failed = self.leg[1]
+            if not cont.retry() or cont.legs > route.max_failovers or failed is None:
+                yield cont.failure
+                return
+            failed.record_failure("stream failed")
+            failed.stream_ended()
+            if self.leg[0] is not None:
+                self.leg[0].abort()
+            self.leg = (self.leg[0], None)
+            await st.admission.release(ticket)
+            exclude = exclude | {idx}
+            try:
+                resp, idx, sent_at = await self._connect(ticket, cont.resend(), True, exclude)
+            except OpenAIError:
+                yield cont.failure  # no other upstream: the failure as it came
+                return
+            st.metrics.failovers.labels(route.name, failed.name).inc()
+            self.leg = (resp, st.pool.upstreams(route)[idx])
+            log.warning("stream failed on %s; continuing on %s", failed.name, self.leg[1].name)
+            if resp.status != 200:
+                yield cont.failure
+                return
+            out.error = None
+            yield b": failover to " + self.leg[1].name.encode() + b"\n\n"  # an SSE comment: clients skip it
+            relay = self._relay(resp, out, strip_usage, sent_at, total_deadline, route)
 
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
@@ -277,12 +359,14 @@ class _Exchange:
                 out.completion_tokens,
             )
 
-    async def _connect(self, ticket: Ticket, send_body: bytes, stream: bool) -> tuple[UpstreamResponse, int, float]:
-        """Take a slot and open the upstream response; a connect failure is retried on another upstream."""
+    async def _connect(
+        self, ticket: Ticket, send_body: bytes, stream: bool, exclude: frozenset[int] = frozenset()
+    ) -> tuple[UpstreamResponse, int, float]:
+        """Take a slot and open the upstream response; a connect failure is retried on another upstream
+        (``exclude``: upstreams not to try; a failover's starts in front of the queue)."""
         st = self.st
         route = ticket.route
-        exclude: frozenset[int] = frozenset()
-        front = False
+        front = bool(exclude)
         headers = [*_UPSTREAM_HEADERS, self.rid_header]
         while True:
             try:
@@ -320,8 +404,19 @@ class _Exchange:
             except UpstreamError as exc:
                 up.record_failure(type(exc).__name__)
                 raise bad_gateway(f"upstream request failed: {type(exc).__name__}") from exc
-            if resp.status in (502, 503):
-                up.record_failure(f"status {resp.status}")
-            else:
+            st.metrics.upstream_requests.labels(route.name, up.name).inc()
+            if resp.status not in (502, 503):
                 up.record_success()
-            return resp, idx, sent_at
+                return resp, idx, sent_at
+            up.record_failure(f"status {resp.status}")
+            if not st.pool.any_available(route, exclude | {idx}):
+                return resp, idx, sent_at  # the client gets the upstream's own 502/503
+            # nothing was generated: another upstream may serve it (a replica whose engine is down)
+            if stream:
+                up.stream_ended()
+            resp.abort()
+            await st.admission.release(ticket)
+            exclude = exclude | {idx}
+            front = True
+            st.metrics.retries.labels(route.name).inc()
+            log.warning("%s answered %d; trying another upstream", up.url, resp.status)

@@ -73,6 +73,9 @@ class ResponsesExchange(_Exchange):
             raise too_large(self.st.responses.max_bytes, "input")
         return send_body, False
 
+    def prompt_source(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body if self.conversation is None else {"input": self.conversation}
+
     def wrap(self, relay: AsyncGenerator[bytes, None], key: ApiKey, status: int) -> AsyncGenerator[bytes, None]:
         if status != 200 or self.conversation is None:
             return relay
