@@ -10,7 +10,6 @@ missing path, a bad graph) stops the server before it starts: tests/engine/test_
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from genmesh.engine.registry import ModelRegistry
 from genmesh.engine.repository import RepositoryError, from_config, load
 from genmesh.engine.settings import EngineSettings, parse_settings
 from genmesh.protocol import OpenAIError
-from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, free_port, start_server, wait_until
+from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, start_repository_engine
 
 pytestmark = GENMESH_ENGINE_ONLY
 
@@ -188,28 +187,7 @@ def repo_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         ],
         [{"config": {"name": "templated", "base_path": str(root / "templated")}}],
     )
-    port = free_port()
-    argv = [sys.executable, "-m", "genmesh.engine", "--config-path", str(config), "--port", str(port)]
-    argv += ["--cache-size", "1", "--stats-log-interval-s", "0"]
-    # /v1/models answers as soon as the server listens; the models load behind it
-    server = start_server("engine-repo", argv, port, root, health_path="/v1/models")
-
-    def settled() -> bool:
-        try:  # the server is sluggish while tokenizers load (they hold the GIL)
-            states = httpx.get(server.url + "/v1/config", timeout=2).json()
-        except httpx.HTTPError:
-            return False
-        return all(
-            s["model_version_status"][0]["status"]["error_code"] != "OK"
-            or s["model_version_status"][0]["state"] == "AVAILABLE"
-            for s in states.values()
-        )
-
-    try:
-        wait_until(settled, 180, interval_s=0.2, what="every model loaded or failed")
-    except BaseException:
-        server.stop()
-        raise
+    server = start_repository_engine(config, root, timeout_s=180)
     yield server
     server.stop()
 
