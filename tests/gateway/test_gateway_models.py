@@ -13,7 +13,9 @@ import pytest
 
 from support.exports import GGUF_NAME, IR_NAME
 from support.gateway_helpers import RedisServer, StartGateway, model_config
-from support.servers import Server, free_port, start_server
+from support.servers import GENMESH_ENGINE_ONLY, Server, free_port, start_server
+
+pytestmark = GENMESH_ENGINE_ONLY  # it starts a genmesh engine of two models
 
 
 @pytest.fixture(scope="module")
