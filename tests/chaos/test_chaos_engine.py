@@ -8,7 +8,8 @@ import time
 import psutil
 import pytest
 
-from support.chaos import SHORT, SLOTS, WATCHDOG_S, Chaos, load, others_untouched, record, until, until_serving
+from support.chaos import SHORT, SLOTS, WATCHDOG_S, Chaos, load, others_untouched, record, until_serving
+from support.polling import until
 
 
 async def test_engine_core_sigkill_under_load(chaos: Chaos) -> None:

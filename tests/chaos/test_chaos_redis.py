@@ -20,9 +20,9 @@ from support.chaos import (
     others_untouched,
     record,
     serves,
-    until,
     until_serving,
 )
+from support.polling import until
 from support.servers import MODEL_NAME
 
 RUNNING = SLOTS - 2  # long streams across the fault; two slots stay free for probes
@@ -30,14 +30,16 @@ RUNNING = SLOTS - 2  # long streams across the fault; two slots stay free for pr
 
 async def _first_503(ld: Load, chaos: Chaos, t0: float) -> float:
     """Probe until the gateway answers 503 (with Retry-After) while Redis is away; seconds after t0."""
-    deadline = t0 + 30
-    while True:
+
+    async def refused() -> bool:
         r = await serves(ld.client, chaos.gateway, chaos.auth)
-        if r.status_code == 503:
-            assert int(r.headers["retry-after"]) >= 1
-            assert r.json()["error"]["code"] == "queue_store_unavailable"
-            return time.monotonic() - t0
-        assert time.monotonic() < deadline, f"no 503 while Redis is away (got {r.status_code})"
+        if r.status_code != 503:
+            return False
+        assert int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "queue_store_unavailable"
+        return True
+
+    return await until(refused, t0 + 30 - time.monotonic(), "a 503 while Redis is away", every_s=0) - t0
 
 
 async def _no_over_admission(ld: Load, chaos: Chaos, name: str) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from support.chaos import SHORT, SLOTS, Chaos, load, others_untouched, record, until, until_serving
+from support.chaos import SHORT, SLOTS, Chaos, load, others_untouched, record, until_serving
+from support.polling import until
 
 
 async def test_gateway_kill_mid_stream(chaos: Chaos) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from mesh_supervision import RestartPolicy, Supervisor, describe_exit
-from support.servers import wait_until
+from support.polling import wait_until
 
 
 @dataclass

@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from support.mesh import Mesh, launch, wait_up
-from support.servers import ROOT, wait_until
+from support.polling import wait_until
+from support.servers import ROOT
 
 
 @pytest.fixture

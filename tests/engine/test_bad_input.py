@@ -42,7 +42,7 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
     ("prompt_logprobs above the cap", COMP, {"prompt": "a", "prompt_logprobs": 21}, 400, "prompt_logprobs"),
     ("chat prompt_logprobs above the cap", CHAT, {"messages": MSG, "prompt_logprobs": 50}, 400, "prompt_logprobs"),
     ("max_tokens 0 without echo", COMP, {"prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
-    ("token id outside the vocabulary", COMP, {"prompt": [1, 99999], "max_tokens": 1}, 400, "prompt"),
+    ("token id outside the vocabulary", COMP, {"prompt": [1, 99999], "max_tokens": 1}, 400, "prompt[1]"),
     ("negative token id", COMP, {"prompt": [5, -1], "max_tokens": 0, "echo": True, "logprobs": 0}, 400, "prompt"),
     (
         "scoring a prompt over context",

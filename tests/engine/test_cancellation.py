@@ -7,7 +7,8 @@ import contextlib
 
 import httpx
 
-from support.servers import metric_value, wait_until
+from support.polling import until, wait_until
+from support.servers import metric_value
 
 LONG = {"prompt": "Write a very long story.", "max_tokens": 4000, "ignore_eos": True, "temperature": 0}
 
@@ -34,17 +35,14 @@ def test_streaming_client_disconnect_aborts(engine_url: str) -> None:
 
 
 async def test_unary_client_disconnect_aborts(engine_url: str) -> None:
-    wait_until(lambda: running(engine_url) == 0, 60, what="idle engine")
+    await until(lambda: running(engine_url) == 0, 60, "idle engine")
     async with httpx.AsyncClient(timeout=60) as client:
         task = asyncio.create_task(client.post(engine_url + "/v1/completions", json=LONG))
-        deadline = asyncio.get_running_loop().time() + 30
-        while running(engine_url) < 1:
-            assert asyncio.get_running_loop().time() < deadline, "request never started"
-            await asyncio.sleep(0.05)
+        await until(lambda: running(engine_url) >= 1, 30, "the request to start")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    wait_until(lambda: running(engine_url) == 0, 10, what="running gauge back to 0 after unary disconnect")
+    await until(lambda: running(engine_url) == 0, 10, "running gauge back to 0 after unary disconnect")
 
 
 def test_engine_still_serves_after_cancellations(engine_url: str) -> None:

@@ -16,7 +16,8 @@ import psutil
 import pytest
 import zmq
 
-from support.servers import DEFAULT_MODEL, Server, start_engine, wait_until
+from support.polling import wait_until
+from support.servers import DEFAULT_MODEL, Server, start_engine
 
 LONG = {"prompt": "Tell a long story.", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
@@ -165,13 +166,17 @@ def test_a_failed_step_ends_every_request_and_the_core_loop(tmp_path: Path) -> N
         loop = _Loop(ov_genai, ov, np, _FailingStep(pipe), core_in, core_out)
         loop.run()  # returns once the step fails
         assert loop.failed
-        ended: dict[int, str | None] = {}
+        ended: dict[int, m.RequestOutput] = {}
         while from_core.poll(2000):
             msg = m.decode_from_core(from_core.recv())
             if isinstance(msg, m.StepOutputs):
-                ended |= {o.request_id: o.error for o in msg.outputs if o.finish_reason == "error"}
+                ended |= {o.request_id: o for o in msg.outputs if o.error is not None}
         assert set(ended) == {1, 2}
-        assert all(e is not None and "engine step failed: injected fault" in e for e in ended.values())
+        for out in ended.values():
+            assert out.error is not None
+            assert out.error.kind == "engine"
+            assert "engine step failed: injected fault" in out.error.message
+            assert out.finish_reason is None  # the error is its own field, not a finish reason
     finally:
         for sock in (to_core, core_in, core_out, from_core):
             sock.close(linger=0)

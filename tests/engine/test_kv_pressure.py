@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.servers import GENMESH_ENGINE_ONLY, Server, start_engine, wait_until
+from support.polling import wait_until
+from support.servers import GENMESH_ENGINE_ONLY, Server, start_engine
 
 pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow]
 

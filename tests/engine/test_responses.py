@@ -16,13 +16,14 @@ import jsonschema
 import openai
 import pytest
 
+from support.polling import wait_until
 from support.responses import (
     CITY_TOOL,
     assert_event_sequence,
     run_forced_tool_agent,
     stream_events,
 )
-from support.servers import MODEL_NAME, metric_value, start_engine, wait_until
+from support.servers import MODEL_NAME, metric_value, start_engine
 
 
 @pytest.fixture(params=["/v1", "/v3"])

@@ -82,10 +82,13 @@ VLLM_FIELDS = [
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 @pytest.mark.parametrize(("fields", "check"), VLLM_FIELDS)
 def test_vllm_structured_output_fields(engine_url: str, path: str, fields: dict[str, Any], check: Any) -> None:
+    # Greedy, so the prompt must lead somewhere short: schema-free JSON has room for long strings,
+    # and a bare "Answer:" sent the faithful model into a 256-character key on AMD EPYC.
+    ask = 'A JSON object with a "name" key: ' if "json_object" in str(fields) else "Answer:"
     if path == "/v1/chat/completions":
-        body: dict[str, Any] = {"messages": [{"role": "user", "content": "Answer."}]}
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": ask}]}
     else:
-        body = {"prompt": "Answer:"}
+        body = {"prompt": ask}
     r = httpx.post(engine_url + path, json={**body, **fields, "max_tokens": 120, "temperature": 0}, timeout=120)
     assert r.status_code == 200, r.text
     text, finish = reply_text(r.json())

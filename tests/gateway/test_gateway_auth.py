@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from support.servers import wait_until
+from support.polling import wait_until
 
 
 def _chat(gw: Any, helpers: Any, headers: dict[str, str], **kw: Any) -> httpx.Response:

@@ -12,7 +12,7 @@ import redis.asyncio
 
 from genmesh.gateway.auth import KeyStore
 from genmesh.gateway.keys import KeySpace
-from support.servers import wait_until
+from support.polling import until
 
 
 def _upstream(fake: Any) -> str:
@@ -28,16 +28,11 @@ async def test_free_slot_admits_without_queueing_and_the_limit_holds(gw: Any, fa
     fake.hold(True)
     async with httpx.AsyncClient() as client:
         first = asyncio.create_task(_post(client, gw.url, helpers.chat("one", "first"), helpers.auth(key)))
-        deadline = time.monotonic() + 10
-        while fake.stats()["total"] < 1:
-            assert time.monotonic() < deadline, "the first request never reached the upstream"
-            await asyncio.sleep(0.02)
+        await until(lambda: fake.stats()["total"] >= 1, 10, "the first request to reach the upstream")
         assert gw.queue_depth("one") == 0  # admitted straight into the free slot
         assert gw.slots("one", _upstream(fake)) == 1
         second = asyncio.create_task(_post(client, gw.url, helpers.chat("one", "second"), helpers.auth(key)))
-        while gw.queue_depth("one") != 1:
-            assert time.monotonic() < deadline, "the second request never queued"
-            await asyncio.sleep(0.02)
+        await until(lambda: gw.queue_depth("one") == 1, 10, "the second request to queue")
         assert fake.stats()["in_flight"] == 1  # the slot is taken: no second request upstream
         fake.hold(False)
         r1, r2 = await asyncio.gather(first, second)
@@ -45,7 +40,7 @@ async def test_free_slot_admits_without_queueing_and_the_limit_holds(gw: Any, fa
     assert r1.headers["x-queue-position"] == "0"
     assert r2.headers["x-queue-position"] == "1"
     assert fake.stats()["max_in_flight"] == 1
-    wait_until(lambda: gw.slots("one", _upstream(fake)) == 0, 5, what="slot released")
+    await until(lambda: gw.slots("one", _upstream(fake)) == 0, 5, "slot released")
 
 
 async def test_burst_keeps_the_limit_and_gives_every_slot_back(gw: Any, fake: Any, helpers: Any) -> None:
@@ -57,9 +52,9 @@ async def test_burst_keeps_the_limit_and_gives_every_slot_back(gw: Any, fake: An
     assert [r.status_code for r in replies] == [200] * 60
     assert fake.stats()["max_in_flight"] <= 2
     assert fake.stats()["completed"] == 60
-    wait_until(lambda: gw.slots("quick", _upstream(fake)) == 0, 5, what="every slot released")
+    await until(lambda: gw.slots("quick", _upstream(fake)) == 0, 5, "every slot released")
     waiters = KeySpace().model("quick", []).waiters
-    wait_until(lambda: gw.redis.hlen(waiters) == 0, 5, what="no request state left behind")
+    await until(lambda: gw.redis.hlen(waiters) == 0, 5, "no request state left behind")
 
 
 async def test_revocation_reaches_a_cached_key_at_once(gw: Any, helpers: Any, redis_server: Any) -> None:
@@ -73,9 +68,14 @@ async def test_revocation_reaches_a_cached_key_at_once(gw: Any, helpers: Any, re
         assert key is not None
         assert await store.revoke(key.key_id)  # as another replica or the CLI would
         await store.redis.aclose()
-        revoked = await _post(client, gw.url, helpers.chat("one"), helpers.auth(secret))
-        while revoked.status_code == 200 and time.monotonic() - cached_at < 0.5:  # the push is asynchronous
-            await asyncio.sleep(0.01)
-            revoked = await _post(client, gw.url, helpers.chat("one"), helpers.auth(secret))
+        replies: list[httpx.Response] = []
+
+        async def refused() -> bool:
+            replies.append(await _post(client, gw.url, helpers.chat("one"), helpers.auth(secret)))
+            return replies[-1].status_code != 200
+
+        # The push is asynchronous: asked until refused, within half the cache's lifetime.
+        await until(refused, 0.5 - (time.monotonic() - cached_at), "the revocation to reach the cache", 0.01)
+        revoked = replies[-1]
     assert revoked.status_code == 401, "the revocation was not pushed; the key was served from the cache"
     assert revoked.json()["error"]["code"] == "revoked_api_key"

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from support.servers import wait_until
+from support.polling import until, wait_until
 
 
 async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
@@ -18,17 +18,11 @@ async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any], heade
 
 
 async def _wait_depth(gw: Any, model: str, depth: int, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while gw.queue_depth(model) != depth:
-        assert time.monotonic() < deadline, f"queue depth never reached {depth} (is {gw.queue_depth(model)})"
-        await asyncio.sleep(0.02)
+    await until(lambda: gw.queue_depth(model) == depth, timeout_s, f"queue depth {depth}")
 
 
 async def _wait_started(fake: Any, n: int, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while fake.stats()["total"] < n:
-        assert time.monotonic() < deadline, f"fewer than {n} requests reached the upstream"
-        await asyncio.sleep(0.02)
+    await until(lambda: fake.stats()["total"] >= n, timeout_s, f"{n} requests to reach the upstream")
 
 
 async def test_priority_before_backlog(gw: Any, fake: Any, helpers: Any) -> None:
@@ -151,7 +145,7 @@ async def test_queued_then_disconnected_leaves_queue(gw: Any, fake: Any, helpers
         assert time.monotonic() - t0 < 1.0
         fake.hold(False)
         assert (await running).status_code == 200
-    wait_until(lambda: gw.slots("one", gw_upstream(fake)) == 0, 5, what="slot released")
+    await until(lambda: gw.slots("one", gw_upstream(fake)) == 0, 5, "slot released")
     assert fake.stats()["order"] == ["run"]
 
 

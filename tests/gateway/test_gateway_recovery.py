@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support.polling import until
 from support.servers import free_port, metric_value
 
 
@@ -32,18 +32,11 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
         return r.status_code
 
 
-async def _until(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def _across_a_restart(gateways: list[Any], fake: Any, helpers: Any, redis: Any) -> list[int]:
     """One long stream through the last gateway, Redis restarted empty, then 4 requests through the first."""
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=20)) as client:
         long = asyncio.create_task(_stream(client, gateways[-1].url, helpers.chat("m", "long", 300, stream=True)))
-        await _until(lambda: fake.stats()["in_flight"] == 1, 10, "the long stream to start")
+        await until(lambda: fake.stats()["in_flight"] == 1, 10, "the long stream to start")
         redis.stop()
         redis.start()
         burst = [_stream(client, gateways[0].url, helpers.chat("m", f"b{i}", 20, stream=True)) for i in range(4)]
@@ -72,7 +65,7 @@ async def test_a_redis_restart_waits_for_other_gateways_to_re_register(
     async with httpx.AsyncClient() as client:
         long = asyncio.create_task(_stream(client, b.url, helpers.chat("m", "long", 300, stream=True)))
         # gateway A has seen, at a renewal, that B runs a request of model m
-        await _until(lambda: metric_value(a.url, "genmesh_gateway_peers") == 1, 10, "A to see B")
+        await until(lambda: metric_value(a.url, "genmesh_gateway_peers") == 1, 10, "A to see B")
         b.proc.send_signal(signal.SIGSTOP)  # B cannot re-register its lease until it is let go
         try:
             own_redis.stop()
@@ -80,7 +73,7 @@ async def test_a_redis_restart_waits_for_other_gateways_to_re_register(
             bodies = [helpers.chat("m", f"b{i}", 20, stream=True) for i in range(4)]
             burst = [asyncio.create_task(_stream(client, a.url, body)) for body in bodies]
             # A holds its grants (half a lease time) instead of handing out B's slot
-            await _until(lambda: own_redis.client().zcard(queue) == 4, 10, "A's requests to wait")
+            await until(lambda: own_redis.client().zcard(queue) == 4, 10, "A's requests to wait")
         finally:
             b.proc.send_signal(signal.SIGCONT)
         statuses = [*await asyncio.gather(*burst), await long]
@@ -96,16 +89,16 @@ async def test_an_upstream_that_sends_nothing_has_its_circuit_opened(
     fake.hold(True)  # requests are accepted and then nothing comes back
     async with httpx.AsyncClient() as client:
         held = asyncio.create_task(_stream(client, gw.url, helpers.chat("m", "held", 3, stream=True)))
-        await _until(lambda: fake.stats()["in_flight"] == 1, 10, "the request to reach the upstream")
+        await until(lambda: fake.stats()["in_flight"] == 1, 10, "the request to reach the upstream")
         up = f'genmesh_gateway_upstream_available{{model="m",upstream="{helpers.upstream_name(fake.url)}"}}'
-        await _until(lambda: up + " 0.0" in httpx.get(gw.url + "/metrics").text, 10, "the circuit to open")
+        await until(lambda: up + " 0.0" in httpx.get(gw.url + "/metrics").text, 10, "the circuit to open")
         r = await client.post(gw.url + "/v1/chat/completions", json=helpers.chat("m", "refused"), timeout=10)
         assert r.status_code == 503
         assert r.json()["error"]["code"] == "no_healthy_upstream"
         assert r.headers["retry-after"] == "2"
         fake.hold(False)
         assert await held == 200
-        await _until(lambda: httpx.get(gw.url + "/ready").status_code == 200, 10, "the circuit to close again")
+        await until(lambda: httpx.get(gw.url + "/ready").status_code == 200, 10, "the circuit to close again")
         after = await client.post(gw.url + "/v1/chat/completions", json=helpers.chat("m", "after"), timeout=10)
         assert after.status_code == 200
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from support.servers import free_port, wait_until
+from support.polling import until, wait_until
+from support.servers import free_port
 
 
 def _models(helpers: Any, fake: Any, **limits: Any) -> dict[str, Any]:
@@ -53,16 +54,10 @@ async def test_killed_gateway_slots_come_back_within_lease_time(
         held = [
             asyncio.create_task(_stream(client, doomed.url, helpers.chat("m", f"d{i}", stream=True))) for i in range(4)
         ]
-        deadline = time.monotonic() + 10
-        while fake.stats()["in_flight"] != 4:  # polled without blocking the loop the requests run on
-            assert time.monotonic() < deadline, "4 requests never held the slots"
-            await asyncio.sleep(0.02)
+        await until(lambda: fake.stats()["in_flight"] == 4, 10, "4 requests to hold the slots")
         waiter = asyncio.create_task(_stream(client, survivor.url, helpers.chat("m", "survivor", stream=True)))
         queue = helpers.KeySpace().model("m", []).queue
-        deadline = time.monotonic() + 10
-        while redis_server.client().zcard(queue) != 1:
-            assert time.monotonic() < deadline, "survivor's request never queued"
-            await asyncio.sleep(0.02)
+        await until(lambda: redis_server.client().zcard(queue) == 1, 10, "the survivor's request to queue")
         os.kill(doomed.proc.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         fake.hold(False)

@@ -14,8 +14,9 @@ import openai
 import pytest
 
 from support.gateway_helpers import ADMIN_KEY, RedisServer
+from support.polling import wait_until
 from support.responses import TOOL_RESULT, assert_event_sequence, run_forced_tool_agent
-from support.servers import MODEL_NAME, Server, free_port, start_server, wait_until
+from support.servers import MODEL_NAME, Server, free_port, start_server
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import pytest
 
 from support.gateway_helpers import ADMIN_KEY
 from support.hostile import CHAT, Hop, closed_within, connect, drip, read_status, record, request_head
-from support.servers import Server, wait_until
+from support.polling import wait_until
+from support.servers import Server
 
 HOPS = ("engine", "microservice", "gateway")
 SLOWLORIS_LIMIT_S = 10.0

@@ -15,7 +15,8 @@ import pytest
 from genmesh.gateway.keys import KeySpace
 from support.gateway_helpers import launch_gateway
 from support.hostile import CHAT, connect, record, request_head, route_to, start_microservice
-from support.servers import MODEL_NAME, Server, engine_running, wait_until
+from support.polling import wait_until
+from support.servers import MODEL_NAME, Server, engine_running
 
 SEND_TIMEOUT_S = 2.0
 MAX_TOKENS = 3000  # about a minute of generation on this machine: far longer than the deadline

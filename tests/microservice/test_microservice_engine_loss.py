@@ -11,7 +11,8 @@ import httpx
 import psutil
 import pytest
 
-from support.servers import Server, metric_value, start_engine, wait_until
+from support.polling import wait_until
+from support.servers import Server, metric_value, start_engine
 
 
 @pytest.mark.slow

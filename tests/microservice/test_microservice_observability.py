@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.servers import GENMESH_ENGINE_ONLY, Server, wait_until
+from support.polling import wait_until
+from support.servers import GENMESH_ENGINE_ONLY, Server
 
 CHAT = "/v1/chat/completions"
 REQUESTS = "genmesh_microservice_requests_total"

@@ -95,7 +95,7 @@ def test_completions_pass_through_untouched_but_for_the_model() -> None:
         ({"messages": "   "}, "messages"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": "hi", "max_tokens": -1}, "max_tokens"),
-        ({"messages": "hi", "max_new_tokens": 0}, "max_tokens"),
+        ({"messages": "hi", "max_new_tokens": -3}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5}, "max_tokens"),
         ({"messages": "hi", "temperature": 9}, "temperature"),
         ({"messages": "hi", "stream": True, "streaming": False}, "streaming"),

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from support.mesh import Mesh
+from support.polling import until
 from support.servers import MODEL_NAME
 
 FULL = os.environ.get("GENMESH_CHAOS", "") == "full"
@@ -152,19 +153,6 @@ class GaugeWatch:
                 await self._task
 
 
-async def until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> float:
-    """Poll ``check`` (sync or async) until it is truthy; return when it was (monotonic)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return time.monotonic()
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
-        await asyncio.sleep(every_s)
-
-
 @dataclass
 class Load:
     """Long streams through the gateway (or another hop) while a fault is injected."""
@@ -221,28 +209,29 @@ async def serves(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -
 
 async def until_serving(client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float) -> float:
     """Probe every 0.2 s until a short request gets 200; return when (monotonic)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        r = await serves(client, url, headers)
-        if r.status_code == 200:
-            return time.monotonic()
-        assert r.status_code != 401, "the API key was lost"
-        assert time.monotonic() < deadline, f"not serving {timeout_s:.0f} s later (last status {r.status_code})"
-        await asyncio.sleep(0.2)
+
+    async def serving() -> bool:
+        status = (await serves(client, url, headers)).status_code
+        assert status != 401, "the API key was lost"
+        return status == 200
+
+    return await until(serving, timeout_s, f"{url} to serve", 0.2)
 
 
 async def new_key(client: httpx.AsyncClient, gateway: str) -> str:
     """An API key made through the admin endpoint (503 while Redis is away: asked again)."""
-    deadline = time.monotonic() + 30
-    while True:
+    made: list[str] = []
+
+    async def make() -> bool:
         r = await client.post(
             gateway + "/admin/keys", json={"tenant": "chaos"}, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
         )
         if r.status_code == 201:
-            key: str = r.json()["api_key"]
-            return key
-        assert time.monotonic() < deadline, r.text
-        await asyncio.sleep(0.2)
+            made.append(r.json()["api_key"])
+        return bool(made)
+
+    await until(make, 30, "an API key from the admin endpoint", 0.2)
+    return made[0]
 
 
 def others_untouched(before: dict[str, int], after: dict[str, int], killed: str) -> None:

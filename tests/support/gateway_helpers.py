@@ -25,7 +25,8 @@ import yaml
 from genmesh.gateway.keys import KeySpace
 
 __all__ = ["KeySpace"]
-from support.servers import MODEL_NAME, Server, free_port, start_server, wait_until
+from support.polling import wait_until
+from support.servers import MODEL_NAME, Server, free_port, start_server
 
 ADMIN_KEY = "test-admin-key"
 LEASE_TTL_S = 2.0

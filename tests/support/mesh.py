@@ -18,7 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT, free_port, wait_until
+from support.polling import wait_until
+from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT, free_port
 
 MARKERS = {
     "redis": "redis-server",

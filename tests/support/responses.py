@@ -88,7 +88,8 @@ async def run_forced_tool_agent(base_url: str, stream: bool, api_key: str = "unu
         instructions="Use the tool to answer.",
         tools=[secret_number],
         model=OpenAIResponsesModel(model=MODEL_NAME, openai_client=client),
-        model_settings=ModelSettings(tool_choice="required", max_tokens=64),
+        # Greedy, with room: a sampled argument string can run on past a small budget.
+        model_settings=ModelSettings(tool_choice="required", max_tokens=200, temperature=0),
         tool_use_behavior="stop_on_first_tool",
     )
     try:

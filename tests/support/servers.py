@@ -6,13 +6,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -23,16 +24,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> None:
-    """Poll ``check`` until it is true; fail after ``timeout_s`` (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.1f}s waiting for {what}")
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""genmesh engine: an OpenAI-compatible server over OpenVINO GenAI continuous batching."""
+"""genmesh engine: an OpenAI-compatible server over OpenVINO GenAI continuous batching.
 
-from .app import create_app
-from .settings import EngineSettings, parse_settings
-
-__all__ = ["EngineSettings", "create_app", "parse_settings"]
+The package imports nothing on its own: the engine core process (``core.py``) loads only what
+it needs, and no web framework (``tests/engine/test_core_imports.py``). The API process starts
+from ``cli.py``; its app is ``app.create_app``.
+"""

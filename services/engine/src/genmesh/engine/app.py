@@ -8,7 +8,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from genmesh.protocol.asgi import BodyLimitMiddleware, RequestIdMiddleware, ShutdownSwitch, install_error_handlers
+from genmesh.protocol.server.asgi import (
+    BodyLimitMiddleware,
+    RequestIdMiddleware,
+    ShutdownSwitch,
+    install_error_handlers,
+)
 
 from .registry import ModelRegistry
 from .repository import Repository

@@ -1,20 +1,27 @@
-"""``genmesh-engine`` / ``python -m genmesh.engine``: find the models to serve, then serve."""
+"""``genmesh-engine`` / ``python -m genmesh.engine``: find the models to serve, then serve.
+
+The web parts (FastAPI, uvicorn) are imported in ``main``, not here: the engine core process is
+spawned, and a spawned child runs the parent's ``__main__`` again, which for the console script
+imports this module. The core process stays free of web code (tests/engine/test_core_imports.py).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from genmesh.protocol.asgi import ShutdownSwitch, serve
-from genmesh.protocol.logs import configure_logging
+from genmesh.protocol.server.logs import configure_logging
 
 from . import repository
-from .app import create_app
 from .model_source import ModelSourceError
 from .settings import parse_settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from genmesh.protocol.server.asgi import ShutdownSwitch, serve
+
+    from .app import create_app
+
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from genmesh.protocol.logs import configure_logging
+from genmesh.protocol.server.logs import configure_logging
 
 from . import messages as m
 from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
@@ -159,9 +159,8 @@ class _Loop:
                     msg.request_id, self.ov.Tensor(ids), _generation_config(self.ov_genai, msg.params)
                 )
             except Exception as exc:  # a bad request must not kill the core
-                self.pending.append(
-                    m.RequestOutput(msg.request_id, [], "rejected", f"engine rejected the request: {exc}")
-                )
+                rejected = m.RequestError("rejected", f"engine rejected the request: {exc}")
+                self.pending.append(m.RequestOutput(msg.request_id, [], None, rejected))
             else:
                 p = msg.params
                 beams = p.num_return_sequences if p.beam_search else 0
@@ -215,21 +214,22 @@ class _Loop:
                     if logprobs is not None:
                         logprobs.extend(out.generated_log_probs)
                     reason = self.finish.get(out.finish_reason, reason)
-            error: str | None = None
+            error: m.RequestError | None = None
             if not running:
                 done.append(rid)
                 if reason is None:
                     reason, error = self._end_without_reason(status)
-            if tokens or reason is not None:
+            if tokens or reason is not None or error is not None:
                 self.tokens += len(tokens)
                 outputs.append(m.RequestOutput(rid, tokens, reason, error, logprobs))
         for rid in done:
             del self.handles[rid]
         return outputs
 
-    def _end_without_reason(self, status: Any) -> tuple[str, str | None]:
+    def _end_without_reason(self, status: Any) -> tuple[str | None, m.RequestError | None]:
         if status == self.status.IGNORED:
-            return "rejected", "the request does not fit in this server's KV cache (raise --cache-size or shorten it)"
+            why = "the request does not fit in this server's KV cache (raise --cache-size or shorten it)"
+            return None, m.RequestError("rejected", why)
         if status == self.status.FINISHED:
             return "stop", None
         return "abort", None
@@ -284,7 +284,8 @@ class _Loop:
                     # sees the core die and reports the engine unavailable instead of limping on.
                     log.exception("engine step failed; engine core exits")
                     for rid in list(self.handles):
-                        self.pending.append(m.RequestOutput(rid, [], "error", f"engine step failed: {exc}"))
+                        failed = m.RequestError("engine", f"engine step failed: {exc}")
+                        self.pending.append(m.RequestOutput(rid, [], None, failed))
                     self.handles.clear()
                     self.outbox.send(m.encode(m.StepOutputs(self.pending, m.Stats(0, 0, 0.0))))
                     self.failed = True

@@ -1,32 +1,28 @@
-"""The API process's side of the engine core: spawn it, feed it, route its outputs, watch it die.
+"""The API process's side of the engine core: spawn it, send to it, receive from it, watch it die.
 
 The client binds two ZeroMQ sockets in a private temporary folder, spawns the core process,
-and runs one asyncio task that reads a ``StepOutputs`` message per engine step, detokenises
-the step's new tokens for all requests in one batched call, and hands each request its text.
-The core's death is noticed at once through the process sentinel (an fd the event loop
-watches): every request in flight ends with an error and ``alive`` turns false.
+and runs one asyncio task that reads the core's messages: each engine step's ``StepOutputs``
+goes to ``on_step`` (the supervisor, which hands it to the output processor). The client knows
+nothing of requests. The core's death is noticed at once through the process sentinel (an fd
+the event loop watches): ``alive`` turns false and ``on_exit`` is told why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import multiprocessing
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 import zmq
 import zmq.asyncio
 
 from . import messages as m
 from .core import CoreConfig, run_core
-from .detokenizer import StepDecoder
 
 log = logging.getLogger("genmesh.engine.core_client")
 
@@ -49,28 +45,6 @@ class EngineDeadError(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class TextOutput:
-    """What a request's consumer receives per engine step: new text, not token ids."""
-
-    text: str
-    num_tokens: int
-    finish_reason: str | None = None
-    error: str | None = None
-    # Only when the request asked for logprobs: this step's token ids and their log-probabilities.
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    # Beam search: the finished sequences (token ids, not text), best first.
-    sequences: list[m.Sequence] | None = None
-
-
-@dataclass
-class RequestStream:
-    request_id: int
-    detok: Any
-    queue: asyncio.Queue[TextOutput] = field(default_factory=asyncio.Queue)
-
-
 class CoreClient:
     def __init__(
         self,
@@ -79,25 +53,18 @@ class CoreClient:
         on_stats: Callable[[m.Stats], None] | None = None,
         stats_log_interval_s: float = 10.0,
         stall_timeout_s: float = 60.0,
-        decoder: StepDecoder | None = None,
-        ids: Iterator[int] | None = None,
     ) -> None:
-        self._detok = decoder
         self.stall_timeout_s = stall_timeout_s
         self._last_heard = time.monotonic()
         self.config = config
         self.log_level = log_level
         self.on_stats = on_stats
         self.stats_log_interval_s = stats_log_interval_s
-        self.streams: dict[int, RequestStream] = {}
-        self.scoring: dict[int, asyncio.Queue[m.ScoreOutput]] = {}  # scoring sessions (scorer.py)
         self.stats = m.Stats(0, 0, 0.0)
         self.ready = False
         self.dead_reason: str | None = None
         self.core_pid: int | None = None
-        # Request ids; a supervisor passes one counter to every core it starts, so that an abort
-        # meant for a request of a dead core can never hit a request of its replacement.
-        self._ids = ids if ids is not None else itertools.count(1)
+        self.on_step: Callable[[m.StepOutputs], None] | None = None  # each engine step's outputs
         self.on_exit: Callable[[str], None] | None = None  # told once, with the reason, when the core dies
         self._ctx = zmq.asyncio.Context()
         self._dir = tempfile.mkdtemp(prefix="genmesh-engine-")
@@ -109,10 +76,6 @@ class CoreClient:
         self._last_stats_log = 0.0
         self._exit_deferrals = 0
         self._closed = False
-
-    def attach_decoder(self, decoder: StepDecoder) -> None:
-        """The tokenizer loads alongside the core; requests are only accepted once both are ready."""
-        self._detok = decoder
 
     @property
     def alive(self) -> bool:
@@ -172,12 +135,6 @@ class CoreClient:
         if self._loaded is not None and not self._loaded.done():
             self._loaded.set_exception(EngineDeadError(reason))
         why = self.dead_reason
-        for stream in list(self.streams.values()):
-            stream.queue.put_nowait(TextOutput("", 0, "error", why))
-        self.streams.clear()
-        for sid, queue in list(self.scoring.items()):
-            queue.put_nowait(m.ScoreOutput(sid, [], True, why))
-        self.scoring.clear()
         self._set_stats(m.Stats(0, 0, 0.0, self.stats.steps, self.stats.tokens))
         if self.on_exit is not None:
             self.on_exit(why)
@@ -198,11 +155,8 @@ class CoreClient:
 
     def _dispatch(self, msg: m.FromCore) -> None:
         if isinstance(msg, m.StepOutputs):
-            self._deliver(msg.outputs)
-            for scored in msg.scored:
-                queue = self.scoring.get(scored.session_id)
-                if queue is not None:
-                    queue.put_nowait(scored)
+            if self.on_step is not None:
+                self.on_step(msg)
             self._set_stats(msg.stats)
             self._maybe_log_stats()
         elif isinstance(msg, m.Ready):
@@ -214,32 +168,6 @@ class CoreClient:
             self.dead_reason = f"model failed to load: {msg.error}"
             if self._loaded is not None and not self._loaded.done():
                 self._loaded.set_exception(EngineDeadError(self.dead_reason))
-
-    def _deliver(self, outputs: list[m.RequestOutput]) -> None:
-        assert self._detok is not None, "decoder not attached"
-        work: list[tuple[Any, list[int], bool]] = []
-        targets: list[tuple[RequestStream, m.RequestOutput]] = []
-        for out in outputs:
-            stream = self.streams.get(out.request_id)
-            if stream is None:
-                continue  # aborted meanwhile
-            if out.finish_reason is not None:
-                del self.streams[out.request_id]
-            if out.finish_reason in ("error", "rejected"):
-                stream.queue.put_nowait(TextOutput("", len(out.token_ids), out.finish_reason, out.error))
-                continue
-            if out.sequences is not None:
-                stream.queue.put_nowait(TextOutput("", 0, out.finish_reason, sequences=out.sequences))
-                continue
-            work.append((stream.detok, out.token_ids, out.finish_reason is not None))
-            targets.append((stream, out))
-        for (stream, out), delta in zip(targets, self._detok.step(work), strict=True):
-            if out.logprobs is None:
-                stream.queue.put_nowait(TextOutput(delta, len(out.token_ids), out.finish_reason))
-            else:
-                stream.queue.put_nowait(
-                    TextOutput(delta, len(out.token_ids), out.finish_reason, None, out.token_ids, out.logprobs)
-                )
 
     def _maybe_log_stats(self) -> None:
         if self.stats_log_interval_s <= 0:
@@ -255,38 +183,11 @@ class CoreClient:
                 s.cache_usage * 100,
             )
 
-    def add(self, prompt_ids: list[int], params: m.SamplingParams, skip_special_tokens: bool = True) -> RequestStream:
-        if not self.alive or self._detok is None:
-            raise EngineDeadError(self.unavailable_reason())
-        rid = next(self._ids)
-        stream = RequestStream(rid, self._detok.new_request(skip_special_tokens))
-        self.streams[rid] = stream
-        self._inbox.send(m.encode(m.AddRequest(rid, prompt_ids, params)))
-        return stream
-
-    def abort(self, request_id: int) -> None:
-        if self.streams.pop(request_id, None) is not None and self.alive:
-            self._inbox.send(m.encode(m.Abort([request_id])))
-
-    def score_open(
-        self, token_ids: list[int], top: int, report_from: int, keep: bool
-    ) -> tuple[int, asyncio.Queue[m.ScoreOutput]]:
-        """A scoring session on the core (scorer.py); its outputs arrive on the queue."""
+    def send(self, msg: m.ToCore) -> None:
+        """One message to the core; refused (``EngineDeadError``) unless the core is alive."""
         if not self.alive:
             raise EngineDeadError(self.unavailable_reason())
-        sid = next(self._ids)
-        queue: asyncio.Queue[m.ScoreOutput] = asyncio.Queue()
-        self.scoring[sid] = queue
-        self._inbox.send(m.encode(m.ScoreOpen(sid, token_ids, top, report_from, keep)))
-        return sid, queue
-
-    def score_append(self, session_id: int, token_ids: list[int], last: bool) -> None:
-        if session_id in self.scoring and self.alive:
-            self._inbox.send(m.encode(m.ScoreAppend(session_id, token_ids, last)))
-
-    def score_close(self, session_id: int) -> None:
-        if self.scoring.pop(session_id, None) is not None and self.alive:
-            self._inbox.send(m.encode(m.ScoreClose([session_id])))
+        self._inbox.send(m.encode(msg))
 
     def kill(self, reason: str) -> None:
         """SIGKILL the core (it works on a stopped process too); its death is then handled as any other."""

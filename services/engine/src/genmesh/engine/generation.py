@@ -2,7 +2,9 @@
 
 Events: ``str`` (new text; the hot path), ``Delta`` (new text with its tokens' logprobs, when
 asked for), ``Beams`` (beam search: every returned sequence at once), then ``Finished``.
-Closing the stream early (client gone, stop string hit) aborts the request in the engine.
+The output processor (``output_processor.py``) has already detokenised, applied stop strings
+and counted tokens; a failed request's typed error becomes an OpenAI error here. Closing the
+stream early (client gone) aborts the request in the engine.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from dataclasses import dataclass, field
 
 from genmesh.protocol import OpenAIError, internal_error, invalid_request, service_unavailable
 
-from .core_client import EngineDeadError, RequestStream, TextOutput
-from .messages import SamplingParams, ScoredToken
+from .core_client import EngineDeadError
+from .messages import RequestError, SamplingParams, ScoredToken
 from .metrics import EngineMetrics
-from .stop import StopMatcher
+from .output_processor import BeamResult, RequestHandle, TextOptions
 from .supervisor import CoreSupervisor, EngineRestarting
-from .tokenizer import PromptTokenizer
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,6 @@ class Delta:
     token_ids: list[int]
     logprobs: list[float]
     scored: list[ScoredToken] | None = None  # top-k per token, when asked for (scoring.with_top)
-
-
-@dataclass(frozen=True)
-class BeamResult:
-    text: str
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
 
 
 @dataclass(frozen=True)
@@ -58,15 +51,6 @@ class Generation:
 
     request_id: int
     events: AsyncIterator[Event]
-
-
-@dataclass(frozen=True)
-class TextOptions:
-    """How generated tokens become the reply's text."""
-
-    stops: Sequence[str] = ()
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
 
 
 @dataclass
@@ -104,9 +88,8 @@ async def collect(events: AsyncIterator[Event]) -> Collected:
 
 
 class Generator:
-    def __init__(self, core: CoreSupervisor, tokenizer: PromptTokenizer, metrics: EngineMetrics) -> None:
+    def __init__(self, core: CoreSupervisor, metrics: EngineMetrics) -> None:
         self.core = core
-        self.tokenizer = tokenizer
         self.metrics = metrics
 
     def start(
@@ -118,83 +101,58 @@ class Generator:
         arrival: float,
     ) -> list[Generation]:
         """Submit one engine request per choice now (a 503 if the engine is down); stream lazily."""
-        started: list[RequestStream] = []
+        started: list[RequestHandle] = []
         try:
             for params in choices:
-                started.append(self.core.add(prompt_ids, params, text.skip_special_tokens))
+                started.append(self.core.add(prompt_ids, params, text))
         except EngineDeadError as exc:
             for handle in started:
                 self.core.abort(handle.request_id)
             code = "engine_restarting" if isinstance(exc, EngineRestarting) else "engine_unavailable"
             raise service_unavailable(f"engine unavailable: {exc}", code, self.core.retry_after_s()) from exc
-        return [Generation(h.request_id, self._run(h, endpoint, prompt_ids, text, arrival)) for h in started]
+        return [Generation(h.request_id, self._run(h, endpoint, len(prompt_ids), arrival)) for h in started]
 
     def abort(self, generations: Sequence[Generation]) -> None:
         """Abort whatever is still running (also generations whose stream never started)."""
         for gen in generations:
             self.core.abort(gen.request_id)
 
-    def _raise_for(self, out: TextOutput) -> None:
-        if out.finish_reason == "rejected":
-            raise invalid_request(out.error or "the engine rejected the request")
+    def _raise_for(self, error: RequestError) -> None:
+        if error.kind == "rejected":
+            raise invalid_request(error.message)
         if not self.core.alive:
-            raise service_unavailable(out.error or "engine died", "engine_unavailable", self.core.retry_after_s())
-        raise internal_error(out.error or "generation failed")
+            raise service_unavailable(error.message, "engine_unavailable", self.core.retry_after_s())
+        raise internal_error(error.message)
 
-    async def _run(
-        self,
-        handle: RequestStream,
-        endpoint: str,
-        prompt_ids: list[int],
-        options: TextOptions,
-        arrival: float,
-    ) -> AsyncIterator[Event]:
-        matcher = StopMatcher(options.stops, options.include_stop_str_in_output)
+    async def _run(self, handle: RequestHandle, endpoint: str, prompt: int, arrival: float) -> AsyncIterator[Event]:
         generated = 0
         first_token_at: float | None = None
         outcome = "cancelled"
         try:
             while True:
-                out = await handle.queue.get()
-                if out.finish_reason in ("error", "rejected"):
+                out = await handle.outputs.get()
+                if out.error is not None:
                     outcome = "error"
-                    self._raise_for(out)
-                if out.sequences is not None:
+                    self._raise_for(out.error)
+                if out.num_tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                     self.metrics.ttft.observe(first_token_at - arrival)
-                    beams = [
-                        self._beam(seq.token_ids, seq.logprobs, seq.finish_reason, options) for seq in out.sequences
-                    ]
-                    generated = sum(len(seq.token_ids) for seq in out.sequences)
-                    outcome = "stop"
-                    yield Beams(beams)
-                    yield Finished(outcome, len(prompt_ids), generated)
-                    return
-                if out.num_tokens:
-                    if first_token_at is None:
-                        first_token_at = time.perf_counter()
-                        self.metrics.ttft.observe(first_token_at - arrival)
-                    generated += out.num_tokens
-                final = out.finish_reason is not None
-                text, stopped = matcher.feed(out.text, final)
-                if out.logprobs is not None and out.token_ids is not None:
-                    if text or out.token_ids:
-                        yield Delta(text, out.token_ids, out.logprobs)
-                elif text:
-                    yield text
-                if stopped or final:
-                    outcome = "stop" if stopped else str(out.finish_reason)
-                    yield Finished(outcome, len(prompt_ids), generated)
+                generated = out.completion_tokens
+                if out.beams is not None:
+                    yield Beams(out.beams)
+                elif out.token_ids is not None:
+                    if out.text or out.token_ids:
+                        yield Delta(out.text, out.token_ids, out.logprobs or [])
+                elif out.text:
+                    yield out.text
+                if out.finish_reason is not None:
+                    outcome = out.finish_reason
+                    yield Finished(outcome, out.prompt_tokens, out.completion_tokens)
                     return
         finally:
-            # No-op once the engine reported the end; otherwise (client gone, stop string) abort.
+            # No-op once the request ended; otherwise (client gone) abort it in the engine.
             self.core.abort(handle.request_id)
-            self._observe(endpoint, outcome, len(prompt_ids), generated, arrival, first_token_at)
-
-    def _beam(self, ids: list[int], logprobs: list[float], reason: str, options: TextOptions) -> BeamResult:
-        matcher = StopMatcher(options.stops, options.include_stop_str_in_output)
-        text, stopped = matcher.feed(self.tokenizer.decode(ids, options.skip_special_tokens), final=True)
-        return BeamResult(text, ids, logprobs, "stop" if stopped else reason)
+            self._observe(endpoint, outcome, prompt, generated, arrival, first_token_at)
 
     def _observe(
         self, endpoint: str, outcome: str, prompt: int, generated: int, arrival: float, first: float | None

@@ -11,6 +11,8 @@ every second while idle.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 
@@ -80,17 +82,30 @@ class Sequence(msgspec.Struct, array_like=True, frozen=True):
     finish_reason: str
 
 
+class RequestError(msgspec.Struct, array_like=True, frozen=True):
+    """Why a request ended without a reply: ``rejected`` for the request's own fault (its
+    parameters, e.g. an invalid JSON schema, or a prompt the KV cache cannot hold: a 400),
+    ``engine`` for the engine's (a failed step, a dead core: a 500, or a 503 while the core is down)."""
+
+    kind: Literal["rejected", "engine"]
+    message: str
+
+
 class RequestOutput(msgspec.Struct, array_like=True, frozen=True):
     request_id: int
     token_ids: list[int]
-    # None while running; "stop" | "length" when done; "error" (engine fault) or "rejected" (the
-    # request's own parameters, e.g. an invalid JSON schema) with ``error`` set.
+    # None while running; "stop" | "length" | "abort" when done. A request that failed ends with
+    # ``error`` set instead (and no finish reason).
     finish_reason: str | None = None
-    error: str | None = None
+    error: RequestError | None = None
     # The log-probability of each token in ``token_ids``, when the request asked for them.
     logprobs: list[float] | None = None
     # Beam search: every returned sequence, best first, in the final output only.
     sequences: list[Sequence] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
 
 
 class Stats(msgspec.Struct, array_like=True, frozen=True):

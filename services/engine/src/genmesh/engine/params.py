@@ -17,8 +17,8 @@ from genmesh.protocol import (
     unsupported_parameter,
 )
 
-from .generation import TextOptions
 from .messages import Constraint, SamplingParams
+from .output_processor import TextOptions
 
 if TYPE_CHECKING:
     from .state import EngineState

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from genmesh.protocol import (
     ChatCompletionRequest,
@@ -23,6 +22,7 @@ from genmesh.protocol import (
 )
 
 from . import messages as m
+from .collector import Collector
 from .core_client import EngineDeadError
 from .generation import Delta, Event
 from .supervisor import CoreSupervisor, EngineRestarting
@@ -62,9 +62,9 @@ def check_logprob_request(req: ChatCompletionRequest | CompletionRequest, max_lo
 
 @dataclass
 class ScoreSession:
-    core: Any
+    core: CoreSupervisor
     sid: int
-    queue: asyncio.Queue[m.ScoreOutput]
+    outputs: Collector[m.ScoreOutput]
     ready: list[m.ScoredToken] = field(default_factory=list)
     finished: bool = False
 
@@ -73,7 +73,7 @@ class ScoreSession:
         while len(self.ready) < count:
             if self.finished:
                 raise RuntimeError("scoring session ended early")
-            out = await self.queue.get()
+            out = await self.outputs.get()
             if out.error is not None:
                 self.finished = True
                 if "outside the vocabulary" in out.error:
@@ -119,12 +119,11 @@ class Scoring:
         session: ScoreSession | None = None
         try:
             try:
-                core = self.core.scoring_core()
-                sid, queue = core.score_open(token_ids, top, report_from, keep)
+                sid, outputs = self.core.score_open(token_ids, top, report_from, keep)
             except EngineDeadError as exc:
                 code = "engine_restarting" if isinstance(exc, EngineRestarting) else "engine_unavailable"
                 raise service_unavailable(f"engine unavailable: {exc}", code, self.core.retry_after_s()) from exc
-            session = ScoreSession(core, sid, queue)
+            session = ScoreSession(self.core, sid, outputs)
             yield session
         finally:
             if session is not None:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from genmesh.protocol.limits import HttpLimits, add_limit_flags
+from genmesh.protocol.server.limits import HttpLimits, add_limit_flags
 
 from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 

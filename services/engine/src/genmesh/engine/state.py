@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from genmesh.protocol import model_not_found
@@ -95,14 +95,13 @@ class EngineState:
         )
         engine_metrics = metrics
 
-        def make_core(ids: Iterator[int]) -> CoreClient:
+        def make_core() -> CoreClient:
             return CoreClient(
                 config,
                 log_level=settings.log_level,
                 on_stats=engine_metrics.set_stats,
                 stats_log_interval_s=settings.stats_log_interval_s,
                 stall_timeout_s=settings.stall_timeout_s,
-                ids=ids,
             )
 
         core = CoreSupervisor(source.served_name, make_core, settings, metrics, on_fatal)
@@ -121,7 +120,7 @@ class EngineState:
             raise
         log.info("model %s loaded (context %d tokens)", source.served_name, source.context_length)
         scoring = Scoring(core, settings.max_num_scoring_seqs, settings.scoring_queue_timeout_s)
-        return cls(settings, source, tokenizer, core, metrics, Generator(core, tokenizer, metrics), scoring)
+        return cls(settings, source, tokenizer, core, metrics, Generator(core, metrics), scoring)
 
     async def close(self) -> None:
         await self.core.close()

@@ -9,6 +9,11 @@ More than ``core_restart_limit`` restarts within ``core_restart_window_s`` means
 new core does not cure: the supervisor gives up and asks the server to exit with
 ``EXIT_CRASH_LOOP``, so that whatever runs the server (the native launcher, compose,
 Kubernetes) starts a fresh process.
+
+It is also where requests meet the core of the moment (vLLM v1's ``AsyncLLM``): ``add`` gives a
+request an id, registers it with the output processor and sends it; each step's outputs from the
+core go through the processor to the requests, and what a stop string ended is aborted in the
+core. A core's death ends every request in flight with a typed error.
 """
 
 from __future__ import annotations
@@ -19,19 +24,21 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from . import messages as m
-from .core_client import CoreClient, EngineDeadError, RequestStream
+from .collector import Collector
+from .core_client import CoreClient, EngineDeadError
 from .detokenizer import StepDecoder
 from .metrics import EngineMetrics
+from .output_processor import OutputProcessor, RequestHandle, TextOptions
 from .settings import EngineSettings
 from .watchdog import ProgressWatch, Sample
 
 log = logging.getLogger("genmesh.engine.supervisor")
 
 EXIT_CRASH_LOOP = 75  # EX_TEMPFAIL: a temporary failure; run me again
-CoreFactory = Callable[[Iterator[int]], CoreClient]
+CoreFactory = Callable[[], CoreClient]
 
 
 class EngineRestarting(EngineDeadError):
@@ -72,7 +79,9 @@ class CoreSupervisor:
     ) -> None:
         self.model = model
         self._make_core = make_core
-        self._ids = itertools.count(1)  # shared by every core of this model
+        # Request and scoring-session ids, never reused by a later core: an abort meant for a request
+        # of a dead core can never hit a request of its replacement.
+        self._ids = itertools.count(1)
         self.settings = settings
         self.metrics = metrics
         self._on_fatal = on_fatal
@@ -84,7 +93,7 @@ class CoreSupervisor:
         )
         self.core: CoreClient | None = None
         self._exited: asyncio.Future[str] | None = None
-        self._decoder: Callable[[], StepDecoder] | None = None
+        self.outputs: OutputProcessor | None = None  # once the tokenizer is loaded
         self._task: asyncio.Task[None] | None = None
         self.restarting = False
         self.failed: str | None = None  # set when the supervisor gave up
@@ -124,24 +133,62 @@ class CoreSupervisor:
     def uptime_s(self) -> float:
         return time.monotonic() - self._up_since if self._up_since is not None and self.alive else 0.0
 
-    def add(self, prompt_ids: list[int], params: m.SamplingParams, skip_special_tokens: bool = True) -> RequestStream:
+    def _serving(self) -> tuple[CoreClient, OutputProcessor]:
+        """The core to send to and the processor of its outputs; ``EngineDeadError`` when there is none."""
         if self.restarting:
             raise EngineRestarting(self.unavailable_reason(), self.retry_after_s())
-        if self.core is None or self.failed is not None:
+        if self.core is None or self.failed is not None or not self.core.alive:
             raise EngineDeadError(self.unavailable_reason())
-        return self.core.add(prompt_ids, params, skip_special_tokens)
+        if self.outputs is None:
+            raise EngineDeadError("engine is loading the tokenizer")
+        return self.core, self.outputs
+
+    def add(self, prompt_ids: list[int], params: m.SamplingParams, text: TextOptions) -> RequestHandle:
+        core, outputs = self._serving()
+        rid = next(self._ids)
+        handle = outputs.add_request(rid, len(prompt_ids), text)
+        try:
+            core.send(m.AddRequest(rid, prompt_ids, params))
+        except BaseException:
+            outputs.abort(rid)
+            raise
+        return handle
 
     def abort(self, request_id: int) -> None:
-        if self.core is not None:
-            self.core.abort(request_id)
+        """No-op for a request that has ended; else the core stops it."""
+        if self.outputs is not None and self.outputs.abort(request_id):
+            self._send_if_alive(m.Abort([request_id]))
 
-    def scoring_core(self) -> CoreClient:
-        """The core that scoring sessions (scoring.py) talk to; raises like ``add`` when there is none."""
-        if self.restarting:
-            raise EngineRestarting(self.unavailable_reason(), self.retry_after_s())
-        if self.core is None or self.failed is not None:
-            raise EngineDeadError(self.unavailable_reason())
-        return self.core
+    def _send_if_alive(self, msg: m.ToCore) -> None:
+        if self.core is not None and self.core.alive:
+            self.core.send(msg)
+
+    # -- scoring sessions (scoring.py) ---------------------------------------------------------------
+
+    def score_open(
+        self, token_ids: list[int], top: int, report_from: int, keep: bool
+    ) -> tuple[int, Collector[m.ScoreOutput]]:
+        core, outputs = self._serving()
+        sid = next(self._ids)
+        session = outputs.open_session(sid)
+        core.send(m.ScoreOpen(sid, token_ids, top, report_from, keep))
+        return sid, session
+
+    def score_append(self, session_id: int, token_ids: list[int], last: bool) -> None:
+        if self.outputs is not None and session_id in self.outputs.sessions:
+            self._send_if_alive(m.ScoreAppend(session_id, token_ids, last))
+
+    def score_close(self, session_id: int) -> None:
+        if self.outputs is not None and self.outputs.close_session(session_id):
+            self._send_if_alive(m.ScoreClose([session_id]))
+
+    def _on_step(self, core: CoreClient, step: m.StepOutputs) -> None:
+        if self.outputs is None:
+            return
+        stopped = self.outputs.process(step.outputs)
+        if stopped and core.alive:
+            core.send(m.Abort(stopped))
+        self.outputs.process_scored(step.scored)
 
     # -- life cycle ----------------------------------------------------------------------------------
 
@@ -150,11 +197,9 @@ class CoreSupervisor:
         self.core = await self._spawn()
 
     def attach_decoder(self, make: Callable[[], StepDecoder]) -> None:
-        """The tokenizer is loaded: give the core its decoder (and each later core a fresh one) and
-        start supervising."""
+        """The tokenizer is loaded: requests are accepted from now on, and supervising starts."""
         assert self.core is not None, "start() first"
-        self._decoder = make
-        self.core.attach_decoder(make())
+        self.outputs = OutputProcessor(make())
         self._task = asyncio.create_task(self._supervise(), name=f"supervise-{self.model}")
 
     async def close(self) -> None:
@@ -166,17 +211,20 @@ class CoreSupervisor:
             await self.core.close()
 
     async def _spawn(self) -> CoreClient:
-        core = self._make_core(self._ids)
+        core = self._make_core()
         exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
         def on_exit(reason: str) -> None:
             self.restarting = self.failed is None  # from now on new requests hear "restarting"
             self.last_failure = reason
             self._restart_at = self._down_at = time.monotonic()
+            if self.outputs is not None:
+                self.outputs.fail_all(m.RequestError("engine", reason))
             if not exited.done():
                 exited.set_result(reason)
 
         core.on_exit = on_exit
+        core.on_step = lambda step: self._on_step(core, step)
         self._exited = exited
         started = time.monotonic()
         try:
@@ -210,7 +258,8 @@ class CoreSupervisor:
             if done:
                 return exited.result()
             stats = core.stats
-            sample = Sample(stats.steps, stats.tokens, len(core.streams), core.stalled_for(), core.has_unread_output())
+            in_flight = len(self.outputs) if self.outputs is not None else 0
+            sample = Sample(stats.steps, stats.tokens, in_flight, core.stalled_for(), core.has_unread_output())
             hung = watch.check(time.monotonic(), sample)
             if hung is not None and core.dead_reason is None:
                 self._cause = "hung"
@@ -241,8 +290,6 @@ class CoreSupervisor:
                 self.last_failure = reason
                 log.error("model %s: %s", self.model, reason)
                 continue
-            assert self._decoder is not None
-            core.attach_decoder(self._decoder())
             self.core = core
             self.restarting = False
             log.warning(

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, ResponsesRequest
-from genmesh.protocol.asgi import (
+from genmesh.protocol.server.asgi import (
     BodyLimitMiddleware,
     RequestIdMiddleware,
     document_routes,

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from genmesh.protocol.asgi import serve
-from genmesh.protocol.logs import configure_logging
+from genmesh.protocol.server.asgi import serve
+from genmesh.protocol.server.logs import configure_logging
 
 from .app import create_app
 from .config import load_config

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from genmesh.protocol.limits import HttpLimits, add_limit_flags
+from genmesh.protocol.server.limits import HttpLimits, add_limit_flags
 
 AuthMode = Literal["auto", "on", "off"]
 

@@ -9,7 +9,12 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import FastAPI
 
 from genmesh.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
-from genmesh.protocol.asgi import BodyLimitMiddleware, RequestIdMiddleware, document_routes, install_error_handlers
+from genmesh.protocol.server.asgi import (
+    BodyLimitMiddleware,
+    RequestIdMiddleware,
+    document_routes,
+    install_error_handlers,
+)
 
 from .metrics import MicroserviceMetrics
 from .observe import ObserveMiddleware

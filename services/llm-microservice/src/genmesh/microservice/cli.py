@@ -6,8 +6,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from genmesh.protocol.asgi import serve
-from genmesh.protocol.logs import configure_logging
+from genmesh.protocol.server.asgi import serve
+from genmesh.protocol.server.logs import configure_logging
 
 from .app import create_app
 from .settings import parse_settings

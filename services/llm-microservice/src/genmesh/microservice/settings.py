@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from genmesh.protocol.limits import HttpLimits, add_limit_flags
+from genmesh.protocol.server.limits import HttpLimits, add_limit_flags
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8008"
 

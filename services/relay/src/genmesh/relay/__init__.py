@@ -3,7 +3,7 @@
 ``client``: the upstream HTTP client (aiohttp; a read deadline per read, abort to cancel the
 upstream's generation). ``stream``: relaying a reply event by event with first-token and total
 deadlines, one event in hand at a time (so buffering per stream is what the sockets hold, which
-the server bounds: ``genmesh.protocol.http_server``), an error event and ``[DONE]`` when the
+the server bounds: ``genmesh.protocol.server.http_server``), an error event and ``[DONE]`` when the
 upstream fails. Not imported by the wire models (``genmesh.protocol``).
 """
 

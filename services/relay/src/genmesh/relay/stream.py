@@ -2,7 +2,7 @@
 
 Streams are relayed as the upstream framed them, one SSE event (``data: ...`` and a blank line) at
 a time: an event goes out before the next is read, so what a stream holds is one event in hand
-plus what the sockets buffer (bounded by ``genmesh.protocol.http_server``). The upstream's bytes
+plus what the sockets buffer (bounded by ``genmesh.protocol.server.http_server``). The upstream's bytes
 pass unchanged; the relay reads an event only to see the first generated text (the first-token
 deadline is met by text, not by keep-alive comments), the stream's last event (``StreamEnd``:
 ``[DONE]`` for chat and completions, ``response.completed``/``incomplete``/``failed`` for the

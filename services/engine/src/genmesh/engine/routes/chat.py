@@ -21,7 +21,7 @@ from genmesh.protocol import (
     new_id,
     now,
 )
-from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
+from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 
 from .. import tools
 from ..chat_job import start_chat

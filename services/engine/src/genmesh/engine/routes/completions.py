@@ -16,7 +16,7 @@ from genmesh.protocol import (
     new_id,
     now,
 )
-from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
+from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 
 from ..choices import Reply, total_usage, usage_of_results
 from ..generation import Beams, Collected, Delta, Event, Finished

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from genmesh.protocol import now
-from genmesh.protocol.asgi import CheckedRoute, unless_disconnected
 from genmesh.protocol.responses import ResponsesRequest
+from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 
 from ..chat_job import start_chat
 from ..choices import collect_all, merged

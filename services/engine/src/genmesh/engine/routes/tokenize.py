@@ -15,7 +15,7 @@ from genmesh.protocol import (
     TokenizeResponse,
     unsupported_parameter,
 )
-from genmesh.protocol.asgi import CheckedRoute
+from genmesh.protocol.server.asgi import CheckedRoute
 
 from .responding import engine
 

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from genmesh.protocol import OpenAIError
-from genmesh.protocol.asgi import CheckedRoute
+from genmesh.protocol.server.asgi import CheckedRoute
 
 from ..auth import check_admin
 from .common import gateway

@@ -25,9 +25,9 @@ import orjson
 from starlette.types import Message, Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError, internal_error, model_not_found
-from genmesh.protocol.asgi import request_id_var
-from genmesh.protocol.http_server import too_large
-from genmesh.protocol.inputs import decode_json_object
+from genmesh.protocol.server.http_server import too_large
+from genmesh.protocol.server.inputs import decode_json_object
+from genmesh.protocol.server.logs import request_id_var
 from genmesh.relay import (
     Outcome,
     UpstreamConnectError,

@@ -22,8 +22,8 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from genmesh.protocol import OpenAIError, normalise_upstream_error
-from genmesh.protocol.asgi import body_limits, unless_disconnected
-from genmesh.protocol.inputs import decode_json_object
+from genmesh.protocol.server.asgi import body_limits, unless_disconnected
+from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.relay import Failures, Outcome, StreamEnd, UpstreamResponse, relay_stream
 
 from ..metrics import MicroserviceMetrics

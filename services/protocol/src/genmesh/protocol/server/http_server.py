@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .errors import OpenAIError, service_unavailable
+from ..errors import OpenAIError, service_unavailable
 from .limits import HttpLimits
 
 log = logging.getLogger("genmesh.http")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -20,14 +19,14 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import OpenAIError, from_validation_error, internal_error
+from ..errors import OpenAIError, from_validation_error, internal_error
 from .inputs import decode_json_object
 from .limits import HttpLimits
+from .logs import request_id_var
 
 T = TypeVar("T")
 REQUEST_ID_HEADER = "x-request-id"
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away first
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 log = logging.getLogger("genmesh.http")
 
 
@@ -256,9 +255,3 @@ def serve(
         switch.attach(server)
     server.run()
     return switch.exit_code if switch is not None else 0
-
-
-class RequestIdLogFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id_var.get()
-        return True

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 
 from pythonjsonlogger.json import JsonFormatter
 
-from .asgi import RequestIdLogFilter
-
 FIELDS = "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s"
+
+# The request a line of log belongs to: set per request by the ASGI middleware (asgi.py).
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+class RequestIdLogFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get()
+        return True
 
 
 def configure_logging(level: str, quiet: tuple[str, ...] = ("httpx",)) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .errors import OpenAIError, invalid_request, quote
+from ..errors import OpenAIError, invalid_request, quote
 
 
 def decode_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:

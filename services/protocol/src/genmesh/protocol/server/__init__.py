@@ -1,0 +1,12 @@
+"""What every genmesh service's HTTP side shares, apart from the wire format (``genmesh.protocol``).
+
+* ``asgi``: the FastAPI app's middleware (request id, body limit), error handlers and ``serve``;
+* ``http_server``: uvicorn's HTTP protocol with the limits hostile clients need;
+* ``inputs``: request bodies decoded and checked before any work;
+* ``limits``: the HTTP limits, a typed setting of every service;
+* ``logs``: JSON log lines with the request id (also used by the engine core, so it imports no
+  web framework).
+
+Nothing here is imported by ``genmesh.protocol`` itself: the wire models load without FastAPI
+or uvicorn, and so does the engine core process (``tests/engine/test_core_imports.py``).
+"""
