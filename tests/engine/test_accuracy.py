@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from genmesh.accuracy import fixture
-from genmesh.accuracy.compare import answers_equal, choice_figures, median, p95
+from genmesh.accuracy.compare import answer_pairs, answers_equal, choice_figures, token_figures
 from support.servers import GENMESH_ENGINE_ONLY
 
 pytestmark = GENMESH_ENGINE_ONLY
@@ -60,21 +60,15 @@ def test_multiple_choice_loglikelihoods_match_the_reference(engine_url: str, ref
 def test_reference_answers_are_the_served_model_s_most_likely_tokens(
     engine_url: str, reference: dict[str, Any]
 ) -> None:
-    deltas: list[float] = []
-    agree = total = 0
+    pairs: list[tuple[float, float, bool]] = []
     with httpx.Client(timeout=120) as client:
         for c in reference["chat"][::2]:
-            lp = score(client, engine_url, c["prompt_ids"] + c["answer_ids"], 1)
-            start = len(c["prompt_ids"])
-            for j, ref_lp in enumerate(c["answer_logprobs"]):
-                deltas.append(abs(lp["token_logprobs"][start + j] - ref_lp))
-                top = lp["top_logprobs"][start + j]
-                agree += int(max(top, key=top.get) == lp["tokens"][start + j])
-                total += 1
-    assert total >= 100
-    assert median(deltas) <= 0.05, sorted(deltas)
-    assert p95(deltas) <= 0.3, sorted(deltas)
-    assert agree / total >= 0.9
+            pairs += answer_pairs(score(client, engine_url, c["prompt_ids"] + c["answer_ids"], 1), c)
+    figures = token_figures(pairs)
+    assert figures.tokens >= 100
+    assert figures.median_dlp <= 0.05, figures
+    assert figures.p95_dlp <= 0.3, figures
+    assert figures.top_agreement >= 0.9, figures
 
 
 def test_greedy_chat_answers_match_the_reference(engine_url: str, reference: dict[str, Any]) -> None:

@@ -43,7 +43,9 @@ def test_gguf_source_reads_context_and_name() -> None:
 def test_openvino_ir_folder_is_recognised(tmp_path: Path) -> None:
     folder = tmp_path / "Qwen2.5-0.5B-Instruct-int4-ov"
     folder.mkdir()
-    (folder / "openvino_model.xml").write_text("<net/>")
+    for name in ("openvino_model", "openvino_tokenizer", "openvino_detokenizer"):
+        (folder / f"{name}.xml").write_text("<net/>")  # resolving reads no IR: the files must only exist
+        (folder / f"{name}.bin").write_bytes(b"")
     (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 32768}))
     src = resolve(str(folder))
     assert (src.kind, src.context_length, src.served_name) == ("openvino_ir", 32768, folder.name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from genmesh.engine import pbtxt
-from genmesh.engine.graph import GraphError, llm_node_options
+from genmesh.engine.graph import GraphError, LLMNodeOptions, llm_node_options, render
 
 # The graph of the OVMS LLM calculator reference (seed 003), verbatim apart from indentation.
 REFERENCE_GRAPH = """
@@ -161,6 +161,14 @@ def test_reference_graph_sets_only_the_models_path() -> None:
             "max_num_seqs: Input should be greater than or equal to 1",
         ),
         ('[type.googleapis.com / mediapipe.OtherOptions]: { models_path: "./" }', "found 0"),
+        (
+            '[type.googleapis.com / mediapipe.LLMCalculatorOptions]: { models_path: "./", cache_sise: 2 }',
+            r"unknown option\(s\) cache_sise",
+        ),
+        (
+            '[type.googleapis.com / mediapipe.LLMCalculatorOptions]: { models_path: "./", pipeline_type: VLM_CB }',
+            "pipeline_type: Input should be 'LM_CB' or 'AUTO'",
+        ),
     ],
 )
 def test_bad_node_options_are_explained(options: str, error: str) -> None:
@@ -172,3 +180,20 @@ def test_bad_node_options_are_explained(options: str, error: str) -> None:
 def test_unparsable_graph_is_a_graph_error() -> None:
     with pytest.raises(GraphError, match=r"^g\.pbtxt: line 1: "):
         llm_node_options("node: {", "g.pbtxt")
+
+
+def test_rendered_graph_reads_back_as_written() -> None:
+    options = LLMNodeOptions(
+        models_path="./",
+        cache_size=3,
+        enable_prefix_caching=True,
+        device="CPU",
+        plugin_config={"KV_CACHE_PRECISION": "u8"},
+        max_num_seqs=64,
+        pipeline_type="LM_CB",
+    )
+    text = render(options)
+    assert llm_node_options(text) == options
+    assert 'plugin_config: \'{"KV_CACHE_PRECISION":"u8"}\',' in text  # as export_model.py writes it
+    assert "pipeline_type: LM_CB," in text  # an enum value, unquoted
+    assert pbtxt.parse(text).messages("node")[0].get("calculator") == "HttpLLMCalculator"

@@ -2,14 +2,14 @@
 
 The live tests share one engine serving a repository of four entries: two names for the
 default GGUF (``limited`` with a graph.pbtxt, ``templated`` without one but with a
-template.jinja), one whose graph asks for a device that does not exist (its load fails in
-the core), and one whose base_path is missing.
+template.jinja), and one whose graph asks for a device that does not exist (its load fails in
+the core while the others serve). An entry that can be seen to be wrong without loading it (a
+missing path, a bad graph) stops the server before it starts: tests/engine/test_ir_serving.py.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,7 @@ from genmesh.engine.registry import ModelRegistry
 from genmesh.engine.repository import RepositoryError, from_config, load
 from genmesh.engine.settings import EngineSettings, parse_settings
 from genmesh.protocol import OpenAIError
-from support.polling import wait_until
-from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, free_port, start_server
+from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, start_repository_engine
 
 pytestmark = GENMESH_ENGINE_ONLY
 
@@ -78,14 +77,9 @@ def test_entries_resolve_against_the_config_folder(tmp_path: Path) -> None:
     repo = from_config(config, server_wide)
     assert repo.names == ["plain", "org/tuned"]
     plain, tuned = repo.models
-    assert plain.error is None
-    assert plain.source is not None
-    assert plain.settings is not None
     assert (plain.source.kind, plain.source.served_name) == ("gguf", "plain")
     assert plain.source.template_dir == tmp_path / "plain"
     assert (plain.settings.cache_size, plain.settings.max_num_seqs, plain.settings.best_of_limit) == (1, 8, 20)
-    assert tuned.settings is not None
-    assert tuned.source is not None
     s = tuned.settings
     assert (s.cache_size, s.max_num_seqs, s.max_num_batched_tokens) == (5, 3, 512)
     assert (s.dynamic_split_fuse, s.enable_prefix_caching, s.device) == (False, True, "GPU.1")
@@ -95,27 +89,26 @@ def test_entries_resolve_against_the_config_folder(tmp_path: Path) -> None:
     assert server_wide.cache_size == 1, "the server-wide settings are not changed"
 
 
-def test_an_entry_that_cannot_be_served_keeps_its_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ({"name": "missing", "base_path": "absent"}, "absent' is not a folder"),
+        ({"name": "nomodel"}, "holds neither openvino_model.xml"),
+        ({"name": "badgraph"}, r"badgraph/graph\.pbtxt: line"),
+        ({"name": "notgguf"}, "not a GGUF file"),
+        ({"name": "nograph", "base_path": "nomodel", "graph_path": "other.pbtxt"}, "other.pbtxt' does not exist"),
+    ],
+)
+def test_an_entry_that_cannot_be_served_stops_the_server(tmp_path: Path, entry: dict[str, Any], error: str) -> None:
     write_graph(tmp_path / "nomodel", 'models_path: "./"')
     write_graph(tmp_path / "badgraph", "models_path: ")
     (tmp_path / "notgguf").mkdir()
     (tmp_path / "notgguf" / "model.gguf").write_bytes(b"not a gguf at all")
-    config = write_config(
-        tmp_path / "c.json",
-        [
-            {"name": "missing", "base_path": str(tmp_path / "absent")},
-            {"name": "nomodel"},
-            {"name": "badgraph"},
-            {"name": "notgguf"},
-            {"name": "nograph", "base_path": "nomodel", "graph_path": "other.pbtxt"},
-        ],
-    )
-    errors = {m.name: m.error for m in from_config(config, EngineSettings()).models}
-    assert "is not a folder" in str(errors["missing"])
-    assert "holds neither openvino_model.xml" in str(errors["nomodel"])
-    assert "graph.pbtxt: line" in str(errors["badgraph"])
-    assert "not a GGUF file" in str(errors["notgguf"])
-    assert "other.pbtxt' does not exist" in str(errors["nograph"])
+    link_model(tmp_path / "good")
+    config = write_config(tmp_path / "c.json", [{"name": "good"}, entry])
+    with pytest.raises(RepositoryError, match=error) as info:
+        from_config(config, EngineSettings())
+    assert str(info.value).startswith(f"{config}: model {entry['name']!r} cannot be served: ")
 
 
 @pytest.mark.parametrize(
@@ -154,11 +147,13 @@ def test_config_path_flag_and_environment(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 def test_registry_before_loading(tmp_path: Path) -> None:
     link_model(tmp_path / "a")
-    config = write_config(tmp_path / "config.json", [{"name": "a"}, {"name": "b", "base_path": "absent"}])
+    link_model(tmp_path / "b")
+    config = write_config(tmp_path / "config.json", [{"name": "a"}, {"name": "b"}])
     models = ModelRegistry(from_config(config, EngineSettings()))
     a, b = models.all()
     assert (a.status().state, a.status().error_code) == ("LOADING", "OK")
     assert a.unavailable_reason() == "engine is loading the model"
+    b.error = "no such device"  # what a failed load leaves
     assert (b.status().state, b.status().error_code) == ("LOADING", "FAILED_PRECONDITION")
     with pytest.raises(OpenAIError) as loading:
         models.serving("a")
@@ -189,32 +184,10 @@ def repo_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         [
             {"name": "limited", "base_path": "limited"},
             {"name": "nodevice", "base_path": "nodevice"},
-            {"name": "missing", "base_path": "nowhere"},
         ],
         [{"config": {"name": "templated", "base_path": str(root / "templated")}}],
     )
-    port = free_port()
-    argv = [sys.executable, "-m", "genmesh.engine", "--config-path", str(config), "--port", str(port)]
-    argv += ["--cache-size", "1", "--stats-log-interval-s", "0"]
-    # /v1/models answers as soon as the server listens; the models load behind it
-    server = start_server("engine-repo", argv, port, root, health_path="/v1/models")
-
-    def settled() -> bool:
-        try:  # the server is sluggish while tokenizers load (they hold the GIL)
-            states = httpx.get(server.url + "/v1/config", timeout=2).json()
-        except httpx.HTTPError:
-            return False
-        return all(
-            s["model_version_status"][0]["status"]["error_code"] != "OK"
-            or s["model_version_status"][0]["state"] == "AVAILABLE"
-            for s in states.values()
-        )
-
-    try:
-        wait_until(settled, 180, interval_s=0.2, what="every model loaded or failed")
-    except BaseException:
-        server.stop()
-        raise
+    server = start_repository_engine(config, root, timeout_s=180)
     yield server
     server.stop()
 
@@ -230,17 +203,15 @@ def status_of(server: Server) -> dict[str, dict[str, Any]]:
 
 def test_config_reports_each_model(repo_engine: Server) -> None:
     status = status_of(repo_engine)
-    assert set(status) == {"limited", "templated", "nodevice", "missing"}
+    assert set(status) == {"limited", "templated", "nodevice"}
     for name in ("limited", "templated"):
         assert status[name]["state"] == "AVAILABLE"
         assert status[name]["status"] == {"error_code": "OK", "error_message": "OK"}
-    for name in ("nodevice", "missing"):
-        assert status[name]["state"] == "LOADING"
-        assert status[name]["status"]["error_code"] == "FAILED_PRECONDITION"
+    assert status["nodevice"]["state"] == "LOADING"
+    assert status["nodevice"]["status"]["error_code"] == "FAILED_PRECONDITION"
     assert "NO_SUCH_DEVICE" in status["nodevice"]["status"]["error_message"], "the graph's device reached the core"
-    assert "nowhere" in status["missing"]["status"]["error_message"]
     models = httpx.get(repo_engine.url + "/v1/models", timeout=5).json()
-    assert sorted(m["id"] for m in models["data"]) == ["limited", "missing", "nodevice", "templated"]
+    assert sorted(m["id"] for m in models["data"]) == ["limited", "nodevice", "templated"]
 
 
 def test_requests_route_by_model(repo_engine: Server) -> None:
@@ -255,11 +226,10 @@ def test_requests_route_by_model(repo_engine: Server) -> None:
     r = post(repo_engine, "/v1/completions", {"prompt": "Hi", "max_tokens": 4})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "model"
-    for name in ("nodevice", "missing"):
-        r = post(repo_engine, "/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "x"}]})
-        assert r.status_code == 503
-        assert r.json()["error"]["code"] == "engine_unavailable"
-        assert name in r.json()["error"]["message"]
+    r = post(repo_engine, "/v1/chat/completions", {"model": "nodevice", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "engine_unavailable"
+    assert "nodevice" in r.json()["error"]["message"]
 
 
 def test_max_tokens_limit_is_per_model(repo_engine: Server) -> None:
@@ -292,9 +262,8 @@ def test_health_covers_every_model(repo_engine: Server) -> None:
     assert r.status_code == 503
     body = r.json()
     available, failed = "AVAILABLE", "LOADING"
-    assert body["models"] == {"limited": available, "templated": available, "nodevice": failed, "missing": failed}
+    assert body["models"] == {"limited": available, "templated": available, "nodevice": failed}
     assert "nodevice: " in body["reason"]
-    assert "missing: " in body["reason"]
     assert "limited" not in body["reason"]
     one = httpx.get(repo_engine.url + "/health", params={"model": "limited"}, timeout=5)
     assert (one.status_code, one.json()["status"]) == (200, "ok")

@@ -104,6 +104,33 @@ def start_engine(log_dir: Path, *extra: str, port: int | None = None, model: Pat
     return start_server("engine", argv, port, log_dir)
 
 
+def start_repository_engine(config: Path, log_dir: Path, *extra: str, timeout_s: float = 240.0) -> Server:
+    """The engine serving an OVMS ``config.json``, once every model is loaded or failed to load
+    (``/v1/models`` answers as soon as the server listens; the models load behind it)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.engine", "--config-path", str(config), "--port", str(port)]
+    argv += ["--cache-size", "1", "--stats-log-interval-s", "0", *extra]
+    server = start_server("engine-repo", argv, port, log_dir, health_path="/v1/models")
+
+    def settled() -> bool:
+        try:  # the server is sluggish while tokenizers load (they hold the GIL)
+            states = httpx.get(server.url + "/v1/config", timeout=2).json()
+        except httpx.HTTPError:
+            return False
+        return all(
+            s["model_version_status"][0]["status"]["error_code"] != "OK"
+            or s["model_version_status"][0]["state"] == "AVAILABLE"
+            for s in states.values()
+        )
+
+    try:
+        wait_until(settled, timeout_s, interval_s=0.2, what="every model loaded or failed")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 def metric_value(base_url: str, name: str) -> float:
     """Read one unlabelled sample from a Prometheus /metrics page."""
     text = httpx.get(base_url + "/metrics", timeout=5.0).text

@@ -63,3 +63,15 @@ def answers_equal(served: dict[str, str], fixture: list[dict[str, Any]]) -> tupl
     """How many greedy chat answers equal the reference's (whitespace at the ends ignored)."""
     items = [c for c in fixture if c["id"] in served]
     return sum(served[c["id"]].strip() == c["answer"].strip() for c in items), len(items)
+
+
+def answer_pairs(logprobs: dict[str, Any], item: dict[str, Any]) -> list[tuple[float, float, bool]]:
+    """``token_figures``'s pairs for one reference chat item as the served model scored it (the
+    completions ``logprobs`` of prompt + reference answer, ``echo``, ``logprobs`` 1)."""
+    start = len(item["prompt_ids"])
+    pairs: list[tuple[float, float, bool]] = []
+    for j, ref in enumerate(item["answer_logprobs"]):
+        top: dict[str, float] = logprobs["top_logprobs"][start + j]
+        same = max(top, key=lambda t: top[t]) == logprobs["tokens"][start + j]
+        pairs.append((float(logprobs["token_logprobs"][start + j]), float(ref), same))
+    return pairs

@@ -23,11 +23,23 @@ from .inprocess import Pipeline, Scheduler
 from .load import Endpoint, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
-from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, vllm_peer
+from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, start_engine, vllm_peer
 
 BASELINE = "inprocess"
 FULL = {"concurrency": [1, 8, 32], "request_rates": [2.0, 8.0], "rate_requests": 32, "output_len": 64, "input_len": 128}
-LINES = ["inprocess", "engine", "microservice", "gateway", "vllm", "llama", "llama-nocache", "opea"]
+LINES = [
+    "inprocess",
+    "engine",
+    "microservice",
+    "gateway",
+    "ir-int8",
+    "ir-int4",
+    "vllm",
+    "llama",
+    "llama-nocache",
+    "opea",
+]
+IR_LINES = {"ir-int8": "int8", "ir-int4": "int4"}  # line: weight format of genmesh-export's IR (make model-ir)
 COLUMNS = ["line", "load", "ok/failed", "req/s", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"]
 COLUMNS += ["TPOT p99 ms", "ITL p50 ms", "E2E p50 ms", "steal %", "other CPU %", "vs (a)", "vs best peer"]
 FIGURES = {"request_throughput": ".2f", "output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f"}
@@ -60,6 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-len", type=int, default=FULL["input_len"], help="prompt tokens (model tokenizer)")
     p.add_argument("--output-len", type=int, default=FULL["output_len"], help="new tokens per request (ignore_eos)")
     p.add_argument("--lines", nargs="+", default=LINES, help="which lines to run (default all)")
+    p.add_argument(
+        "--ir-repo", type=Path, default=Path("models/repository"), help="where the IR lines' exports are (MODEL_REPO)"
+    )
     p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip py-spy on the engine")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="the Markdown report")
@@ -185,6 +200,28 @@ class Report:
         note = f"c={conc}, {n} requests; collapsed stacks in `{out}`"
         self.profile_note = note if out.is_file() else f"py-spy wrote nothing: {err.decode(errors='replace')[-300:]}"
 
+    def ir(self, key: str) -> None:
+        """(b) serving genmesh-export's IR of the same GGUF (``make model-ir`` / ``make model-ir-int4``)."""
+        fmt = IR_LINES[key]
+        label, folder = f"(b{fmt[-1]}) engine HTTP, IR {fmt}", self.args.ir_repo / f"{MODEL_NAME}-{fmt}"
+        if not (folder / "openvino_model.xml").is_file():
+            self.notes.append(f"{label}: no export at `{folder}` (make model-ir, make model-ir-int4)")
+            return
+        started = time.monotonic()
+        server = start_engine(
+            str(folder), Scheduler(), self.args.log_dir / f"{key}.log", extra=["--served-model-name", MODEL_NAME]
+        )
+        load_s = time.monotonic() - started
+        size = sum(f.stat().st_size for f in folder.glob("openvino_model.*")) / 2**20
+        settings = (
+            f"as (b), serving `{folder}` (`genmesh-export --weight-format {fmt}`, {size:.0f} MiB); up in {load_s:.1f} s"
+        )
+        self.settings.append((label, "this commit", settings))
+        try:
+            self.line(label, key, server.url, False, [server.proc.pid])
+        finally:
+            server.stop()
+
     def peer(self, p: Peer) -> None:
         self.settings.append((p.label, p.version or "-", p.settings))
         say(f"{p.label}: {p.note or 'starting'}")
@@ -207,6 +244,9 @@ class Report:
             self.inprocess()
         if lines & set(OURS):
             self.mesh(lines)
+        for key in IR_LINES:
+            if key in lines:
+                self.ir(key)
         if "vllm" in lines:
             self.peer(vllm_peer())
         for key in ("llama", "llama-nocache"):

@@ -2,21 +2,44 @@
 
 OVMS serves an LLM as a MediaPipe graph whose ``HttpLLMCalculator`` node carries
 ``[type.googleapis.com / mediapipe.LLMCalculatorOptions]`` options. The options genmesh
-honours are the fields of ``LLMNodeOptions``; any other option is reported by
-``ignored`` (the caller logs it) rather than dropped silently.
+honours are the fields of ``LLMNodeOptions``; the other options OVMS defines (speculative
+decoding's draft model, output parsers) are reported by ``ignored`` (the caller logs them)
+rather than dropped silently, and any option OVMS does not define is an error (a typo must not
+pass for a setting). ``render`` writes the graph OVMS's ``export_model.py`` writes.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import pbtxt
 
 GRAPH_FILE = "graph.pbtxt"
 OPTIONS_TYPE = "mediapipe.LLMCalculatorOptions"
+# Options of OVMS's LLMCalculatorOptions that genmesh accepts but does not act on.
+OVMS_ONLY_OPTIONS = frozenset(
+    {
+        "draft_models_path",
+        "draft_device",
+        "draft_max_num_batched_tokens",
+        "draft_cache_size",
+        "draft_block_size",
+        "draft_max_num_seqs",
+        "draft_dynamic_split_fuse",
+        "draft_plugin_config",
+        "draft_eagle3_mode",
+        "reasoning_parser",
+        "tool_parser",
+        "response_parser",
+        "enable_tool_guided_generation",
+        "max_prompt_length",
+    }
+)
+# OVMS's servable types; genmesh serves text with continuous batching (AUTO picks it on CPU/GPU).
+PipelineType = Literal["LM_CB", "AUTO"]
 
 
 class GraphError(ValueError):
@@ -38,6 +61,14 @@ class LLMNodeOptions(BaseModel):
     plugin_config: dict[str, Any] | None = None
     best_of_limit: int | None = Field(default=None, ge=1)
     max_tokens_limit: int | None = Field(default=None, ge=1)
+    pipeline_type: PipelineType | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> LLMNodeOptions:
+        unknown = sorted(set(self.model_extra or {}) - OVMS_ONLY_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(unknown)} (not an OVMS LLMCalculatorOptions field)")
+        return self
 
     @field_validator("plugin_config", mode="before")
     @classmethod
@@ -56,7 +87,7 @@ class LLMNodeOptions(BaseModel):
 
     def settings_overrides(self) -> dict[str, Any]:
         """The per-model settings these options set (everything but ``models_path``)."""
-        known = self.model_dump(exclude={"models_path"}, exclude_none=True)
+        known = self.model_dump(exclude={"models_path", "pipeline_type"}, exclude_none=True)
         return {k: v for k, v in known.items() if k in type(self).model_fields}
 
 
@@ -83,4 +114,57 @@ def llm_node_options(text: str, where: str = GRAPH_FILE) -> LLMNodeOptions:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ()))
-        raise GraphError(f"{where}: node_options {loc}: {first.get('msg')}") from exc
+        raise GraphError(f"{where}: node_options {loc + ': ' if loc else ''}{first.get('msg')}") from exc
+
+
+_GRAPH_TEMPLATE = """input_stream: "HTTP_REQUEST_PAYLOAD:input"
+output_stream: "HTTP_RESPONSE_PAYLOAD:output"
+
+node: {{
+  name: "LLMExecutor"
+  calculator: "HttpLLMCalculator"
+  input_stream: "LOOPBACK:loopback"
+  input_stream: "HTTP_REQUEST_PAYLOAD:input"
+  input_side_packet: "LLM_NODE_RESOURCES:llm"
+  output_stream: "LOOPBACK:loopback"
+  output_stream: "HTTP_RESPONSE_PAYLOAD:output"
+  input_stream_info: {{
+    tag_index: 'LOOPBACK:0',
+    back_edge: true
+  }}
+  node_options: {{
+      [type.googleapis.com / {options_type}]: {{
+{options}
+      }}
+  }}
+  input_stream_handler {{
+    input_stream_handler: "SyncSetInputStreamHandler",
+    options {{
+      [mediapipe.SyncSetInputStreamHandlerOptions.ext] {{
+        sync_set {{
+          tag_index: "LOOPBACK:0"
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def _pbtxt_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if name == "plugin_config":  # a JSON object in a single-quoted string, as export_model.py writes it
+        return "'" + json.dumps(value, separators=(",", ":")) + "'"
+    if name == "pipeline_type":  # an enum value: a bare word
+        return str(value)
+    return json.dumps(str(value))
+
+
+def render(options: LLMNodeOptions) -> str:
+    """The graph.pbtxt of one LLM node with these options (the set ones only)."""
+    values = options.model_dump(exclude_none=True, exclude=set(options.model_extra or {}))
+    lines = [f"          {name}: {_pbtxt_value(name, value)}," for name, value in values.items()]
+    return _GRAPH_TEMPLATE.format(options_type=OPTIONS_TYPE, options="\n".join(lines))

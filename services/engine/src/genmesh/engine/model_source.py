@@ -12,6 +12,9 @@ from typing import Any, BinaryIO, Literal
 
 _QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|F16|F32|BF16)$", re.IGNORECASE)
 IR_MODEL_FILE = "openvino_model.xml"
+# What an OpenVINO IR folder must hold besides the model (OVMS loads all of them): the tokenizer
+# and detokenizer IRs that openvino-tokenizers writes, each an .xml with its .bin.
+IR_TOKENIZER_FILES = ("openvino_tokenizer.xml", "openvino_detokenizer.xml")
 DEFAULT_CONTEXT = 4096
 
 
@@ -105,6 +108,20 @@ def _ir_context_length(folder: Path) -> int:
     return DEFAULT_CONTEXT
 
 
+def check_ir_folder(folder: Path) -> None:
+    """An IR folder the pipeline can load: each model's .xml with its .bin, and the tokenizer
+    IRs (without them OpenVINO GenAI fails deep in its load with a message naming neither)."""
+    for name in (IR_MODEL_FILE, *IR_TOKENIZER_FILES):
+        xml = folder / name
+        if not xml.is_file():
+            raise ModelSourceError(
+                f"OpenVINO IR folder {str(folder)!r} has no {name} (export the model with its tokenizer: "
+                "genmesh-export, or optimum-cli export openvino)"
+            )
+        if not xml.with_suffix(".bin").is_file():
+            raise ModelSourceError(f"{str(xml)!r} has no weights file {xml.with_suffix('.bin').name} beside it")
+
+
 def default_served_name(path: Path) -> str:
     if path.is_dir():
         return path.name
@@ -130,6 +147,7 @@ def _resolve(path: Path, served_name: str | None, max_model_len: int | None, fol
         context = _gguf_context_length(path)
     elif (path / IR_MODEL_FILE).is_file():
         kind = "openvino_ir"
+        check_ir_folder(path)
         context = _ir_context_length(path)
     else:
         ggufs = sorted(path.glob("*.gguf"))

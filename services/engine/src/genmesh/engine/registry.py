@@ -45,7 +45,7 @@ class ServedModel:
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.state: EngineState | None = None
-        self.error: str | None = spec.error
+        self.error: str | None = None  # why it failed to load
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -72,8 +72,6 @@ class ServedModel:
 
     async def load(self, families: MetricFamilies, on_fatal: Callable[[int], None] | None = None) -> None:
         spec = self.spec
-        assert spec.settings is not None, "only resolved models load"
-        assert spec.source is not None, "only resolved models load"
         try:
             metrics = EngineMetrics(spec.name, families)
             self.state = await EngineState.start(spec.settings, spec.source, metrics, on_fatal)
@@ -104,8 +102,7 @@ class ModelRegistry:
         first failure (single-model mode: a model that cannot load stops the server, as before);
         otherwise return at once and let each load finish, or fail, on its own."""
         for model in self.models.values():
-            if model.error is None:
-                model.task = asyncio.create_task(self._load(model, quiet=wait), name=f"load-{model.name}")
+            model.task = asyncio.create_task(self._load(model, quiet=wait), name=f"load-{model.name}")
         if wait:
             await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None))
 

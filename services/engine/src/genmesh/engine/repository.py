@@ -9,8 +9,11 @@ Each entry names a folder (``base_path``, relative paths against the config file
 default: the entry's name). A ``graph.pbtxt`` there (or at the entry's ``graph_path``) sets
 the model's pipeline options and ``models_path`` (relative to ``base_path``); without one
 the folder itself is the model (an OpenVINO IR export, or a folder with one GGUF) served with
-the server-wide flags. An entry that cannot be resolved is kept with its error, so that the
-others still serve and ``/v1/config`` can say why; an unreadable ``config.json`` is fatal.
+the server-wide flags. Whatever can be checked without loading a model is checked before the
+server starts, and any fault is fatal with a message naming the file: an unreadable
+``config.json``, a name used twice, a missing path, a bad ``graph.pbtxt``, an IR folder short of
+a file. A model that then fails to load (a device that does not exist, say) is reported by
+``/v1/config`` while the others serve.
 """
 
 from __future__ import annotations
@@ -36,12 +39,11 @@ class RepositoryError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model to serve: its own settings and source, or why it cannot be served."""
+    """One model to serve: its own settings (server-wide flags and its graph's options) and source."""
 
     name: str
-    settings: EngineSettings | None = None
-    source: ModelSource | None = None
-    error: str | None = None
+    settings: EngineSettings
+    source: ModelSource
     aliases: tuple[str, ...] = ()  # other values of ``model`` that mean this one
 
 
@@ -97,7 +99,7 @@ def from_config(path: Path, settings: EngineSettings) -> Repository:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise RepositoryError(f"{path}: model names must be unique, repeated: {', '.join(duplicates)}")
-    specs = tuple(_entry(e, path.parent, settings) for e in entries)
+    specs = tuple(_entry(e, path, settings) for e in entries)
     return Repository(specs, path)
 
 
@@ -106,10 +108,10 @@ def _relative_to(base: Path, value: str) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def _entry(entry: dict[str, Any], config_dir: Path, settings: EngineSettings) -> ModelSpec:
+def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -> ModelSpec:
     name: str = entry["name"]
     try:
-        base = _relative_to(config_dir, str(entry.get("base_path") or name))
+        base = _relative_to(config_path.parent, str(entry.get("base_path") or name))
         if not base.is_dir():
             raise ValueError(f"base_path {str(base)!r} is not a folder")
         graph_path = entry.get("graph_path")
@@ -125,7 +127,6 @@ def _entry(entry: dict[str, Any], config_dir: Path, settings: EngineSettings) ->
             raise ValueError(f"graph_path {str(graph)!r} does not exist")
         own = settings.model_copy(update={"model": str(model_path), "served_model_name": name, **overrides})
         source = resolve(str(model_path), name, own.max_model_len)
-    except Exception as exc:  # any entry's failure is that model's, not the server's
-        log.error("model %s cannot be served: %s", name, exc)
-        return ModelSpec(name, error=str(exc))
+    except (ValueError, OSError) as exc:  # ModelSourceError and GraphError are ValueErrors
+        raise RepositoryError(f"{config_path}: model {name!r} cannot be served: {exc}") from exc
     return ModelSpec(name, own, source)
