@@ -233,7 +233,7 @@ class _Exchange:
         relay = self.wrap(relay, key, resp.status)
         try:
             headers = response_headers(resp)
-            if resp.status in (429, 503) and resp.header(b"retry-after") is None:
+            if resp.status in (429, 502, 503) and resp.header(b"retry-after") is None:
                 headers.append((b"retry-after", b"%d" % route.retry_after_s))
             headers += [
                 (b"x-queue-position", b"%d" % ticket.position),
@@ -401,9 +401,11 @@ class _Exchange:
             except TimeoutError as exc:
                 up.record_failure("timeout")
                 raise upstream_timeout("first token" if stream else "total", wait_s) from exc
-            except UpstreamError as exc:
+            except UpstreamError as exc:  # the upstream went away mid-request: worth a retry soon
                 up.record_failure(type(exc).__name__)
-                raise bad_gateway(f"upstream request failed: {type(exc).__name__}") from exc
+                raise with_retry_after(
+                    bad_gateway(f"upstream request failed: {type(exc).__name__}"), route.retry_after_s
+                ) from exc
             st.metrics.upstream_requests.labels(route.name, up.name).inc()
             if resp.status not in (502, 503):
                 up.record_success()
