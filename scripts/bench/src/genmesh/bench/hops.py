@@ -178,8 +178,7 @@ def gateway(args: argparse.Namespace) -> int:
 def gateway_queue(args: argparse.Namespace) -> Result:
     log_dir, passes, slots = Path(args.log_dir), list[Result](), args.max_concurrency
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        upstream = start_fake_upstream(args.upstream_delay_ms, log_dir / "queue-upstream.log")
-        stack.callback(upstream.stop)
+        upstream = stack.enter_context(start_fake_upstream(args.upstream_delay_ms, log_dir / "queue-upstream.log"))
         route = {"url": upstream.url, "health_path": "/health", "max_concurrency": slots}
         gw, redis = start_gateway(stack, Path(tmp), route, log_dir, "bench", prefix="queue-")
         port = int(gw.url.rsplit(":", 1)[1])

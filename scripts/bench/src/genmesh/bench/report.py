@@ -217,10 +217,8 @@ class Report:
             f"as (b), serving `{folder}` (`genmesh-export --weight-format {fmt}`, {size:.0f} MiB); up in {load_s:.1f} s"
         )
         self.settings.append((label, "this commit", settings))
-        try:
+        with server:
             self.line(label, key, server.url, False, [server.proc.pid])
-        finally:
-            server.stop()
 
     def peer(self, p: Peer) -> None:
         self.settings.append((p.label, p.version or "-", p.settings))
@@ -233,10 +231,8 @@ class Report:
         if server is None or p.note:
             self.notes.append(f"{p.label}: {p.note}")
             return
-        try:
+        with server:
             self.line(p.label, p.key, server.url, True, [server.proc.pid])
-        finally:
-            server.stop()
 
     def run(self) -> None:
         args, lines, t0 = self.args, set(self.args.lines), time.monotonic()

@@ -43,18 +43,27 @@ def answers(url: str) -> bool:
 
 @dataclass
 class ManagedServer:
+    """A server process (the tests' servers too); ``with server:`` stops it on the way out."""
+
     name: str
     proc: subprocess.Popen[bytes]
     url: str
     log_path: Path
 
+    def __enter__(self) -> ManagedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM to its process group, SIGKILL after ``timeout_s``."""
+        """SIGTERM, SIGKILL after ``timeout_s``: to its process group when it leads one (:func:`start`), else to it."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if self.proc.poll() is not None:
                 return
             with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(self.proc.pid, sig)
+                pid = self.proc.pid
+                (os.killpg if os.getpgid(pid) == pid else os.kill)(pid, sig)
                 self.proc.wait(timeout_s)
 
 
@@ -110,14 +119,12 @@ def start_gateway(
     if (binary := shutil.which("redis-server")) is None:
         raise FileNotFoundError("redis-server not found: run 'make redis' (scripts/ensure_redis.sh install)")
     argv = [binary, "--port", PORT, "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
-    stack.callback((redis := start("redis", argv, log_dir / f"{prefix}redis.log", 30.0, None)).stop)
+    redis = stack.enter_context(start("redis", argv, log_dir / f"{prefix}redis.log", 30.0, None))
     config = tmp / f"{prefix}gateway.yaml"
     config.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
     argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis.url]
     argv += ["--auth", "off", "--log-level", "warning"]
-    gateway = start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")
-    stack.callback(gateway.stop)
-    return gateway, redis
+    return stack.enter_context(start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")), redis
 
 
 def start_fake_upstream(delay_ms: float, log_path: Path) -> ManagedServer:
@@ -153,15 +160,10 @@ def running_mesh(
 ) -> Iterator[Mesh]:
     """The engine (or ``engine_url``), the microservice, Redis and the gateway, as asked; stopped afterwards."""
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-
-        def started(server: ManagedServer) -> ManagedServer:
-            stack.callback(server.stop)
-            return server
-
-        extra = ("--served-model-name", model_name)
-        engine = None if engine_url else started(start_engine(model, Scheduler(), log_dir / "engine.log", extra=extra))
+        extra, up = ("--served-model-name", model_name), stack.enter_context
+        engine = None if engine_url else up(start_engine(model, Scheduler(), log_dir / "engine.log", extra=extra))
         engine_url = engine.url if engine else str(engine_url)
-        ms = started(start_microservice(engine_url, log_dir / "microservice.log")) if microservice or gateway else None
+        ms = up(start_microservice(engine_url, log_dir / "microservice.log")) if microservice or gateway else None
         upstream = {"url": ms.url if ms else "", "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
         gw = start_gateway(stack, Path(tmp), upstream, log_dir, model_name)[0] if gateway and ms else None
         yield Mesh(engine, engine_url, ms if microservice else None, gw)
