@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 from genmesh.gateway.affinity import block_hashes, prompt_bytes
 from genmesh.gateway.config import load_config
 from support.gateway_helpers import Fake, counter
+from support.polling import until
 from support.servers import Server, free_port, start_server, wait_until
 
 PREFIX_TTL_S = 30.0
@@ -104,10 +104,7 @@ def test_x_upstream_and_requests_per_upstream(start_gateway: Any, fakes: dict[st
                 asyncio.create_task(client.post(gw.url + "/v1/chat/completions", json=_body("p", str(i))))
                 for i in range(2)
             ]
-            deadline = time.monotonic() + 10
-            while sum(f.stats()["in_flight"] for f in fakes.values()) < 2:
-                assert time.monotonic() < deadline, "two requests never reached the upstreams"
-                await asyncio.sleep(0.02)
+            await until(lambda: sum(f.stats()["in_flight"] for f in fakes.values()) >= 2, 10, "both at the upstreams")
             for f in fakes.values():
                 f.hold(False)
             return list(await asyncio.gather(*sent))
@@ -165,10 +162,7 @@ def test_imbalance_guard_falls_back_to_least_loaded(start_gateway: Any, fakes: d
             for k in range(1, 6):
                 body = _body(_system_prompt(0), f"q{k}", stream=True)
                 sent.append(asyncio.create_task(client.post(gw.url + "/v1/chat/completions", json=body)))
-                deadline = time.monotonic() + 10
-                while sum(in_flight()) < k:
-                    assert time.monotonic() < deadline, f"request {k} never reached an upstream"
-                    await asyncio.sleep(0.02)
+                await until(lambda k=k: sum(in_flight()) >= k, 10, f"request {k} at an upstream")
                 seen.append(in_flight())
             for f in fakes.values():
                 f.hold(False)

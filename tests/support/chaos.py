@@ -148,7 +148,7 @@ class GaugeWatch:
                 self.last = in_flight(r.text)
                 self.peak = max(self.peak, self.last)
                 self.samples += 1
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the sampling interval (a monitor, not synchronisation)
 
     def start(self, client: httpx.AsyncClient) -> None:
         self._task = asyncio.create_task(self._run(client))
