@@ -62,12 +62,7 @@ def chat_batch(n: int, max_tokens: int) -> list[RequestSpec]:
 
 
 def random_requests(
-    codec: TokenCodec,
-    n: int,
-    input_len: int,
-    output_len: int,
-    range_ratio: float = 0.0,
-    seed: int = 0,
+    codec: TokenCodec, n: int, input_len: int, output_len: int, range_ratio: float = 0.0, seed: int = 0
 ) -> list[RequestSpec]:
     """``n`` prompts of random tokens, ``input_len`` (± ``range_ratio``) long once re-encoded; outputs alike."""
     if not 0.0 <= range_ratio < 1.0:
@@ -125,16 +120,10 @@ def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
 
 
 def sharegpt_requests(
-    codec: TokenCodec,
-    path: Path,
-    n: int,
-    output_len: int | None = None,
-    seed: int = 0,
-    max_prompt_len: int = 1024,
-    max_total_len: int = 2048,
+    codec: TokenCodec, path: Path, n: int, output_len: int | None = None, seed: int = 0
 ) -> list[RequestSpec]:
     """``n`` first human turns sampled from a ShareGPT JSON file, each to generate its reply's length
-    (or ``output_len``); filtered as vLLM does (under 4 tokens, or too long, is skipped)."""
+    (or ``output_len``); filtered as vLLM does (under 4 tokens, a prompt over 1,024 or both over 2,048: skipped)."""
     pairs = parse_sharegpt(json.loads(path.read_text()))
     random.Random(seed).shuffle(pairs)
     out: list[RequestSpec] = []
@@ -143,7 +132,7 @@ def sharegpt_requests(
             break
         prompt_len = len(codec.encode(prompt))
         reply_len = output_len if output_len is not None else len(codec.encode(reply))
-        if prompt_len < 4 or reply_len < 4 or prompt_len > max_prompt_len or prompt_len + reply_len > max_total_len:
+        if prompt_len < 4 or reply_len < 4 or prompt_len > 1024 or prompt_len + reply_len > 2048:
             continue
         out.append(RequestSpec(prompt, prompt_len, reply_len))
     if len(out) < n:

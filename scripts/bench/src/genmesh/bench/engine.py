@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
@@ -21,7 +22,7 @@ from .datasets import RequestSpec, TokenCodec, default_prompts, shared_prefix_re
 from .inprocess import FIELDS, Pipeline, Scheduler
 from .load import Endpoint, measure, served_model
 from .render import fmt, say, table
-from .results import Result, describe, median, save
+from .results import Result, describe, percentile, save
 from .servers import start_engine
 
 TARGET_RATIO = 0.90
@@ -50,7 +51,7 @@ def summary(rounds: dict[str, list[Result]], max_steal_pct: float, concurrency: 
     per_run = [{key: figure(h, i) for key, (_, _, figure) in COLUMNS.items()} for h, i in pairs]
 
     def medians(runs: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
-        return {key: median(run[key] for run in runs) for key in COLUMNS}
+        return {key: percentile((run[key] for run in runs), 50) for key in COLUMNS}
 
     def cells(figures: dict[str, float | None]) -> list[str]:
         return [fmt(figures[key], spec) for key, (_, spec, _) in COLUMNS.items()]
@@ -129,7 +130,7 @@ async def pairs(args: argparse.Namespace, scheduler: Scheduler, stamp: str) -> i
         server = await asyncio.to_thread(start_engine, args.model, scheduler, log, timeout_s=args.startup_timeout_s)
         say(f"http: server healthy at {server.url} after {time.perf_counter() - t0:.1f}s")
     url = server.url if server else args.url.rstrip("/")
-    try:
+    with server or contextlib.nullcontext():
         endpoint = Endpoint(url, await served_model(url))
         say(f"http: warm-up ({warmup} requests x {WARMUP_TOKENS} tokens)")
         await measure(endpoint, [RequestSpec(p, 0, WARMUP_TOKENS) for p in prompts[:warmup]], label="warm-up")
@@ -144,10 +145,6 @@ async def pairs(args: argparse.Namespace, scheduler: Scheduler, stamp: str) -> i
                 return await asyncio.to_thread(pipe.measure, "in-process", len(prompts), args.max_tokens)
 
             rounds = await alternate({"http": http, "in-process": in_process}, args.repeats)
-    finally:
-        if server is not None:
-            server.stop()
-            say("http: server stopped")
     s = summary(rounds, args.quiet_steal_pct, args.concurrency)
     print(s.pop("table"), *s.pop("verdicts"), sep="\n")
     if failed := sum(r["failed"] for r in rounds["http"]):
@@ -190,7 +187,7 @@ async def shared_prefix(args: argparse.Namespace, scheduler: Scheduler, stamp: s
     figures = {"median_ttft_ms": ".0f", "p99_ttft_ms": ".0f", "output_throughput": ".1f", "steal_percent": ".1f"}
     rows = [[r["label"].split()[-1], *(fmt(r[k], spec) for k, spec in figures.items()), str(r["failed"])] for r in runs]
     print(table(header, rows))
-    ttft = ratio(*(median(r["median_ttft_ms"] for r in rounds[name]) for name in ("on", "off")))
+    ttft = ratio(*(percentile((r["median_ttft_ms"] for r in rounds[name]), 50) for name in ("on", "off")))
     verdict = "-" if ttft is None else f"{ttft:.3f} {'PASS' if ttft <= TARGET_TTFT_RATIO else 'FAIL'}"
     print(f"target TTFT p50 with prefix caching / without <= {TARGET_TTFT_RATIO:.2f}: {verdict}")
     print(f"results: {save(runs, args.results_dir / f'engine-shared-prefix-{stamp}.json')}")

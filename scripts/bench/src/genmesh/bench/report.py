@@ -27,18 +27,6 @@ from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, star
 
 BASELINE = "inprocess"
 FULL = {"concurrency": [1, 8, 32], "request_rates": [2.0, 8.0], "rate_requests": 32, "output_len": 64, "input_len": 128}
-LINES = [
-    "inprocess",
-    "engine",
-    "microservice",
-    "gateway",
-    "ir-int8",
-    "ir-int4",
-    "vllm",
-    "llama",
-    "llama-nocache",
-    "opea",
-]
 IR_LINES = {"ir-int8": "int8", "ir-int4": "int4"}  # line: weight format of genmesh-export's IR (make model-ir)
 COLUMNS = ["line", "load", "ok/failed", "req/s", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"]
 COLUMNS += ["TPOT p99 ms", "ITL p50 ms", "E2E p50 ms", "steal %", "other CPU %", "vs (a)", "vs best peer"]
@@ -49,6 +37,7 @@ OURS = {  # line: (label, settings)
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
+LINES = [BASELINE, *OURS, *IR_LINES, "vllm", "llama", "llama-nocache", "opea"]  # in the order they run
 WORK = """## Work (the same for every line)
 
 - Model: `{a.model}` (SmolLM2-135M-Instruct, GGUF Q4_1; vLLM serves its bf16 conversion).
@@ -72,9 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-len", type=int, default=FULL["input_len"], help="prompt tokens (model tokenizer)")
     p.add_argument("--output-len", type=int, default=FULL["output_len"], help="new tokens per request (ignore_eos)")
     p.add_argument("--lines", nargs="+", default=LINES, help="which lines to run (default all)")
-    p.add_argument(
-        "--ir-repo", type=Path, default=Path("models/repository"), help="where the IR lines' exports are (MODEL_REPO)"
-    )
+    p.add_argument("--ir-repo", type=Path, default=Path("models/repository"), help="the IR lines' exports (MODEL_REPO)")
     p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip py-spy on the engine")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="the Markdown report")
@@ -86,14 +73,13 @@ def ratios(runs: Sequence[Result], baseline: str) -> list[tuple[float | None, fl
     """(throughput / the ``baseline`` line's, throughput / the best peer's) for each run, at its level."""
     base: dict[str, float] = {}
     best: dict[str, float] = {}
-    for run in runs:
-        lv, tput = level(run), float(run.get("output_throughput") or 0.0)
-        if tput and run.get("completed") and run.get("target") == baseline:
+    for run in (r for r in runs if r.get("output_throughput") and r.get("completed")):
+        lv, tput = level(run), float(run["output_throughput"])
+        if run.get("target") == baseline:
             base[lv] = tput
-        if tput and run.get("completed") and run.get("peer"):
+        if run.get("peer"):
             best[lv] = max(best.get(lv, 0.0), tput)
-    tputs = [(r.get("output_throughput"), level(r)) for r in runs]
-    return [(ratio(tput, base.get(lv)), ratio(tput, best.get(lv))) for tput, lv in tputs]
+    return [(ratio(t := r.get("output_throughput"), base.get(lv := level(r))), ratio(t, best.get(lv))) for r in runs]
 
 
 def results_table(runs: Sequence[Result], baseline: str) -> str:
@@ -223,12 +209,11 @@ class Report:
     def peer(self, p: Peer) -> None:
         self.settings.append((p.label, p.version or "-", p.settings))
         say(f"{p.label}: {p.note or 'starting'}")
-        server = None
         try:
             server = None if p.note else p.start(self.args.log_dir / f"{p.key}.log")
         except Exception as exc:  # a peer that fails to start is reported, not fatal
-            p.note = f"failed to start here: {exc}".splitlines()[0]
-        if server is None or p.note:
+            server, p.note = None, f"failed to start here: {exc}".splitlines()[0]
+        if server is None:
             self.notes.append(f"{p.label}: {p.note}")
             return
         with server:
@@ -240,14 +225,12 @@ class Report:
             self.inprocess()
         if lines & set(OURS):
             self.mesh(lines)
-        for key in IR_LINES:
-            if key in lines:
-                self.ir(key)
+        for key in (key for key in IR_LINES if key in lines):
+            self.ir(key)
         if "vllm" in lines:
             self.peer(vllm_peer())
-        for key in ("llama", "llama-nocache"):
-            if key in lines:
-                self.peer(llama_peer(args.model, key == "llama", max(args.concurrency), args.llama_threads))
+        for key in (key for key in ("llama", "llama-nocache") if key in lines):
+            self.peer(llama_peer(args.model, key == "llama", max(args.concurrency), args.llama_threads))
         if "opea" in lines:
             self.settings.append(("(g) OPEA text-generation", "-", "-"))
             self.notes.append(f"(g) OPEA text-generation microservice: {OPEA_NOTE}")

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -99,15 +98,10 @@ class StealMeter:
             self.other_percent = max(0.0, self.busy_percent - 100.0 * own_s / span)
 
 
-def percentile(samples: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100, linear interpolation), ``None`` for no samples."""
-    return float(np.percentile(np.asarray(samples, dtype=np.float64), q)) if len(samples) else None
-
-
-def median(values: Iterable[float | None]) -> float | None:
-    """Median of the values that are not ``None``."""
-    present = [v for v in values if v is not None]
-    return float(statistics.median(present)) if present else None
+def percentile(samples: Iterable[float | None], q: float) -> float | None:
+    """The ``q``-th percentile (0-100, linear interpolation; 50: the median) of the samples that are not ``None``."""
+    present = [s for s in samples if s is not None]
+    return float(np.percentile(np.asarray(present, dtype=np.float64), q)) if present else None
 
 
 def parse_goodput(items: Sequence[str]) -> dict[str, float]:

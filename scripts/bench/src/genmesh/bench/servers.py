@@ -106,12 +106,6 @@ def start_engine(
     return start("engine", [*argv, "--stats-log-interval-s", "0", *extra], log_path, timeout_s)
 
 
-def start_microservice(engine_url: str, log_path: Path) -> ManagedServer:
-    """``python -m genmesh.microservice`` relaying to ``engine_url``."""
-    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", PORT]
-    return start("microservice", [*argv, "--log-level", "warning"], log_path, 60.0, "/v1/health_check")
-
-
 def start_gateway(
     stack: ExitStack, tmp: Path, upstream: dict[str, Any], log_dir: Path, model: str, prefix: str = ""
 ) -> tuple[ManagedServer, ManagedServer]:
@@ -160,10 +154,12 @@ def running_mesh(
 ) -> Iterator[Mesh]:
     """The engine (or ``engine_url``), the microservice, Redis and the gateway, as asked; stopped afterwards."""
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        extra, up = ("--served-model-name", model_name), stack.enter_context
+        extra, up, ms_too = ("--served-model-name", model_name), stack.enter_context, microservice or gateway
         engine = None if engine_url else up(start_engine(model, Scheduler(), log_dir / "engine.log", extra=extra))
         engine_url = engine.url if engine else str(engine_url)
-        ms = up(start_microservice(engine_url, log_dir / "microservice.log")) if microservice or gateway else None
+        argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", PORT]
+        argv += ["--log-level", "warning"]
+        ms = up(start("microservice", argv, log_dir / "microservice.log", 60.0, "/v1/health_check")) if ms_too else None
         upstream = {"url": ms.url if ms else "", "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
         gw = start_gateway(stack, Path(tmp), upstream, log_dir, model_name)[0] if gateway and ms else None
         yield Mesh(engine, engine_url, ms if microservice else None, gw)
