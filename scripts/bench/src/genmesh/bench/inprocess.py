@@ -38,13 +38,6 @@ class Scheduler:
             flags += [flag if value else f"--no-{flag[2:]}"] if isinstance(value, bool) else [flag, str(value)]
         return [*flags, "--plugin-config", json.dumps(self.plugin_config)]
 
-    def to_openvino(self, ov_genai: Any) -> Any:
-        """An ``openvino_genai.SchedulerConfig`` with these fields, as the engine core builds it."""
-        config = ov_genai.SchedulerConfig()
-        for name in FIELDS:
-            setattr(config, name, getattr(self, name))
-        return config
-
 
 _LOADED: dict[str, Any] = {}  # the worker process's pipeline, prompts and load time (see :class:`Pipeline`)
 
@@ -63,8 +56,10 @@ def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, war
     import openvino_genai as ov_genai
 
     say("in-process: loading the pipeline")
-    t0 = time.perf_counter()
-    pipe = ov_genai.ContinuousBatchingPipeline(model, scheduler.to_openvino(ov_genai), "CPU", scheduler.plugin_config)
+    t0, config = time.perf_counter(), ov_genai.SchedulerConfig()  # as the engine core builds it
+    for name in FIELDS:
+        setattr(config, name, getattr(scheduler, name))
+    pipe = ov_genai.ContinuousBatchingPipeline(model, config, "CPU", scheduler.plugin_config)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
     inputs = []
     for prompt in prompts:

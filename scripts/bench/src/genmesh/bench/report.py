@@ -23,7 +23,7 @@ from .inprocess import Pipeline, Scheduler
 from .load import Endpoint, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
-from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, start_engine, vllm_peer
+from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, start, start_engine, vllm_peer
 
 BASELINE = "inprocess"
 FULL = {"concurrency": [1, 8, 32], "request_rates": [2.0, 8.0], "rate_requests": 32, "output_len": 64, "input_len": 128}
@@ -193,24 +193,18 @@ class Report:
         if not (folder / "openvino_model.xml").is_file():
             self.notes.append(f"{label}: no export at `{folder}` (make model-ir, make model-ir-int4)")
             return
-        started = time.monotonic()
-        server = start_engine(
-            str(folder), Scheduler(), self.args.log_dir / f"{key}.log", extra=["--served-model-name", MODEL_NAME]
-        )
-        load_s = time.monotonic() - started
         size = sum(f.stat().st_size for f in folder.glob("openvino_model.*")) / 2**20
-        settings = (
-            f"as (b), serving `{folder}` (`genmesh-export --weight-format {fmt}`, {size:.0f} MiB); up in {load_s:.1f} s"
-        )
-        self.settings.append((label, "this commit", settings))
-        with server:
+        settings = f"as (b), serving `{folder}` (`genmesh-export --weight-format {fmt}`, {size:.0f} MiB)"
+        started, extra = time.monotonic(), ["--served-model-name", MODEL_NAME]
+        with start_engine(str(folder), Scheduler(), self.args.log_dir / f"{key}.log", extra=extra) as server:
+            self.settings.append((label, "this commit", f"{settings}; up in {time.monotonic() - started:.1f} s"))
             self.line(label, key, server.url, False, [server.proc.pid])
 
     def peer(self, p: Peer) -> None:
         self.settings.append((p.label, p.version or "-", p.settings))
         say(f"{p.label}: {p.note or 'starting'}")
         try:
-            server = None if p.note else p.start(self.args.log_dir / f"{p.key}.log")
+            server = None if p.note else start(p.key, p.argv, self.args.log_dir / f"{p.key}.log", p.timeout_s, **p.env)
         except Exception as exc:  # a peer that fails to start is reported, not fatal
             server, p.note = None, f"failed to start here: {exc}".splitlines()[0]
         if server is None:

@@ -187,9 +187,6 @@ class Peer:
     note: str = ""  # why it cannot run here ("" when it can)
     version: str = ""
 
-    def start(self, log_path: Path) -> ManagedServer:
-        return start(self.key, self.argv, log_path, self.timeout_s, **self.env)
-
 
 def vllm_peer(kv_cache_gb: int = 2, max_num_seqs: int = 256) -> Peer:
     settings = (
