@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import subprocess
@@ -187,16 +186,9 @@ def describe() -> dict[str, str]:
 
 def save(results: Any, path: Path) -> Path:
     """``results`` as JSON (NaN as null, infinity as ``"inf"``) at ``path``."""
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None if math.isnan(value) else "inf"
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        return [clean(v) for v in value] if isinstance(value, list) else value
-
+    clean = json.loads(json.dumps(results), parse_constant=lambda name: None if name == "NaN" else "inf")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(clean(results), indent=2) + "\n")
+    path.write_text(json.dumps(clean, indent=2) + "\n")
     return path
 
 
