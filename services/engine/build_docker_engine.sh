@@ -2,14 +2,13 @@
 # Build the genmesh engine image (OpenVINO GenAI continuous batching).
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$here/../../scripts/lib/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/common.sh"
 
 usage() {
     cat <<USAGE
 Usage: $(basename "$0") [cpu|gpu] [--tag IMAGE] [--no-cache] [--help]
 
-Builds the engine image from the repository root with services/engine/Dockerfile:
+Builds the engine image from the repository root with services/Dockerfile (SERVICE=engine):
   cpu (default)  -> opea/genmesh-engine:latest
   gpu            -> opea/genmesh-engine:gpu (adds Intel's OpenCL / Level Zero GPU runtime)
 USAGE
@@ -23,5 +22,5 @@ case "${arg_target:-cpu}" in
     gpu) default_image="opea/genmesh-engine:gpu"; gpu_runtime=1 ;;
     *) die "unknown device '$arg_target': expected cpu or gpu" ;;
 esac
-build_args=(--build-arg "GPU_RUNTIME=$gpu_runtime")
-docker_build "$here/Dockerfile" "$repo_root" "$default_image"
+build_args=(--build-arg SERVICE=engine --build-arg "GPU_RUNTIME=$gpu_runtime")
+docker_build "$repo_root/services/Dockerfile" "$repo_root" "$default_image"
