@@ -118,12 +118,15 @@ class ServiceCli(CliSettingsSource[ArgumentParser]):
         return f"{self._flags.get(name, name)} ({env})" if env else self._flags.get(name, name)
 
     def fail(self, exc: ValidationError | SettingsError) -> NoReturn:
+        """Exit 2 with a usage error naming each bad setting (and its value, unless a secret)."""
         if isinstance(exc, SettingsError):
             self.root_parser.error(str(exc))
         lines = []
         for error in exc.errors():
-            name = str(error["loc"][0]) if error["loc"] else ""
-            lines.append(f"{self.describe(_field_name(self._fields, name))}: {error['msg']} (got {error['input']!r})")
+            name = _field_name(self._fields, str(error["loc"][0]) if error["loc"] else "")
+            secret = name in self._fields and any(isinstance(m, EnvOnly) for m in self._fields[name].metadata)
+            got = "" if secret else f" (got {error['input']!r})"
+            lines.append(f"{self.describe(name)}: {error['msg']}{got}")
         self.root_parser.error("bad setting: " + "; ".join(lines))
 
 
