@@ -8,17 +8,19 @@
 #   scripts/ensure_redis.sh stop [DIR]          stop the private redis-server started in DIR
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 cmd="${1:-start}"
 url="${2:-${REDIS_URL:-redis://127.0.0.1:6379/0}}"
 
 install_redis() {
-    if command -v redis-server >/dev/null 2>&1; then
+    if have redis-server; then
         return 0
     fi
     echo "==> installing redis-server (Debian package)"
     local sudo=""
     if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || { echo "redis-server is missing and I am not root: install it (apt-get install redis-server)" >&2; exit 1; }
+        have sudo || { echo "redis-server is missing and I am not root: install it (apt-get install redis-server)" >&2; exit 1; }
         sudo="sudo"
     fi
     $sudo apt-get update -q

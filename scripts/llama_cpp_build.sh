@@ -4,6 +4,8 @@
 # binary. Idempotent: a second run with the binary in place is a no-op.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 usage() {
     cat <<'EOF'
 Usage: scripts/llama_cpp_build.sh [--help]
@@ -25,25 +27,12 @@ crashes on this CPU), e.g.: llama-server -m MODEL.gguf -np 32 -t 2 --no-repack
 EOF
 }
 
-if [[ $# -gt 0 ]]; then
-    case "$1" in
-        -h | --help)
-            usage
-            exit 0
-            ;;
-        *)
-            echo "error: unexpected argument '$1' (see --help)" >&2
-            exit 2
-            ;;
-    esac
-fi
+no_arguments "$@"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$repo_root"
 cache="${LLAMA_CPP_CACHE:-.cache/llama.cpp}"
 version="${LLAMA_CPP_PY_VERSION-0.3.36}"
 jobs="${JOBS:-$(nproc)}"
-dry_run="${DRY_RUN:-0}"
 python="${PYTHON:-}"
 if [[ -z "$python" ]]; then
     if [[ -x .venv/bin/python ]]; then python=.venv/bin/python; else python=python3; fi
@@ -52,21 +41,14 @@ spec="llama-cpp-python"
 [[ -n "$version" ]] && spec="llama-cpp-python==$version"
 binary="$cache/bin/llama-server"
 
-run() {
-    printf '+ %s\n' "$*"
-    if [[ "$dry_run" != "1" ]]; then
-        "$@"
-    fi
-}
-
-if [[ -x "$binary" && "$dry_run" != "1" ]]; then
+if [[ -x "$binary" ]] && ! is_dry_run; then
     echo "==> llama-server already built: $binary ($(cat "$cache/VERSION" 2>/dev/null || echo unknown))"
     echo "$binary"
     exit 0
 fi
 
 for tool in cmake c++ make; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
+    if ! have "$tool"; then
         echo "error: $tool not found: apt-get install -y cmake build-essential" >&2
         exit 1
     fi
@@ -76,8 +58,8 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/llama-cpp-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 echo "==> [1/3] downloading the $spec sdist"
-run "$python" -m pip download --no-binary :all: --no-deps --progress-bar on -d "$work" "$spec"
-if [[ "$dry_run" == "1" ]]; then
+run_traced "$python" -m pip download --no-binary :all: --no-deps --progress-bar on -d "$work" "$spec"
+if is_dry_run; then
     src="$work/llama_cpp_python-VERSION/vendor/llama.cpp"
 else
     sdist="$(find "$work" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -n 1)"
@@ -88,15 +70,15 @@ else
 fi
 
 echo "==> [2/3] configuring and building llama-server ($jobs jobs; about 12 minutes on 2 cores)"
-run cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+run_traced cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=ON
-run cmake --build "$work/build" --target llama-server -j "$jobs"
+run_traced cmake --build "$work/build" --target llama-server -j "$jobs"
 
 echo "==> [3/3] caching the binary in $cache"
-run mkdir -p "$cache/bin"
-run install -m 0755 "$work/build/bin/llama-server" "$binary"
-if [[ "$dry_run" != "1" ]]; then
+run_traced mkdir -p "$cache/bin"
+run_traced install -m 0755 "$work/build/bin/llama-server" "$binary"
+if ! is_dry_run; then
     printf '%s (llama.cpp bundled in %s)\n' "$("$binary" --version 2>&1 | grep -m1 -i version || echo unknown)" \
         "$(basename "$sdist" .tar.gz)" >"$cache/VERSION"
     cat "$cache/VERSION"

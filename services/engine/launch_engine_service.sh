@@ -2,10 +2,7 @@
 # Launch the genmesh engine (OpenVINO GenAI continuous batching) in Docker or natively.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=services/engine/_lib.sh
-source "$here/_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/common.sh"
 
 DEFAULT_MODEL="models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -35,18 +32,10 @@ Environment:
 USAGE
 }
 
-for arg in "$@"; do
-    case "$arg" in
-        -h | --help) usage; exit 0 ;;
-    esac
-done
+help_if_asked "$@"
 [[ $# -le 3 ]] || die "at most 3 parameters (port model device), got $#"
 
-runtime="${RUNTIME:-docker}"
-case "$runtime" in
-    docker | native) ;;
-    *) die "RUNTIME must be docker or native, got '$runtime'" ;;
-esac
+check_runtime
 
 port="${1:-8008}"
 model="${2:-${ENGINE_MODEL:-$DEFAULT_MODEL}}"
@@ -62,11 +51,9 @@ cache_size="${ENGINE_CACHE_SIZE:-2}"
 [[ "$cache_size" =~ ^[0-9]+$ ]] || die "ENGINE_CACHE_SIZE '$cache_size' is not a whole number of GB"
 
 # The engine reads a local GGUF file or OpenVINO IR folder; relative paths are from the repo root.
-if [[ "$model" != /* && ! -e "$model" && -e "$root/$model" ]]; then
-    model="$root/$model"
-fi
+model="$(from_repo_root "$model")"
 if [[ ! -e "$model" ]]; then
-    if [[ "${DRY_RUN:-0}" == "1" ]]; then
+    if is_dry_run; then
         echo "warning: model '$model' does not exist here (run 'make model')" >&2
     else
         echo "error: model '$model' not found: a GGUF file or OpenVINO IR folder (run 'make model')" >&2
@@ -83,11 +70,11 @@ engine_args=(--device "$ov_device" --cache-size "$cache_size")
 if [[ "$runtime" == native ]]; then
     program="${GENMESH_ENGINE:-}"
     if [[ -z "$program" ]]; then
-        if [[ -x "$root/.venv/bin/genmesh-engine" ]]; then
-            program="$root/.venv/bin/genmesh-engine"
-        elif command -v genmesh-engine >/dev/null 2>&1; then
+        if [[ -x "$repo_root/.venv/bin/genmesh-engine" ]]; then
+            program="$repo_root/.venv/bin/genmesh-engine"
+        elif have genmesh-engine; then
             program="$(command -v genmesh-engine)"
-        elif [[ "${DRY_RUN:-0}" == "1" ]]; then
+        elif is_dry_run; then
             program="genmesh-engine"
         else
             echo "error: genmesh-engine not found (run 'make venv', or set GENMESH_ENGINE)" >&2

@@ -8,13 +8,12 @@
 # hard-codes 40 GB); the Hugging Face token is passed only when one is set.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-# shellcheck source=services/engine/_lib.sh
-source "$here/_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/common.sh"
 
 DEFAULT_MODEL="meta-llama/Meta-Llama-3-8B-Instruct"
 NATIVE_DEFAULT_MODEL="models/SmolLM2-135M-Instruct-hf"
+# vLLM-CPU's tuning variables, passed on when set.
+CPU_TUNING_VARS=(VLLM_CPU_OMP_THREADS_BIND VLLM_CPU_NUM_OF_RESERVED_CPU VLLM_LOGGING_LEVEL)
 
 usage() {
     cat <<USAGE
@@ -66,20 +65,12 @@ Environment:
 USAGE
 }
 
-for arg in "$@"; do
-    case "$arg" in
-        -h | --help) usage; exit 0 ;;
-    esac
-done
+help_if_asked "$@"
 if [[ $# -gt 7 ]]; then
     die "at most 7 parameters (port model hw_mode parallel_number block_size max_num_seqs max_seq_len_to_capture), got $#"
 fi
 
-runtime="${RUNTIME:-docker}"
-case "$runtime" in
-    docker | native) ;;
-    *) die "RUNTIME must be docker or native, got '$runtime'" ;;
-esac
+check_runtime
 
 if [[ "$runtime" == native ]]; then
     default_model="${LLM_MODEL_ID:-${LLM_MODEL:-$NATIVE_DEFAULT_MODEL}}"
@@ -113,16 +104,11 @@ fi
 kv_space="${VLLM_CPU_KVCACHE_SPACE:-4}"
 check_gb VLLM_CPU_KVCACHE_SPACE "$kv_space"
 dtype="${VLLM_DTYPE:-}"
-extra=()
-if [[ -n "${VLLM_EXTRA_ARGS:-}" ]]; then
-    read -r -a extra <<<"$VLLM_EXTRA_ARGS"
-fi
+split_words extra "${VLLM_EXTRA_ARGS:-}"
 
 # The model as the server sees it: a local folder is mounted read-only at /models/NAME.
 # A relative folder that is not here may be meant from the repository root (models/...).
-if [[ "$model" != /* && ! -e "$model" && -e "$root/$model" ]]; then
-    model="$root/$model"
-fi
+model="$(from_repo_root "$model")"
 served_name="${SERVED_MODEL_NAME:-}"
 mount=()
 server_model="$model"
@@ -147,20 +133,16 @@ server_args=(--model "$server_model" --served-model-name "$served_name"
 
 if [[ "$runtime" == native ]]; then
     [[ "$hw_mode" == cpu ]] || die "RUNTIME=native runs vLLM-CPU only; hw_mode '$hw_mode' needs its Docker image (RUNTIME=docker)"
-    venv="${VLLM_VENV:-$root/.venv-vllm}"
+    venv="${VLLM_VENV:-$repo_root/.venv-vllm}"
     python="$venv/bin/python"
-    if [[ ! -x "$python" && "${DRY_RUN:-0}" != "1" ]]; then
+    if [[ ! -x "$python" ]] && ! is_dry_run; then
         echo "error: no vLLM virtualenv at $venv (run 'make vllm-cpu' first)" >&2
         exit 1
     fi
     host="${VLLM_HOST:-127.0.0.1}"
     export_hf_token || true
     cmd=(env "VLLM_CPU_KVCACHE_SPACE=$kv_space")
-    for var in VLLM_CPU_OMP_THREADS_BIND VLLM_CPU_NUM_OF_RESERVED_CPU VLLM_LOGGING_LEVEL; do
-        if [[ -n "${!var:-}" ]]; then
-            cmd+=("$var=${!var}")
-        fi
-    done
+    add_set_env cmd "" "${CPU_TUNING_VARS[@]}"
     # vLLM >= 0.11 has no --max-seq-len-to-capture and captures no graphs on CPU: validated above only.
     cmd+=("$python" -m vllm.entrypoints.openai.api_server "${server_args[@]}"
         --host "$host" --port "$port" --dtype "${dtype:-bfloat16}" "${extra[@]}")
@@ -186,14 +168,14 @@ case "$hw_mode" in
     cpu)
         image="${VLLM_IMAGE:-opea/vllm:cpu}"
         cmd+=(-e "VLLM_CPU_KVCACHE_SPACE=$kv_space")
-        add_set_env cmd VLLM_CPU_OMP_THREADS_BIND VLLM_CPU_NUM_OF_RESERVED_CPU VLLM_LOGGING_LEVEL
+        add_set_env cmd -e "${CPU_TUNING_VARS[@]}"
         mode_args=(--dtype "${dtype:-bfloat16}")
         ;;
     hpu)
         image="${VLLM_IMAGE:-opea/vllm:hpu}"
         cmd+=(--runtime=habana -e HABANA_VISIBLE_DEVICES=all -e OMPI_MCA_btl_vader_single_copy_mechanism=none
             --cap-add=sys_nice -e PT_HPU_ENABLE_LAZY_COLLECTIVES=true)
-        add_set_env cmd VLLM_LOGGING_LEVEL
+        add_set_env cmd -e VLLM_LOGGING_LEVEL
         mode_args=(--max-seq-len-to-capture "$max_seq_len_to_capture")
         [[ -z "$dtype" ]] || mode_args+=(--dtype "$dtype")
         if [[ "${ENFORCE_EAGER:-0}" == "1" ]]; then
@@ -205,7 +187,7 @@ case "$hw_mode" in
         pp="${PIPELINE_PARALLEL_SIZE:-1}"
         check_positive PIPELINE_PARALLEL_SIZE "$pp"
         cmd+=(--group-add video --device=/dev/dri --shm-size=16g -e "no_proxy=localhost,127.0.0.1")
-        add_set_env cmd VLLM_LOGGING_LEVEL
+        add_set_env cmd -e VLLM_LOGGING_LEVEL
         # IPEX-LLM runs eagerly (its guide); max_seq_len_to_capture is still passed on.
         mode_args=(--device xpu --dtype "${dtype:-float16}" --enforce-eager --trust-remote-code
             --load-in-low-bit "${LOAD_IN_LOW_BIT:-sym_int4}"

@@ -3,9 +3,7 @@
 # (OPEA: "bash launch_vllm_service_openvino.sh [-d gpu]").
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=services/engine/_lib.sh
-source "$here/_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/common.sh"
 
 usage() {
     cat <<USAGE
@@ -85,10 +83,7 @@ check_image "$image"
 [[ -z "$max_model_len" ]] || check_positive MAX_MODEL_LEN "$max_model_len"
 name="${VLLM_CONTAINER_NAME:-vllm-openvino-server}"
 check_name "$name"
-extra=()
-if [[ -n "${VLLM_EXTRA_ARGS:-}" ]]; then
-    read -r -a extra <<<"$VLLM_EXTRA_ARGS"
-fi
+split_words extra "${VLLM_EXTRA_ARGS:-}"
 
 mount=()
 server_model="$model"
@@ -108,7 +103,7 @@ if [[ "$device" == gpu ]]; then
     cmd+=(--device /dev/dri --group-add "$gid" -v /dev/dri/by-path:/dev/dri/by-path)
 fi
 [[ -z "$kv_space" ]] || cmd+=(-e "VLLM_OPENVINO_KVCACHE_SPACE=$kv_space")
-add_set_env cmd VLLM_OPENVINO_CPU_KV_CACHE_PRECISION VLLM_OPENVINO_ENABLE_QUANTIZED_WEIGHTS VLLM_LOGGING_LEVEL
+add_set_env cmd -e VLLM_OPENVINO_CPU_KV_CACHE_PRECISION VLLM_OPENVINO_ENABLE_QUANTIZED_WEIGHTS VLLM_LOGGING_LEVEL
 add_hf_token cmd
 add_proxy_env cmd
 cmd+=(-v "$hf_cache:/root/.cache/huggingface" "${mount[@]}" "$image"

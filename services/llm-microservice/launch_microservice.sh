@@ -2,6 +2,8 @@
 # Start the genmesh LLM microservice container (OPEA: "bash launch_microservice.sh").
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/common.sh"
+
 usage() {
     cat <<USAGE
 Usage: $(basename "$0") [--endpoint URL] [--model ID] [--port PORT] [--image IMAGE] [--name NAME] [--help]
@@ -31,53 +33,17 @@ port="${PORT:-9000}"
 image="${IMAGE:-opea/llm-genmesh:latest}"
 name="llm-genmesh-server"
 
-need_value() {
-    [[ $# -ge 2 && -n "$2" ]] || { echo "error: $1 needs a value (see --help)" >&2; exit 2; }
-}
+parse_options "" --endpoint=endpoint --model=model --port=port --image=image --name=name -- "$@"
 
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-        --endpoint) need_value "$@"; endpoint="$2"; shift 2 ;;
-        --model) need_value "$@"; model="$2"; shift 2 ;;
-        --port) need_value "$@"; port="$2"; shift 2 ;;
-        --image) need_value "$@"; image="$2"; shift 2 ;;
-        --name) need_value "$@"; name="$2"; shift 2 ;;
-        -h | --help) usage; exit 0 ;;
-        *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-    esac
-done
-
-if [[ -z "$endpoint" ]]; then
-    echo "error: no engine URL: set LLM_ENDPOINT (or vLLM_ENDPOINT) or pass --endpoint http://HOST:8008" >&2
-    exit 2
-fi
-if [[ ! "$endpoint" =~ ^https?://[^[:space:]/]+(/[^[:space:]]*)?$ ]]; then
-    echo "error: endpoint '$endpoint' is not an http(s) URL" >&2
-    exit 2
-fi
-if [[ ! "$port" =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
-    echo "error: port '$port' is not a number from 1 to 65535" >&2
-    exit 2
-fi
-if [[ ! "$name" =~ ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$ ]]; then
-    echo "error: '$name' is not a valid container name" >&2
-    exit 2
-fi
+[[ -n "$endpoint" ]] || die "no engine URL: set LLM_ENDPOINT (or vLLM_ENDPOINT) or pass --endpoint http://HOST:8008"
+[[ "$endpoint" =~ ^https?://[^[:space:]/]+(/[^[:space:]]*)?$ ]] || die "endpoint '$endpoint' is not an http(s) URL"
+check_port "$port"
+check_name "$name"
 
 cmd=(docker run -d --rm --name "$name" -p "$port:9000" --ipc=host -e "LLM_ENDPOINT=$endpoint")
 if [[ -n "$model" ]]; then
     cmd+=(-e "LLM_MODEL_ID=$model")
 fi
-for var in OPENAI_API_KEY http_proxy https_proxy no_proxy; do
-    if [[ -n "${!var:-}" ]]; then
-        cmd+=(-e "$var")
-    fi
-done
+add_env_by_name cmd OPENAI_API_KEY http_proxy https_proxy no_proxy
 cmd+=("$image")
-
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
-    printf '%q ' "${cmd[@]}"
-    printf '\n'
-    exit 0
-fi
-exec "${cmd[@]}"
+run_or_print "${cmd[@]}"

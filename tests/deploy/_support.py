@@ -53,6 +53,18 @@ def flag(argv: list[str], name: str) -> str:
     return values[0]
 
 
+def assert_in_order(text: str, steps: list[str] | tuple[str, ...]) -> None:
+    """Every step occurs in ``text``, in this order."""
+    positions = [text.find(step) for step in steps]
+    assert all(p >= 0 for p in positions), (positions, text)
+    assert positions == sorted(positions), text
+
+
+def flags(argv: list[str], name: str) -> list[str]:
+    """Every value after ``name`` (a flag given several times, e.g. ``--build-arg``), in order."""
+    return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == name]
+
+
 def env_pairs(argv: list[str]) -> dict[str, str | None]:
     """Every ``-e NAME[=VALUE]`` of a docker command (None: passed by name)."""
     out: dict[str, str | None] = {}

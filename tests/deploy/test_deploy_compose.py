@@ -209,6 +209,16 @@ def test_env_example_documents_every_variable() -> None:
     assert used <= documented, f"not in .env.example: {sorted(used - documented)}"
 
 
+def test_python_services_build_their_stage_of_the_shared_dockerfile(compose: list[str], tmp_path: Path) -> None:
+    services = resolved(compose, tmp_path, "openvino")["services"]
+    stages = re.findall(r"^FROM base AS (\S+)$", (ROOT / "services" / "Dockerfile").read_text(), flags=re.M)
+    built = {name: services[name]["build"] for name in ("engine", "llm-microservice", "gateway")}
+    for build in built.values():
+        assert Path(build["context"]) == ROOT
+        assert build["dockerfile"] == "services/Dockerfile"
+    assert [built[name]["args"]["SERVICE"] for name in built] == stages == ["engine", "microservice", "gateway"]
+
+
 def test_redis_keeps_its_data_on_a_named_volume_and_everything_restarts(compose: list[str], tmp_path: Path) -> None:
     data = resolved(compose, tmp_path, "openvino")
     redis = data["services"]["redis"]
@@ -235,8 +245,7 @@ def test_replica_profile_adds_a_second_pair_that_the_replicas_config_routes(comp
     assert set(services["llm-microservice-2"]["depends_on"]) == {"engine-2"}
     mounts = {v["target"]: v for v in services["gateway"]["volumes"]}
     assert Path(mounts["/etc/genmesh/gateway.yaml"]["source"]) == ROOT / "deploy" / "gateway-replicas.yaml"
-    gateway_config = pytest.importorskip("genmesh.gateway.config")
-    route = gateway_config.load_config(ROOT / "deploy" / "gateway-replicas.yaml").route("SmolLM2-135M-Instruct")
+    route = load_config(ROOT / "deploy" / "gateway-replicas.yaml").route("SmolLM2-135M-Instruct")
     hosts = [u.url for u in route.upstreams]
     assert hosts == ["http://llm-microservice:9000", "http://llm-microservice-2:9000"]
     # without the profile, no second pair

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ._support import ROOT
+from ._support import ROOT, assert_in_order
 
 LOCK_DIR = ROOT / "lock"
 OURS = {
@@ -30,13 +30,14 @@ OURS = {
     "genmesh-export",
 }
 PROTOCOL = ROOT / "services" / "protocol"
-# image lock -> (its Dockerfile's folder, the service packages the image installs on top of the lock)
 RELAY = ROOT / "services" / "relay"
+# image lock (and SERVICE of services/Dockerfile) -> the service packages the image installs on top of the lock
 IMAGES = {
-    "engine": (ROOT / "services" / "engine", [PROTOCOL, ROOT / "services" / "engine"]),
-    "microservice": (ROOT / "services" / "llm-microservice", [PROTOCOL, RELAY, ROOT / "services" / "llm-microservice"]),
-    "gateway": (ROOT / "services" / "gateway", [PROTOCOL, RELAY, ROOT / "services" / "gateway"]),
+    "engine": [PROTOCOL, ROOT / "services" / "engine"],
+    "microservice": [PROTOCOL, RELAY, ROOT / "services" / "llm-microservice"],
+    "gateway": [PROTOCOL, RELAY, ROOT / "services" / "gateway"],
 }
+DOCKERFILE = ROOT / "services" / "Dockerfile"
 DEV_PACKAGES = [
     PROTOCOL,
     RELAY,
@@ -156,7 +157,7 @@ def test_tools_lock_pins_pip_and_uv() -> None:
 def test_image_lock_is_its_service_closure_at_the_tested_versions(image: str) -> None:
     pins = read_lock(image)
     dev = read_lock("dev")
-    _, packages = IMAGES[image]
+    packages = IMAGES[image]
     for package_dir in packages:
         assert_pinned(project_requirements(package_dir), pins, image)
     drift = {name: (version, dev.get(name, (None, 0))[0]) for name, (version, _) in pins.items()}
@@ -171,15 +172,34 @@ def test_image_lock_is_its_service_closure_at_the_tested_versions(image: str) ->
     assert pins.keys() <= needed, f"lock/{image}.txt has extras: {sorted(pins.keys() - needed)}"
 
 
+def dockerfile_stage(name: str) -> str:
+    """The text of services/Dockerfile's stage NAME, from its FROM to the next FROM."""
+    stages = re.split(r"^(?=FROM )", DOCKERFILE.read_text(), flags=re.M)
+    found = [stage for stage in stages if re.match(rf"FROM \S+ AS {re.escape(name)}\n", stage)]
+    assert len(found) == 1, f"services/Dockerfile has {len(found)} stages named {name}"
+    return found[0]
+
+
 @pytest.mark.parametrize("image", IMAGES)
-def test_dockerfile_installs_its_lock_then_its_packages_without_resolving(image: str) -> None:
-    folder, packages = IMAGES[image]
-    dockerfile = (folder / "Dockerfile").read_text()
-    copy_lock = f"COPY lock/{image}.txt /tmp/lock.txt"
-    install_lock = "pip install --require-hashes --no-deps --only-binary :all: -r /tmp/lock.txt"
-    ours = "pip install --no-deps --no-build-isolation " + " ".join(f"/tmp/src/{d.name}" for d in packages)
-    positions = [dockerfile.find(step) for step in (copy_lock, install_lock, ours, "pip check")]
-    assert all(p >= 0 for p in positions), (positions, dockerfile)
-    assert positions == sorted(positions), dockerfile
-    installs = re.findall(r"pip install [^\n\\&]*", dockerfile)
-    assert len(installs) == 2, f"every pip install in {folder.name}/Dockerfile uses the lock or --no-deps: {installs}"
+def test_dockerfile_stage_copies_its_lock_and_only_its_packages(image: str) -> None:
+    copies = re.findall(r"^COPY (\S+) (\S+)$", dockerfile_stage(f"{image}-files"), flags=re.M)
+    packages = [(f"services/{d.name}", f"/src/{d.name}") for d in IMAGES[image]]
+    assert copies == [(f"lock/{image}.txt", "/lock.txt"), *packages]
+    assert dockerfile_stage(image).startswith(f"FROM base AS {image}\n")
+
+
+def test_dockerfile_installs_the_lock_then_the_packages_without_resolving() -> None:
+    text = DOCKERFILE.read_text()
+    assert "FROM ${SERVICE}-files AS files\n" in text
+    assert text.rstrip().endswith("FROM ${SERVICE}")
+    base = dockerfile_stage("base")
+    steps = (
+        "COPY --from=files /lock.txt /tmp/lock.txt",
+        "pip install --require-hashes --no-deps --only-binary :all: -r /tmp/lock.txt",
+        "COPY --from=files /src /tmp/src",
+        "pip install --no-deps --no-build-isolation /tmp/src/*",
+        "pip check",
+    )
+    assert_in_order(base, steps)
+    installs = re.findall(r"pip install [^\n\\&]*", text)
+    assert len(installs) == 2, f"every pip install in services/Dockerfile uses the lock or --no-deps: {installs}"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ._support import ENGINE_DIR, ROOT, RunScript, env_pairs, flag
+from ._support import ENGINE_DIR, ROOT, RunScript, env_pairs, flag, flags
 
 OPENVINO = ENGINE_DIR / "launch_vllm_service_openvino.sh"
 ENGINE = ENGINE_DIR / "launch_engine_service.sh"
@@ -223,8 +223,8 @@ def test_build_vllm_openvino(run_script: RunScript, args: list[str], target: str
 def test_build_engine(run_script: RunScript, args: list[str], image: str, gpu: str) -> None:
     argv = run_script(BUILD_ENGINE, *args).ok().argv()
     assert flag(argv, "-t") == image
-    assert flag(argv, "--build-arg") == f"GPU_RUNTIME={gpu}"
-    assert Path(flag(argv, "-f")) == ENGINE_DIR / "Dockerfile"
+    assert flags(argv, "--build-arg") == ["SERVICE=engine", f"GPU_RUNTIME={gpu}"]
+    assert Path(flag(argv, "-f")) == ROOT / "services" / "Dockerfile"
     assert Path(argv[-1]) == ROOT  # the image needs services/protocol too
 
 
@@ -260,6 +260,6 @@ def test_dockerfiles_follow_their_sources() -> None:
     xpu = (ENGINE_DIR / "Dockerfile.vllm-xpu").read_text()
     assert "intelanalytics/ipex-llm-serving-xpu" in xpu
     assert "ipex_llm.vllm.xpu.entrypoints.openai.api_server" in xpu
-    engine = (ENGINE_DIR / "Dockerfile").read_text()
+    engine = (ROOT / "services" / "Dockerfile").read_text().split("FROM base AS engine\n")[1].split("\nFROM ")[0]
     assert 'ENTRYPOINT ["genmesh-engine"]' in engine
     assert "/health" in engine

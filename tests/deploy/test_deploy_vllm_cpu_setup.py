@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ._support import ROOT, RunScript
+from ._support import ROOT, RunScript, assert_in_order
 
 SETUP = ROOT / "scripts" / "vllm_cpu_setup.sh"
 CONVERT = ROOT / "scripts" / "vllm_cpu_convert.py"
@@ -32,9 +32,7 @@ def test_setup_installs_torch_first_then_vllm_then_prunes_then_converts(run_scri
         "accelerate",
         "scripts/vllm_cpu_convert.py --gguf models/SmolLM2-135M-Instruct.Q4_1.gguf",
     ]
-    positions = [joined.find(step) for step in order]
-    assert all(p >= 0 for p in positions), (positions, joined)
-    assert positions == sorted(positions), joined
+    assert_in_order(joined, order)
     assert "[6/6]" in out  # progress is shown
 
 

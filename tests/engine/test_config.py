@@ -8,8 +8,21 @@ from pathlib import Path
 import pytest
 
 from genmesh.engine.model_source import ModelSourceError, resolve
-from genmesh.engine.settings import parse_settings
+from genmesh.engine.settings import EngineSettings, parse_settings
 from support.servers import DEFAULT_MODEL
+from support.service_cli import ENGINE_FLAGS, check_flags, refusal
+
+
+def test_every_flag_of_before_is_accepted_and_in_the_help() -> None:
+    check_flags(parse_settings, EngineSettings, ENGINE_FLAGS)
+
+
+def test_bad_values_exit_2_naming_the_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "--port (GENMESH_ENGINE_PORT)" in refusal(parse_settings, ["--port", "0"])
+    assert "--gguf-reencode-type" in refusal(parse_settings, ["--gguf-reencode-type", "Q4_0"])
+    assert "--cache-size" in refusal(parse_settings, ["--cache-size", "two"])
+    monkeypatch.setenv("GENMESH_ENGINE_MAX_NUM_SEQS", "lots")
+    assert "GENMESH_ENGINE_MAX_NUM_SEQS" in refusal(parse_settings, [])
 
 
 def test_cli_overrides_environment(monkeypatch: pytest.MonkeyPatch) -> None:

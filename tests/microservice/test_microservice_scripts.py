@@ -43,9 +43,10 @@ def test_build_dry_run_prints_the_docker_build() -> None:
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout)
     assert argv[:3] == ["docker", "build", "--no-cache"]
-    assert argv[argv.index("-f") + 1] == str(HERE / "Dockerfile")
+    assert argv[argv.index("-f") + 1] == str(HERE.parent / "Dockerfile")
     assert argv[argv.index("-t") + 1] == "opea/llm-genmesh:test"
-    assert argv[argv.index("--build-arg") : argv.index("--build-arg") + 2] == ["--build-arg", "http_proxy"]
+    build_args = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--build-arg"]
+    assert build_args == ["SERVICE=microservice", "http_proxy"]
     assert argv[-1] == str(HERE.parents[1])
 
 

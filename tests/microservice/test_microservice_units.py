@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from genmesh.microservice import MicroserviceSettings, create_app, parse_settings
 from genmesh.microservice.normalise import CHAT_PATH, COMPLETIONS_PATH, normalise_chat, normalise_completion
 from genmesh.protocol import OpenAIError
+from support.service_cli import MICROSERVICE_FLAGS, check_flags, refusal
 
 Engine = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -142,6 +143,16 @@ def test_new_name_wins_over_legacy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_settings_refuse_a_non_http_endpoint() -> None:
     with pytest.raises(ValueError, match="http"):
         MicroserviceSettings(llm_endpoint="engine:8008")
+    assert "--llm-endpoint" in refusal(parse_settings, ["--llm-endpoint", "engine:8008"])
+
+
+def test_every_flag_of_before_is_accepted_and_in_the_help() -> None:
+    check_flags(parse_settings, MicroserviceSettings, MICROSERVICE_FLAGS)
+
+
+def test_the_api_key_stays_off_the_command_line() -> None:
+    assert "OPENAI_API_KEY" in refusal(parse_settings, ["--openai-api-key", "sk-1"])
+    assert "--port (GENMESH_MICROSERVICE_PORT)" in refusal(parse_settings, ["--port", "70000"])
 
 
 # --- the app over a scripted engine ------------------------------------------------------------

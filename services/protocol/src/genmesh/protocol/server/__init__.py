@@ -4,6 +4,7 @@
 * ``http_server``: uvicorn's HTTP protocol with the limits hostile clients need;
 * ``inputs``: request bodies decoded and checked before any work;
 * ``limits``: the HTTP limits, a typed setting of every service;
+* ``settings``: the base of every service's settings, read from flags and environment;
 * ``logs``: JSON log lines with the request id (also used by the engine core, so it imports no
   web framework).
 

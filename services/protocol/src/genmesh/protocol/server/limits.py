@@ -1,14 +1,12 @@
 """The HTTP limits every genmesh server enforces, as one typed fragment of each service's settings.
 
-Each service's settings class inherits these fields (so each is read from that service's own
-``GENMESH_<SERVICE>_*`` variable and flag) and hands ``http_limits()`` to the server
+Each service's settings class inherits these fields through ``settings.ServiceSettings`` (so each is
+read from that service's own ``GENMESH_<SERVICE>_*`` variable and flag) and hands ``http_limits()`` to the server
 (``http_server.py``) and to the JSON checks (``inputs.py``). The README's "Limits and hardening"
 section lists them with their defaults.
 """
 
 from __future__ import annotations
-
-import argparse
 
 from pydantic import BaseModel, Field
 
@@ -42,27 +40,3 @@ class HttpLimits(BaseModel):
     def http_limits(self) -> HttpLimits:
         """The limits alone (a service's settings object carries other fields too)."""
         return HttpLimits.model_validate({name: getattr(self, name) for name in HttpLimits.model_fields})
-
-
-_FLAGS = {
-    "max_body_bytes": int,
-    "max_header_bytes": int,
-    "max_header_count": int,
-    "header_timeout_s": float,
-    "body_timeout_s": float,
-    "keep_alive_timeout_s": int,
-    "max_client_connections": int,
-    "send_timeout_s": float,
-    "send_buffer_bytes": int,
-    "max_json_depth": int,
-}
-
-
-def add_limit_flags(parser: argparse.ArgumentParser) -> None:
-    """``--max-body-bytes`` and the rest, each with its default in the help."""
-    group = parser.add_argument_group("limits (README: Limits and hardening)")
-    for name, kind in _FLAGS.items():
-        field = HttpLimits.model_fields[name]
-        group.add_argument(
-            "--" + name.replace("_", "-"), type=kind, help=f"{field.description} (default {field.default})"
-        )
