@@ -6,10 +6,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from genmesh.protocol import Usage
+from genmesh.protocol.common import CompletionEnvelope
 
 from .generation import Collected, Event, Generation, Generator, collect
+
+E = TypeVar("E", bound=CompletionEnvelope[Any])
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,14 @@ class Reply:
     n: int
     prompt_tokens: int
     include_usage: bool
+
+    def chunk(self, kind: type[E], choices: list[Any], usage: Usage | None = None) -> E:
+        """One chunk of this reply (``kind``: the endpoint's chunk model, which names its ``object``)."""
+        return kind(id=self.rid, created=self.created, model=self.model, choices=choices, usage=usage)  # type: ignore[call-arg]
+
+    def usage_chunk(self, kind: type[E], completion_tokens: int) -> E:
+        """The last chunk, when the client asked for usage: no choices, the whole reply's usage."""
+        return self.chunk(kind, [], total_usage(self.prompt_tokens, completion_tokens))
 
 
 def total_usage(prompt_tokens: int, completion_tokens: int) -> Usage:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ from genmesh.protocol.server.logs import configure_logging
 
 from . import messages as m
 from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
+from .pipeline_config import generation_config, scheduler_config
 from .scorer import Scorer
 from .served_model import prepare_model, start_scorer
 
@@ -68,49 +68,6 @@ def _warm_up(ov_genai: Any, ov: Any, np: Any, pipe: Any, grammars: tuple[str, ..
         handle.read_all()
 
 
-def _structured_output(ov_genai: Any, c: m.Constraint) -> Any:
-    config = ov_genai.StructuredOutputConfig
-    if c.grammar is not None:
-        return config(grammar=c.grammar)
-    tags = [config.Tag(t.begin, config.EBNF(t.grammar), t.end) for t in c.tags]
-    out = config()
-    out.structural_tags_config = config.TriggeredTags(triggers=list(c.triggers), tags=tags)
-    return out
-
-
-def _generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:
-    gc = ov_genai.GenerationConfig()
-    gc.max_new_tokens = params.max_new_tokens
-    gc.ignore_eos = params.ignore_eos
-    gc.min_new_tokens = params.min_new_tokens
-    gc.repetition_penalty = params.repetition_penalty
-    gc.frequency_penalty = params.frequency_penalty
-    gc.presence_penalty = params.presence_penalty
-    if params.stop_token_ids:
-        gc.stop_token_ids = set(params.stop_token_ids)
-    if params.logprobs:
-        gc.logprobs = 1
-    if params.beam_search:
-        gc.do_sample = False
-        gc.num_beams = params.num_beams
-        gc.num_return_sequences = params.num_return_sequences
-        gc.length_penalty = params.length_penalty
-    elif params.temperature > 0.0:
-        gc.do_sample = True
-        gc.temperature = params.temperature
-        gc.top_p = params.top_p
-        if params.top_k > 0:
-            gc.top_k = params.top_k
-        if params.min_p > 0.0:
-            gc.min_p = params.min_p
-        gc.rng_seed = params.seed if params.seed is not None else random.getrandbits(31)
-    else:
-        gc.do_sample = False
-    if params.constraint is not None:
-        gc.structured_output_config = _structured_output(ov_genai, params.constraint)
-    return gc
-
-
 @dataclass
 class _Live:
     handle: Any
@@ -118,37 +75,30 @@ class _Live:
     beams: int  # 0: stream tokens as they come; else return this many beam-search sequences at the end
 
 
+@dataclass(eq=False)
 class _Loop:
-    def __init__(
-        self,
-        ov_genai: Any,
-        ov: Any,
-        np: Any,
-        pipe: Any,
-        inbox: zmq.Socket[bytes],
-        outbox: zmq.Socket[bytes],
-        scorer: Scorer | None = None,
-    ) -> None:
-        self.scorer = scorer
-        self.ov_genai = ov_genai
-        self.ov = ov
-        self.np = np
-        self.pipe = pipe
-        self.inbox = inbox
-        self.outbox = outbox
-        self.handles: dict[int, _Live] = {}
-        self.pending: list[m.RequestOutput] = []
-        self.status = ov_genai.GenerationStatus
+    ov_genai: Any
+    ov: Any
+    np: Any
+    pipe: Any
+    inbox: zmq.Socket[bytes]
+    outbox: zmq.Socket[bytes]
+    scorer: Scorer | None = None
+    handles: dict[int, _Live] = field(default_factory=dict)
+    pending: list[m.RequestOutput] = field(default_factory=list)
+    parent: int = field(default_factory=os.getppid)
+    stopping: bool = False
+    failed: bool = False
+    steps: int = 0  # progress, reported with every step's stats
+    tokens: int = 0
+    scored: list[m.ScoreOutput] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.status = self.ov_genai.GenerationStatus
         self.finish = {
-            ov_genai.GenerationFinishReason.STOP: "stop",
-            ov_genai.GenerationFinishReason.LENGTH: "length",
+            self.ov_genai.GenerationFinishReason.STOP: "stop",
+            self.ov_genai.GenerationFinishReason.LENGTH: "length",
         }
-        self.parent = os.getppid()
-        self.stopping = False
-        self.failed = False
-        self.steps = 0  # progress, reported with every step's stats
-        self.tokens = 0
-        self.scored: list[m.ScoreOutput] = []
 
     # -- input -------------------------------------------------------------------------
     def _handle(self, msg: m.ToCore) -> None:
@@ -156,7 +106,7 @@ class _Loop:
             try:
                 ids = self.np.asarray([msg.prompt_ids], dtype=self.np.int64)
                 handle = self.pipe.add_request(
-                    msg.request_id, self.ov.Tensor(ids), _generation_config(self.ov_genai, msg.params)
+                    msg.request_id, self.ov.Tensor(ids), generation_config(self.ov_genai, msg.params)
                 )
             except Exception as exc:  # a bad request must not kill the core
                 rejected = m.RequestError("rejected", f"engine rejected the request: {exc}")
@@ -314,14 +264,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         import openvino as ov
         import openvino_genai as ov_genai
 
-        sc = ov_genai.SchedulerConfig()
-        sc.cache_size = config.cache_size
-        sc.max_num_seqs = config.max_num_seqs
-        sc.max_num_batched_tokens = config.max_num_batched_tokens
-        sc.dynamic_split_fuse = config.dynamic_split_fuse
-        sc.enable_prefix_caching = config.enable_prefix_caching
-        if config.num_kv_blocks is not None:
-            sc.num_kv_blocks = config.num_kv_blocks
+        sc = scheduler_config(ov_genai, config, config.num_kv_blocks)
         served = prepare_model(config)
         properties = dict(config.plugin_config)
         if served.save_ir:

@@ -37,12 +37,12 @@ class TokenTable:
         return self.pieces[token_id] if 0 <= token_id < len(self.pieces) else b""
 
 
-def _valid_utf8(data: bytes) -> bool:
+def _utf8(data: bytes) -> str | None:
+    """``data`` decoded, or None when it is not whole UTF-8 (part of a character)."""
     try:
-        data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return True
+        return None
 
 
 def build_token_table(tok: Any) -> TokenTable | None:
@@ -59,9 +59,8 @@ def build_token_table(tok: Any) -> TokenTable | None:
     kept = tok.decode(singles, skip_special_tokens=False)
     special = frozenset(i for i in range(size) if skipped[i] == "" and kept[i] != "")
     for i in range(size):
-        if i in special or not _valid_utf8(pieces[i]):
-            continue
-        if pieces[i].decode("utf-8") != skipped[i]:
+        text = None if i in special else _utf8(pieces[i])
+        if text is not None and text != skipped[i]:
             return None
     table = TokenTable(pieces, special)
     for text in _SAMPLES:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .common import INT32_MAX, FinishReason, PromptLogprobs, Usage
+from .common import INT32_MAX, CompletionEnvelope, FinishReason, PromptLogprobs, Usage
 from .sampling import SamplingFields
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -159,14 +159,9 @@ class ChatChoice(BaseModel):
     finish_reason: FinishReason | None = None
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
+class ChatCompletionResponse(CompletionEnvelope[ChatChoice]):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
     usage: Usage
-    system_fingerprint: str | None = None
     prompt_logprobs: PromptLogprobs | None = None
 
 
@@ -190,12 +185,6 @@ class ChatChunkChoice(BaseModel):
     finish_reason: FinishReason | None = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(CompletionEnvelope[ChatChunkChoice]):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChatChunkChoice]
-    usage: Usage | None = None
-    system_fingerprint: str | None = None
     prompt_logprobs: PromptLogprobs | None = None  # vLLM's, on the first chunk only

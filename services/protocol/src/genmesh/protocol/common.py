@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,3 +67,21 @@ class PromptLogprob(BaseModel):
 
 # vLLM's ``prompt_logprobs``: per prompt position (the first is null), token id (as a string) -> entry.
 PromptLogprobs = list[dict[str, PromptLogprob] | None]
+
+ChoiceT = TypeVar("ChoiceT", bound=BaseModel)
+
+
+class CompletionEnvelope(BaseModel, Generic[ChoiceT]):
+    """What every chat and text completion (and stream chunk) carries around its choices.
+
+    A subclass names its ``object`` and may make ``usage`` required; the field order (and so the
+    JSON written) is this one, the subclass's own fields after it.
+    """
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[ChoiceT]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import INT32_MAX, FinishReason, PromptLogprobs, TokenId, Usage
+from .common import INT32_MAX, CompletionEnvelope, FinishReason, PromptLogprobs, TokenId
 from .sampling import SamplingFields
 
 Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
@@ -44,11 +44,5 @@ class CompletionChoice(BaseModel):
     prompt_logprobs: PromptLogprobs | None = None
 
 
-class CompletionResponse(BaseModel):
-    id: str
+class CompletionResponse(CompletionEnvelope[CompletionChoice]):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage | None = None
-    system_fingerprint: str | None = None

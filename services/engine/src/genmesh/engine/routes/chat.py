@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -21,52 +22,33 @@ from genmesh.protocol import (
     new_id,
     now,
 )
-from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
+from genmesh.protocol.server.asgi import CheckedRoute
 
 from .. import tools
-from ..chat_job import start_chat
-from ..choices import Reply, total_usage, usage_of_results
+from ..choices import Reply, usage_of_results
 from ..generation import Collected, Delta, Event, Finished
+from ..job import start_chat
 from ..logprobs import chat_logprobs, vllm_prompt_logprobs
 from ..messages import ScoredToken
-from ..scored_replies import ScoringPlan, scored_results, scored_stream
+from ..scored_replies import Prompts, ScoringPlan
 from ..tokenizer import PromptTokenizer
-from .responding import arrival_time, engine, guarded, sse
+from .responding import add_api_route, arrival_time, engine, generated_reply
 
 router = APIRouter(route_class=CheckedRoute)
-
-PATHS = ("/v1/chat/completions", "/v3/chat/completions", "/v3/v1/chat/completions")
 
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request, body.model)
     job = await start_chat(st, body, "chat", arrival)
-    plan, ids, gens, n, model = job.plan, job.prompt_ids, job.gens, job.n, job.model
+    ids = job.prompt_ids
     scoring = ScoringPlan.of(body, len(ids))
-    rid = new_id("chatcmpl")
-    top = scoring.top
-    if body.stream:
-        head = Reply(rid, model, now(), n, len(ids), body.include_usage())
-        stream = _Stream(st.tokenizer, head, plan, top, body.prompt_logprobs)
-        return sse(guarded(scored_stream(st, ids, scoring, gens, stream.chunks)))
-    results, prompts = await unless_disconnected(request, scored_results(st, ids, scoring, gens))
-    prompt_lps = prompts[0]
-    reply = ChatCompletionResponse(
-        id=rid,
-        created=now(),
-        model=model,
-        choices=_choices(st.tokenizer, results, plan, bool(body.logprobs), top),
-        usage=usage_of_results(len(ids), results),
-        prompt_logprobs=None
-        if prompt_lps is None
-        else vllm_prompt_logprobs(st.tokenizer, prompt_lps, body.prompt_logprobs or 0),
-    )
-    return Response(reply.model_dump_json(), media_type="application/json")
+    head = Reply(new_id("chatcmpl"), job.model, now(), job.n, len(ids), body.include_usage())
+    writer = _Writer(st.tokenizer, head, job.plan, bool(body.logprobs), scoring.top, body.prompt_logprobs)
+    return await generated_reply(request, st, ids, scoring, job.gens, bool(body.stream), writer)
 
 
-for _path in PATHS:
-    router.add_api_route(_path, chat_completions, methods=["POST"], response_model=None)
+add_api_route(router, "chat/completions", chat_completions)
 
 
 def _choice(
@@ -81,49 +63,56 @@ def _choice(
     return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)  # type: ignore[arg-type]
 
 
-def _choices(
-    tok: PromptTokenizer, results: list[Collected], plan: tools.ToolPlan | None, want_logprobs: bool, top: int
-) -> list[ChatChoice]:
-    def logprobs(ids: list[int], lps: list[float], scored: list[ScoredToken] | None) -> ChoiceLogprobs | None:
-        return chat_logprobs(tok, ids, lps, scored, top) if want_logprobs else None
+@dataclass
+class _Writer:
+    """A chat reply: whole, or as chunks (``n`` choices interleaved, tool calls sent once complete)."""
 
-    if results[0].beams is not None:
-        beams = results[0].beams
-        return [
-            _choice(i, b.text, b.finish_reason, logprobs(b.token_ids, b.logprobs, None), plan)
-            for i, b in enumerate(beams)
-        ]
-    return [
-        _choice(i, r.text, r.finished.reason, logprobs(r.token_ids, r.logprobs, r.scored), plan)
-        for i, r in enumerate(results)
-    ]
+    tok: PromptTokenizer
+    reply: Reply
+    plan: tools.ToolPlan | None
+    want_logprobs: bool
+    top: int
+    prompt_top: int | None
+    splitters: list[tools.CallSplitter] = field(init=False)
+    texts: list[str] = field(init=False)  # whole text per choice, for parsing tool calls at the end
 
+    def __post_init__(self) -> None:
+        auto = self.plan is not None and self.plan.mode == "auto"
+        self.splitters = [tools.CallSplitter() for _ in range(self.reply.n)] if auto else []
+        self.texts = [""] * self.reply.n
 
-class _Stream:
-    """Chunks of a streamed reply: ``n`` choices interleaved, tool calls sent once complete."""
-
-    def __init__(
-        self, tok: PromptTokenizer, reply: Reply, plan: tools.ToolPlan | None, top: int, prompt_top: int | None
-    ) -> None:
-        self.tok = tok
-        self.reply = reply
-        self.plan = plan
-        self.top = top
-        self.prompt_top = prompt_top
-        self.splitters = (
-            [tools.CallSplitter() for _ in range(reply.n)] if plan is not None and plan.mode == "auto" else []
+    def whole(self, results: list[Collected], prompts: Prompts) -> ChatCompletionResponse:
+        prompt_lps = prompts[0]
+        return ChatCompletionResponse(
+            id=self.reply.rid,
+            created=now(),
+            model=self.reply.model,
+            choices=self._choices(results),
+            usage=usage_of_results(self.reply.prompt_tokens, results),
+            prompt_logprobs=None
+            if prompt_lps is None
+            else vllm_prompt_logprobs(self.tok, prompt_lps, self.prompt_top or 0),
         )
-        self.texts = [""] * reply.n  # whole text per choice, for parsing tool calls at the end
+
+    def _logprobs(self, ids: list[int], lps: list[float], scored: list[ScoredToken] | None) -> ChoiceLogprobs | None:
+        return chat_logprobs(self.tok, ids, lps, scored, self.top) if self.want_logprobs else None
+
+    def _choices(self, results: list[Collected]) -> list[ChatChoice]:
+        if results[0].beams is not None:
+            return [
+                _choice(i, b.text, b.finish_reason, self._logprobs(b.token_ids, b.logprobs, None), self.plan)
+                for i, b in enumerate(results[0].beams)
+            ]
+        return [
+            _choice(i, r.text, r.finished.reason, self._logprobs(r.token_ids, r.logprobs, r.scored), self.plan)
+            for i, r in enumerate(results)
+        ]
 
     def chunk(
         self, index: int, delta: ChatDelta, finish: str | None = None, logprobs: ChoiceLogprobs | None = None
     ) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            id=self.reply.rid,
-            created=self.reply.created,
-            model=self.reply.model,
-            choices=[ChatChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish)],  # type: ignore[arg-type]
-        )
+        choice = ChatChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish)  # type: ignore[arg-type]
+        return self.reply.chunk(ChatCompletionChunk, [choice])
 
     def visible(self, index: int, text: str, final: bool) -> str:
         """The part of new text that is plain content (not a tool call being written)."""
@@ -135,7 +124,7 @@ class _Stream:
         return ""  # required / named: the whole reply is the call
 
     async def chunks(
-        self, events: AsyncIterator[tuple[int, Event]], prompts: list[list[ScoredToken] | None]
+        self, events: AsyncIterator[tuple[int, Event]], prompts: Prompts
     ) -> AsyncIterator[ChatCompletionChunk]:
         for i in range(self.reply.n):
             first = self.chunk(i, ChatDelta(role="assistant", content=""))
@@ -157,10 +146,7 @@ class _Stream:
                 async for c in self.finish(index, ev):
                     yield c
         if self.reply.include_usage:
-            usage = total_usage(self.reply.prompt_tokens, completion_tokens)
-            yield ChatCompletionChunk(
-                id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[], usage=usage
-            )
+            yield self.reply.usage_chunk(ChatCompletionChunk, completion_tokens)
 
     async def finish(self, index: int, ev: Finished) -> AsyncIterator[ChatCompletionChunk]:
         reason = ev.reason

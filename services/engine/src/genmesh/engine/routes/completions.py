@@ -20,68 +20,39 @@ from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 
 from ..choices import Reply, total_usage, usage_of_results
 from ..generation import Beams, Collected, Delta, Event, Finished
+from ..job import Limit, admit, submit
 from ..logprobs import completion_logprobs, echoed_prompt_logprobs, merge, vllm_prompt_logprobs
 from ..messages import ScoredToken
-from ..params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
-from ..scored_replies import ScoringPlan, check_context, score_prompt, scored_results, scored_stream
-from ..scoring import check_logprob_request
+from ..params import prompt_limit
+from ..scored_replies import Prompts, ScoringPlan, check_context, score_prompt
 from ..structured import output_constraint_off_loop
 from ..tokenizer import PromptTokenizer
-from .responding import arrival_time, engine, guarded, log_user, sse
+from .responding import add_api_route, arrival_time, engine, generated_reply, guarded, json_reply, sse
 
 router = APIRouter(route_class=CheckedRoute)
-
-PATHS = ("/v1/completions", "/v3/completions", "/v3/v1/completions")
 
 
 async def completions(body: CompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request, body.model)
-    model = st.check_model(body.model)
-    log_user(body.user, "completions", model)
-    check_supported(body, st.settings.best_of_limit)
-    check_logprob_request(body, st.settings.max_logprobs)
+    model = admit(st, body, "completions")
     constraint, _ = await output_constraint_off_loop(body, st.grammar_limits)
     st.tokenizer.check_ids(body.stop_token_ids or [], "stop_token_ids")
     ids = await st.tokenizer.completion_ids(body, prompt_limit(st))
-    plan = ScoringPlan.of(body, len(ids))
+    scoring = ScoringPlan.of(body, len(ids))
     echo = _echo_text(st.tokenizer, body, ids) if body.echo else ""
-    rid = new_id("cmpl")
-    n = body.n or 1
-    reply = Reply(rid, model, now(), n, len(ids), body.include_usage())
+    reply = Reply(new_id("cmpl"), model, now(), body.n or 1, len(ids), body.include_usage())
+    view = _View(st.tokenizer, body, ids, echo)
     if body.max_tokens == 0:
         check_context(len(ids), prompt_limit(st), "prompt")
-        scored = await unless_disconnected(request, score_prompt(st, ids, plan))
-        return _prompt_only(st.tokenizer, reply, body, ids, echo, scored)
-    budget = completion_budget(
-        body.max_tokens,
-        len(ids),
-        st.source.context_length,
-        st.settings.max_tokens_limit,
-        "max_tokens",
-        "prompt",
-        st.settings.max_prompt_tokens,
-    )
-    engine_requests = 1 if (body.best_of or 1) > 1 else n
-    choices = [sampling_params(body, budget, constraint, i) for i in range(engine_requests)]
-    gens = st.generator.start("completions", ids, choices, text_options(body), arrival)
-    view = _View(st.tokenizer, body, ids, echo)
-    if body.stream:
-        stream = _Stream(view, reply)
-        return sse(guarded(scored_stream(st, ids, plan, gens, stream.chunks)))
-    results, prompts = await unless_disconnected(request, scored_results(st, ids, plan, gens))
-    out = CompletionResponse(
-        id=rid,
-        created=now(),
-        model=model,
-        choices=_choices(view, results, prompts),
-        usage=usage_of_results(len(ids), results),
-    )
-    return Response(out.model_dump_json(), media_type="application/json")
+        scored = await unless_disconnected(request, score_prompt(st, ids, scoring))
+        return _prompt_only(view, reply, bool(body.stream), scored)
+    limit = Limit(body.max_tokens, "max_tokens", "prompt")
+    gens = submit(st, body, "completions", ids, limit, constraint, arrival)
+    return await generated_reply(request, st, ids, scoring, gens, bool(body.stream), _Writer(view, reply))
 
 
-for _path in PATHS:
-    router.add_api_route(_path, completions, methods=["POST"], response_model=None)
+add_api_route(router, "completions", completions)
 
 
 def _echo_text(tok: PromptTokenizer, body: CompletionRequest, ids: list[int]) -> str:
@@ -137,31 +108,19 @@ class _View:
         )
 
 
-def _prompt_only(
-    tok: PromptTokenizer,
-    reply: Reply,
-    body: CompletionRequest,
-    ids: list[int],
-    echo: str,
-    scored: list[ScoredToken],
-) -> Response:
+def _prompt_only(view: _View, reply: Reply, stream: bool, scored: list[ScoredToken]) -> Response:
     """``max_tokens`` 0 with ``echo``: the prompt, scored, and nothing generated."""
-    view = _View(tok, body, ids, echo)
     choices = [view.choice(i, "", "length", None, scored) for i in range(reply.n)]
-    usage = total_usage(len(ids), 0)
-    if body.stream:
+    if stream:
 
         async def chunks() -> AsyncIterator[CompletionResponse]:
             for c in choices:
-                yield CompletionResponse(id=reply.rid, created=reply.created, model=reply.model, choices=[c])
+                yield reply.chunk(CompletionResponse, [c])
             if reply.include_usage:
-                yield CompletionResponse(
-                    id=reply.rid, created=reply.created, model=reply.model, choices=[], usage=usage
-                )
+                yield reply.usage_chunk(CompletionResponse, 0)
 
         return sse(guarded(chunks()))
-    out = CompletionResponse(id=reply.rid, created=reply.created, model=reply.model, choices=choices, usage=usage)
-    return Response(out.model_dump_json(), media_type="application/json")
+    return json_reply(reply.chunk(CompletionResponse, choices, total_usage(reply.prompt_tokens, 0)))
 
 
 def _choices(view: _View, results: list[Collected], prompts: list[list[ScoredToken] | None]) -> list[CompletionChoice]:
@@ -177,30 +136,32 @@ def _choices(view: _View, results: list[Collected], prompts: list[list[ScoredTok
     ]
 
 
-class _Stream:
+class _Writer:
     def __init__(self, view: _View, reply: Reply) -> None:
         self.view = view
         self.reply = reply
         self.offsets = [len(view.echo)] * reply.n
 
+    def whole(self, results: list[Collected], prompts: Prompts) -> CompletionResponse:
+        choices = _choices(self.view, results, prompts)
+        usage = usage_of_results(self.reply.prompt_tokens, results)
+        return CompletionResponse(
+            id=self.reply.rid, created=now(), model=self.reply.model, choices=choices, usage=usage
+        )
+
     def chunk(
         self, index: int, text: str, finish: str | None = None, logprobs: CompletionLogprobs | None = None
     ) -> CompletionResponse:
         choice = CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)  # type: ignore[arg-type]
-        return CompletionResponse(
-            id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[choice]
-        )
+        return self.reply.chunk(CompletionResponse, [choice])
 
     async def chunks(
-        self, events: AsyncIterator[tuple[int, Event]], prompts: list[list[ScoredToken] | None]
+        self, events: AsyncIterator[tuple[int, Event]], prompts: Prompts
     ) -> AsyncIterator[CompletionResponse]:
         view = self.view
         if view.echo or view.prompt_top is not None:
             for i in range(self.reply.n):
-                c = view.choice(i, "", None, None, prompts[i])
-                yield CompletionResponse(
-                    id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[c]
-                )
+                yield self.reply.chunk(CompletionResponse, [view.choice(i, "", None, None, prompts[i])])
         completion_tokens = 0
         async for index, ev in events:
             if isinstance(ev, str):
@@ -217,7 +178,4 @@ class _Stream:
             elif isinstance(ev, Beams):  # pragma: no cover - best_of with stream is refused
                 continue
         if self.reply.include_usage:
-            usage = total_usage(self.reply.prompt_tokens, completion_tokens)
-            yield CompletionResponse(
-                id=self.reply.rid, created=self.reply.created, model=self.reply.model, choices=[], usage=usage
-            )
+            yield self.reply.usage_chunk(CompletionResponse, completion_tokens)

@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from fastapi import Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError, internal_error
+from genmesh.protocol.server.asgi import unless_disconnected
 
+from ..generation import Collected, Event, Generation
 from ..registry import ModelRegistry
+from ..scored_replies import Prompts, ScoringPlan, scored_results, scored_stream
 from ..state import EngineState
 
 T = TypeVar("T")
 log = logging.getLogger("genmesh.engine.http")
+
+# OpenAI's path prefix and OpenVINO Model Server's aliases of it.
+API_PREFIXES = ("/v1", "/v3", "/v3/v1")
+
+
+def add_api_route(router: APIRouter, name: str, handler: Callable[..., Any], method: str = "POST") -> None:
+    """Route ``/v1/<name>`` and its OVMS aliases (``/v3/<name>``, ``/v3/v1/<name>``) to ``handler``."""
+    for prefix in API_PREFIXES:
+        router.add_api_route(f"{prefix}/{name}", handler, methods=[method], response_model=None)
 
 
 def registry(request: Request) -> ModelRegistry:
@@ -72,3 +84,32 @@ async def guarded(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
         log.exception("stream failed")
         yield error_event(internal_error(f"stream failed: {type(exc).__name__}"))
     yield DONE
+
+
+def json_reply(body: BaseModel) -> Response:
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+class ReplyWriter(Protocol):
+    """How one endpoint kind writes its reply: stream chunks as events come, or the whole reply."""
+
+    def chunks(self, events: AsyncIterator[tuple[int, Event]], prompts: Prompts) -> AsyncIterator[BaseModel]: ...
+
+    def whole(self, results: list[Collected], prompts: Prompts) -> BaseModel: ...
+
+
+async def generated_reply(
+    request: Request,
+    st: EngineState,
+    ids: list[int],
+    scoring: ScoringPlan,
+    gens: Sequence[Generation],
+    stream: bool,
+    writer: ReplyWriter,
+) -> Response:
+    """The reply of submitted generations: an SSE stream, or the whole reply once every choice ends
+    (abandoned if the client disconnects first)."""
+    if stream:
+        return sse(guarded(scored_stream(st, ids, scoring, gens, writer.chunks)))
+    results, prompts = await unless_disconnected(request, scored_results(st, ids, scoring, gens))
+    return json_reply(writer.whole(results, prompts))

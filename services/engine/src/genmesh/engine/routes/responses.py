@@ -13,16 +13,14 @@ from genmesh.protocol import now
 from genmesh.protocol.responses import ResponsesRequest
 from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 
-from ..chat_job import start_chat
 from ..choices import collect_all, merged
+from ..job import start_chat
 from ..responses_input import check_engine_supported, responses_params, to_chat
 from ..responses_output import finished, shell, unary_output
 from ..responses_stream import ResponseEvents
-from .responding import arrival_time, engine, sse
+from .responding import add_api_route, arrival_time, engine, json_reply, sse
 
 router = APIRouter(route_class=CheckedRoute)
-
-PATHS = ("/v1/responses", "/v3/responses", "/v3/v1/responses")
 
 
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
@@ -40,8 +38,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     reason = result.finished.reason
     output = unary_output(result.text, reason, job.plan)
     reply = finished(base, output, reason, prompt_tokens, result.finished.completion_tokens, now())
-    return Response(reply.model_dump_json(), media_type="application/json")
+    return json_reply(reply)
 
 
-for _path in PATHS:
-    router.add_api_route(_path, create_response, methods=["POST"], response_model=None)
+add_api_route(router, "responses", create_response)

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from genmesh.protocol import ModelCard, ModelList
 
 from ..registry import ModelRegistry
-from .responding import registry
+from .responding import add_api_route, json_reply, registry
 
 router = APIRouter()
 
@@ -57,11 +57,10 @@ async def models(request: Request) -> Response:
         ModelCard(id=m.name, max_model_len=m.spec.source.context_length if m.spec.source is not None else None)
         for m in registry(request).all()
     ]
-    return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")
+    return json_reply(ModelList(data=cards))
 
 
-for _path in ("/v1/models", "/v3/models", "/v3/v1/models"):
-    router.add_api_route(_path, models, methods=["GET"], response_model=None)
+add_api_route(router, "models", models, "GET")
 
 
 @router.get("/v1/config")

@@ -17,7 +17,7 @@ from genmesh.protocol import (
 )
 from genmesh.protocol.server.asgi import CheckedRoute
 
-from .responding import engine
+from .responding import engine, json_reply
 
 router = APIRouter(route_class=CheckedRoute)
 
@@ -37,7 +37,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     ids = st.tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens) if prompt else []
     strs = [st.tokenizer.token_text(i)[0] for i in ids] if body.return_token_strs else None
     reply = TokenizeResponse(count=len(ids), max_model_len=st.source.context_length, tokens=ids, token_strs=strs)
-    return Response(reply.model_dump_json(), media_type="application/json")
+    return json_reply(reply)
 
 
 @router.post("/detokenize", response_model=None)
@@ -45,7 +45,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     st = engine(request, body.model)
     st.tokenizer.check_ids(body.tokens, "tokens")
     reply = DetokenizeResponse(prompt=st.tokenizer.detokenize(body.tokens))
-    return Response(reply.model_dump_json(), media_type="application/json")
+    return json_reply(reply)
 
 
 @router.get("/tokenizer_info", response_model=None)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import orjson
 
 from ..errors import OpenAIError, invalid_request, quote
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def decode_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:
@@ -115,8 +118,5 @@ def _bad_value(value: Any) -> tuple[str, str] | None:
 
 
 def _valid_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """False when ``text`` holds a lone surrogate (``\\ud800`` in JSON): UTF-8 cannot encode it."""
+    return _SURROGATE.search(text) is None
