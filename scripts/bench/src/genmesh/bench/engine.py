@@ -15,11 +15,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from genmesh.engine.pipeline_config import SCHEDULER_FIELDS as FIELDS
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import QUIET_STEAL_PCT, alternate, is_quiet, keep_quiet, ratio
 from .datasets import RequestSpec, TokenCodec, default_prompts, shared_prefix_requests
-from .inprocess import FIELDS, Pipeline, Scheduler
+from .inprocess import Pipeline, Scheduler
 from .load import Endpoint, measure, served_model
 from .render import fmt, say, table
 from .results import Result, describe, percentile, save

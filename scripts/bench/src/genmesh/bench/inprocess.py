@@ -10,12 +10,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from genmesh.engine.messages import SamplingParams
+from genmesh.engine.pipeline_config import SCHEDULER_FIELDS as FIELDS
+from genmesh.engine.pipeline_config import generation_config, scheduler_config
 from genmesh.engine.settings import EngineSettings
 
 from .render import say
 from .results import Load, Result, StealMeter, make_result
 
-FIELDS = ("cache_size", "max_num_seqs", "max_num_batched_tokens", "dynamic_split_fuse", "enable_prefix_caching")
 DEFAULTS = {name: EngineSettings.model_fields[name].default for name in FIELDS}
 
 
@@ -43,10 +45,8 @@ _LOADED: dict[str, Any] = {}  # the worker process's pipeline, prompts and load 
 
 
 def _greedy(ov_genai: Any, max_tokens: int) -> Any:
-    """The ``GenerationConfig`` the engine core makes of a greedy ``ignore_eos`` request."""
-    gc = ov_genai.GenerationConfig()
-    gc.max_new_tokens, gc.ignore_eos, gc.do_sample = max_tokens, True, False
-    return gc
+    """The ``GenerationConfig`` the engine core makes of a greedy ``ignore_eos`` request (its own builder)."""
+    return generation_config(ov_genai, SamplingParams(max_new_tokens=max_tokens, temperature=0.0, ignore_eos=True))
 
 
 def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, warmup_tokens: int) -> None:
@@ -56,9 +56,7 @@ def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, war
     import openvino_genai as ov_genai
 
     say("in-process: loading the pipeline")
-    t0, config = time.perf_counter(), ov_genai.SchedulerConfig()  # as the engine core builds it
-    for name in FIELDS:
-        setattr(config, name, getattr(scheduler, name))
+    t0, config = time.perf_counter(), scheduler_config(ov_genai, scheduler)  # the engine core's builder
     pipe = ov_genai.ContinuousBatchingPipeline(model, config, "CPU", scheduler.plugin_config)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
     inputs = []
