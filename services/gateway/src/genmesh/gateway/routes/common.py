@@ -8,8 +8,9 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError, service_unavailable
 
 from ..auth import ApiKey
-from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable
 from ..state import GatewayState
+from ..store import StoreUnavailable
+from ..tickets import NoUpstream, QueueFull, QueueTimeout
 
 
 class ClientGone(Exception):

@@ -44,8 +44,9 @@ from ..affinity import prefix_of
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
 from ..proxy import bad_gateway, failures, prepare_body, response_headers, upstream_timeout
-from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
 from ..state import GatewayState
+from ..store import StoreUnavailable
+from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
 from ..upstreams import Upstream
 from .common import ClientGone, admission_error, authenticate, with_retry_after
 
