@@ -11,7 +11,7 @@ from genmesh.protocol.server.app import package_version, service_app, state_life
 
 from .metrics import MicroserviceMetrics
 from .observe import ObserveMiddleware
-from .routes import chat, completions, responses, system
+from .routes import relaying, responses, system
 from .settings import MicroserviceSettings
 from .state import MicroserviceState
 
@@ -22,8 +22,8 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
     app_version = package_version("genmesh-microservice")
     # OPEA's string ``messages`` is accepted too; the document shows the OpenAI body.
     documented: dict[str, type[BaseModel]] = {
-        chat.PATH: ChatCompletionRequest,
-        completions.PATH: CompletionRequest,
+        relaying.CHAT_PATH: ChatCompletionRequest,
+        relaying.COMPLETIONS_PATH: CompletionRequest,
         "/v1/responses": ResponsesRequest,
     }
     return service_app(
@@ -31,7 +31,7 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
         app_version,
         settings.http_limits(),
         state_lifespan("microservice", lambda: MicroserviceState.start(settings, app_version, metrics)),
-        [chat.router, completions.router, responses.router, system.router],
+        [relaying.router, responses.router, system.router],
         documented,
         middleware=[Middleware(ObserveMiddleware, metrics=metrics)],  # the request id is known when it runs
     )
