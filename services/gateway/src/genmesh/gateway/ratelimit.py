@@ -17,6 +17,7 @@ from genmesh.protocol import OpenAIError
 
 from .auth import ApiKey
 from .keys import USAGE_TTL_S
+from .proxy import too_many_requests, with_retry_after
 from .store import Store, text
 
 _LIMIT_MESSAGES = {
@@ -27,13 +28,8 @@ _LIMIT_MESSAGES = {
 
 
 def rate_limited(kind: str, retry_after: int) -> OpenAIError:
-    return OpenAIError(
-        f"rate limit exceeded: {_LIMIT_MESSAGES.get(kind, kind)} for this API key",
-        status=429,
-        type="rate_limit_error",
-        code=f"rate_limit_exceeded_{kind}",
-        headers={"Retry-After": str(max(1, retry_after))},
-    )
+    message = f"rate limit exceeded: {_LIMIT_MESSAGES.get(kind, kind)} for this API key"
+    return with_retry_after(too_many_requests(message, code=f"rate_limit_exceeded_{kind}"), retry_after)
 
 
 class Limiter:

@@ -144,19 +144,13 @@ class Upstream:
             )
         if isinstance(exc, TimeoutError):  # aiohttp's SocketTimeoutError (sock_read) among them
             log.warning("engine timed out: %s", detail)
-            return OpenAIError(
-                f"The LLM engine at {self.endpoint} sent nothing for {self.read_timeout_s:g} s",
-                status=504,
-                type="timeout_error",
-                code="engine_timeout",
-            )
-        log.warning("engine connection failed: %s", detail)
-        return OpenAIError(
-            f"The connection to the LLM engine at {self.endpoint} failed ({detail})",
-            status=502,
-            type="upstream_error",
-            code="engine_connection_failed",
-        )
+            message = f"The LLM engine at {self.endpoint} sent nothing for {self.read_timeout_s:g} s"
+            status, kind, code = 504, "timeout_error", "engine_timeout"
+        else:
+            log.warning("engine connection failed: %s", detail)
+            message = f"The connection to the LLM engine at {self.endpoint} failed ({detail})"
+            status, kind, code = 502, "upstream_error", "engine_connection_failed"
+        return OpenAIError(message, status=status, type=kind, code=code)
 
     async def aclose(self) -> None:
         await self.session.close()
