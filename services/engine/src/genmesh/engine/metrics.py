@@ -6,7 +6,9 @@ Every series carries a ``model`` label, so one ``/metrics`` page serves several 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter
+
+from genmesh.protocol.server.metrics import Metrics, counter, gauge, histogram
 
 from .messages import Stats
 
@@ -14,51 +16,37 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 
-class MetricFamilies:
+class MetricFamilies(Metrics):
     """The metric families of one engine server, shared by its models."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        m = ["model"]
-        self.running = Gauge("genmesh_engine_requests_running", "Requests being generated", m, registry=r)
-        self.waiting = Gauge("genmesh_engine_requests_waiting", "Requests waiting for the scheduler", m, registry=r)
-        self.kv_cache_usage = Gauge("genmesh_engine_kv_cache_usage_ratio", "KV cache in use (0-1)", m, registry=r)
-        self.requests = Counter(
-            "genmesh_engine_requests", "Finished requests", ["model", "endpoint", "finish_reason"], registry=r
-        )
-        self.prompt_tokens = Counter("genmesh_engine_prompt_tokens", "Prompt tokens processed", m, registry=r)
-        self.generation_tokens = Counter("genmesh_engine_generation_tokens", "Tokens generated", m, registry=r)
-        self.ttft = Histogram(
-            "genmesh_engine_time_to_first_token_seconds", "Time to first token", m, buckets=_LATENCY_BUCKETS, registry=r
-        )
-        self.tpot = Histogram(
-            "genmesh_engine_time_per_output_token_seconds",
-            "Time per output token after the first",
-            m,
-            buckets=_TPOT_BUCKETS,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "genmesh_engine_e2e_request_latency_seconds",
-            "End-to-end request latency",
-            m,
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.info = Gauge("genmesh_engine_model_info", "Served model", m, registry=r)
-        self.core_restarts = Counter(
-            "genmesh_engine_core_restarts",
-            "Engine cores started to replace one that died (cause: exited, hung, start_failed)",
-            ["model", "cause"],
-            registry=r,
-        )
-        self.core_uptime = Gauge(
-            "genmesh_engine_core_uptime_seconds", "Seconds the serving engine core has been up (0: none)", m, registry=r
-        )
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    running = gauge("genmesh_engine_requests_running", "Requests being generated", "model")
+    waiting = gauge("genmesh_engine_requests_waiting", "Requests waiting for the scheduler", "model")
+    kv_cache_usage = gauge("genmesh_engine_kv_cache_usage_ratio", "KV cache in use (0-1)", "model")
+    requests = counter("genmesh_engine_requests", "Finished requests", "model", "endpoint", "finish_reason")
+    prompt_tokens = counter("genmesh_engine_prompt_tokens", "Prompt tokens processed", "model")
+    generation_tokens = counter("genmesh_engine_generation_tokens", "Tokens generated", "model")
+    ttft = histogram(
+        "genmesh_engine_time_to_first_token_seconds", "Time to first token", "model", buckets=_LATENCY_BUCKETS
+    )
+    tpot = histogram(
+        "genmesh_engine_time_per_output_token_seconds",
+        "Time per output token after the first",
+        "model",
+        buckets=_TPOT_BUCKETS,
+    )
+    e2e = histogram(
+        "genmesh_engine_e2e_request_latency_seconds", "End-to-end request latency", "model", buckets=_LATENCY_BUCKETS
+    )
+    info = gauge("genmesh_engine_model_info", "Served model", "model")
+    core_restarts = counter(
+        "genmesh_engine_core_restarts",
+        "Engine cores started to replace one that died (cause: exited, hung, start_failed)",
+        "model",
+        "cause",
+    )
+    core_uptime = gauge(
+        "genmesh_engine_core_uptime_seconds", "Seconds the serving engine core has been up (0: none)", "model"
+    )
 
 
 class _RequestCounter:

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from fastapi import FastAPI
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, ResponsesRequest
-from genmesh.protocol.server.asgi import (
-    BodyLimitMiddleware,
-    RequestIdMiddleware,
-    document_routes,
-    error_response,
-    install_error_handlers,
-)
+from genmesh.protocol.server.app import service_app, state_lifespan
+from genmesh.protocol.server.asgi import error_response
 
 from .auth import check_admin
 from .config import RoutingConfig
@@ -69,34 +62,20 @@ class GatewayApp:
 
 
 def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = await GatewayState.start(settings, config)
-        app.state.gateway = state
-        try:
-            yield
-        finally:
-            await state.close()
-
-    app = FastAPI(title="genmesh gateway", version="0.1.0", lifespan=lifespan)
-    app.state.http_limits = settings.http_limits()
-    install_error_handlers(app)
-    app.include_router(openai.router)
-    app.include_router(stored_responses.router)
-    app.include_router(admin.router)
-    app.include_router(system.router)
     # The completion endpoints are served as plain ASGI (GatewayApp), before FastAPI: documented here.
-    document_routes(
-        app,
-        {
-            "/v1/chat/completions": ChatCompletionRequest,
-            "/v1/completions": CompletionRequest,
-            responses.PATH: ResponsesRequest,
-        },
+    documented: dict[str, type[BaseModel]] = {
+        "/v1/chat/completions": ChatCompletionRequest,
+        "/v1/completions": CompletionRequest,
+        responses.PATH: ResponsesRequest,
+    }
+    return service_app(
+        "genmesh gateway",
+        "0.1.0",
+        settings.http_limits(),
+        state_lifespan("gateway", lambda: GatewayState.start(settings, config)),
+        [openai.router, stored_responses.router, admin.router, system.router],
+        documented,
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestIdMiddleware)
-    return app
 
 
 def create_app(settings: GatewaySettings, config: RoutingConfig) -> GatewayApp:

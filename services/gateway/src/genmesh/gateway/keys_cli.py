@@ -23,6 +23,10 @@ from .ratelimit import Limiter
 from .scripts import Scripts
 from .settings import GatewaySettings
 from .state import connect_redis
+from .store import Store
+
+# The ``create`` flags passed to ``KeyStore.create`` as they are (the tenant and lifetime apart).
+CREATE_OPTIONS = ("name", "priority", "max_priority", "rpm", "tpm", "max_concurrent")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,16 +59,8 @@ async def run(ns: argparse.Namespace) -> int:
     store = KeyStore(redis, keyspace)
     try:
         if ns.command == "create":
-            secret, key = await store.create(
-                ns.tenant,
-                name=ns.name,
-                priority=ns.priority,
-                max_priority=ns.max_priority,
-                rpm=ns.rpm,
-                tpm=ns.tpm,
-                max_concurrent=ns.max_concurrent,
-                ttl_s=int(ns.ttl_days * 86400),
-            )
+            options = {name: getattr(ns, name) for name in CREATE_OPTIONS}
+            secret, key = await store.create(ns.tenant, ttl_s=int(ns.ttl_days * 86400), **options)
             print(json.dumps({"api_key": secret, **key.public()}))
         elif ns.command == "list":
             for key in await store.list():
@@ -75,7 +71,7 @@ async def run(ns: argparse.Namespace) -> int:
                 return 1
             print(json.dumps({"key_id": ns.key_id, "revoked": True}))
         elif ns.command == "usage":
-            limiter = Limiter(redis, Scripts.register(redis), keyspace, GatewayMetrics(), settings.lease_ttl_s)
+            limiter = Limiter(Store(redis, Scripts.register(redis), keyspace, GatewayMetrics()), settings.lease_ttl_s)
             print(json.dumps({"key_id": ns.key_id, **await limiter.usage(ns.key_id)}))
     except (RedisError, OSError) as exc:
         print(f"genmesh-gateway-keys: Redis at {settings.redis_location()} unavailable: {exc}", file=sys.stderr)

@@ -26,6 +26,16 @@ def upstream_timeout(what: str, seconds: float) -> OpenAIError:
     )
 
 
+def too_many_requests(message: str, code: str) -> OpenAIError:
+    return OpenAIError(message, status=429, type="rate_limit_error", code=code)
+
+
+def with_retry_after(err: OpenAIError, seconds: int) -> OpenAIError:
+    """``err`` with ``Retry-After`` (whole seconds, at least 1): when the client may come back."""
+    err.headers = {**err.headers, "Retry-After": str(max(1, seconds))}
+    return err
+
+
 def bad_gateway(message: str) -> OpenAIError:
     return OpenAIError(message, status=502, type="upstream_error", code="bad_gateway")
 

@@ -2,8 +2,8 @@
 
 A request either gets a lease at once (``ADMIT``) or a place in the model's queue. Whoever frees
 a slot (``RELEASE``, ``RECLAIM``) grants it to the head of the queue inside the same script and
-publishes ``<id>|<upstream>`` on the model's channel; this process's listener resolves the
-waiting request's future at once. A slow safety re-check (``recheck_interval_s``) reads the
+publishes ``<id>|<upstream>`` on the model's channel; this process's listener (``grants.py``)
+resolves the waiting request's future at once. A slow safety re-check (``recheck_interval_s``) reads the
 request's state from Redis in case a message was lost (listener reconnecting, Redis restarted).
 Leases and queue heartbeats of this process's requests are renewed every lease/3; a killed
 gateway's leases expire and any replica's sweep hands them on. When Redis loses the state (a
@@ -20,95 +20,40 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from .config import ModelRoute, RoutingConfig
-from .keys import KeySpace, ModelKeys
-from .metrics import GatewayMetrics
-from .scripts import Scripts
+from .grants import RECHECK, GrantListener
+from .keys import ModelKeys
 from .settings import GatewaySettings
+from .store import Store, StoreUnavailable, text
+from .tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
 from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway.queue")
-T = TypeVar("T")
-RECHECK = -1  # a future resolved with this means "read your state from Redis now"
-
-
-class StoreUnavailable(Exception):
-    """Redis could not be reached: the request gets a 503."""
-
-
-class QueueFull(Exception):
-    pass
-
-
-class QueueTimeout(Exception):
-    pass
-
-
-class NoUpstream(Exception):
-    pass
-
-
-@dataclass
-class Ticket:
-    """One request's place in admission: queued, then holding a lease on ``upstream``."""
-
-    id: str
-    route: ModelRoute
-    tenant: str
-    priority: int
-    arrived: float = field(default_factory=time.monotonic)
-    upstream: int | None = None
-    position: int = 0
-    granted_at: float | None = None
-    prefix: tuple[str, ...] = ()  # the prompt's prefix block hashes (prefix-affinity), shortest first
-    affinity: str = ""  # how the prefix routed it: hit, fallback, miss ("" when queued or not affine)
-
-    @property
-    def klass(self) -> str:
-        return str(9 - self.priority)
-
-    def waited_s(self) -> float:
-        return (self.granted_at or time.monotonic()) - self.arrived
-
-
-async def redis_call(metrics: GatewayMetrics, call: Awaitable[T]) -> T:
-    try:
-        return await call
-    except (RedisError, OSError) as exc:
-        metrics.redis_errors.inc()
-        raise StoreUnavailable(f"queue store unavailable: {type(exc).__name__}") from exc
 
 
 class Admission:
     def __init__(
         self,
-        redis: Redis,
-        scripts: Scripts,
-        keyspace: KeySpace,
+        store: Store,
         config: RoutingConfig,
         settings: GatewaySettings,
         pool: Pool,
-        metrics: GatewayMetrics,
         on_revoked: Callable[[str | None], None] | None = None,
     ) -> None:
-        self.redis = redis
-        self.revocations = keyspace.api_key_revocations()
-        self.on_revoked = on_revoked
-        self.scripts = scripts
+        self.store = store
         self.settings = settings
         self.pool = pool
-        self.metrics = metrics
         self.config = config
         self.keys: dict[str, ModelKeys] = {
-            name: keyspace.model(name, [u.name for u in route.upstreams]) for name, route in config.models.items()
+            name: store.keyspace.model(name, [u.name for u in route.upstreams]) for name, route in config.models.items()
         }
-        self._waiting: dict[str, asyncio.Future[int]] = {}
+        revocations = store.keyspace.api_key_revocations()
+        channels = [k.channel for k in self.keys.values()]
+        self.grants = GrantListener(store.redis, store.metrics, channels, revocations, on_revoked)
         self._tracked: dict[str, dict[str, Ticket]] = {name: {} for name in config.models}
         self.gateway_id = uuid.uuid4().hex
         self._epoch = dict.fromkeys(config.models, "")  # the state's epoch this gateway last renewed in
@@ -117,7 +62,6 @@ class Admission:
         self._holds: dict[str, asyncio.Task[None]] = {}
         self._releasing: dict[str, tuple[list[str], asyncio.Future[None]]] = {}
         self._flushing: dict[str, asyncio.Future[None]] = {}
-        self.listening = False
 
     # -- script plumbing ---------------------------------------------------------------------------
 
@@ -136,9 +80,8 @@ class Admission:
     async def _run(self, script: Callable[..., Awaitable[Any]], route: ModelRoute, *args: Any, **kw: Any) -> Any:
         exclude: frozenset[int] = kw.get("exclude", frozenset())
         extra_keys: list[str] = kw.get("extra_keys", [])
-        return await redis_call(
-            self.metrics,
-            script(keys=[*self.keys[route.name].all(), *extra_keys], args=[*self._argv(route, exclude), *args]),
+        return await self.store.call(
+            script(keys=[*self.keys[route.name].all(), *extra_keys], args=[*self._argv(route, exclude), *args])
         )
 
     def _prefix_keys(self, ticket: Ticket) -> list[str]:
@@ -163,22 +106,22 @@ class Admission:
                 if prefix_keys := self._prefix_keys(ticket):  # granted from the queue: remember it too
                     args = [granted + 1, int(route.affinity_ttl_s * 1000)]
                     with contextlib.suppress(StoreUnavailable):
-                        await redis_call(self.metrics, self.scripts.remember(keys=prefix_keys, args=args))
+                        await self.store.call(self.store.scripts.remember(keys=prefix_keys, args=args))
         except BaseException:
             await self._shielded_release(ticket)
             raise
         ticket.upstream = granted
         ticket.granted_at = time.monotonic()
-        self.metrics.queue_wait.labels(route.name, str(ticket.priority)).observe(ticket.waited_s())
+        self.store.metrics.queue_wait.labels(route.name, str(ticket.priority)).observe(ticket.waited_s())
         return granted
 
     async def _admit(self, ticket: Ticket, exclude: frozenset[int], front: bool) -> int | None:
         route = ticket.route
-        self._waiting[ticket.id] = asyncio.get_running_loop().create_future()
+        self.grants.future(ticket.id)
         prefix_keys = self._prefix_keys(ticket)
         for _ in range(3):
             res = await self._run(
-                self.scripts.admit,
+                self.store.scripts.admit,
                 route,
                 ticket.id,
                 ticket.tenant,
@@ -194,14 +137,14 @@ class Admission:
             code = int(res[0])
             if code != 4:
                 break
-            await self._resync(route, _text(res[1]))  # a new epoch: our running requests count first
+            await self._resync(route, text(res[1]))  # a new epoch: our running requests count first
         else:
             raise StoreUnavailable("queue state keeps being reset; try again shortly")
         if code == 1:
-            self._waiting.pop(ticket.id, None)
-            ticket.affinity = _text(res[2]) if len(res) > 2 else ""
+            self.grants.forget(ticket.id)
+            ticket.affinity = text(res[2]) if len(res) > 2 else ""
             if ticket.affinity:
-                self.metrics.affinity.labels(route.name, ticket.affinity).inc()
+                self.store.metrics.affinity.labels(route.name, ticket.affinity).inc()
             return int(res[1]) - 1
         if code == 3:
             raise QueueFull(f"queue for model '{route.name}' is full ({route.max_queue_length} waiting)")
@@ -216,18 +159,15 @@ class Admission:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise QueueTimeout(f"waited {ticket.route.max_queue_wait_s:g}s in the queue for a slot")
-            fut = self._waiting.get(ticket.id)
-            if fut is None or fut.done():
-                fut = asyncio.get_running_loop().create_future()
-                self._waiting[ticket.id] = fut
+            fut = self.grants.future(ticket.id)
             timeout = min(remaining, self.settings.recheck_interval_s * random.uniform(0.8, 1.2))
             done, _ = await asyncio.wait({fut}, timeout=timeout)
             if done and fut.result() != RECHECK:
-                self._waiting.pop(ticket.id, None)
+                self.grants.forget(ticket.id)
                 return fut.result()
             state = await self._state(ticket)
             if state is not None and state.startswith("g|"):
-                self._waiting.pop(ticket.id, None)
+                self.grants.forget(ticket.id)
                 return int(state[2:]) - 1
             if state == "":  # lost (Redis restarted or our heartbeat lapsed): queue again, in front
                 log.info("request %s lost its queue entry; re-admitting", ticket.id)
@@ -239,9 +179,9 @@ class Admission:
     async def _state(self, ticket: Ticket) -> str | None:
         """``g|i``, ``q|...``, ``""`` when Redis knows nothing of it, ``None`` when Redis is down."""
         try:
-            raw = await self.redis.hget(self.keys[ticket.route.name].waiters, ticket.id)
+            raw = await self.store.redis.hget(self.keys[ticket.route.name].waiters, ticket.id)
         except (RedisError, OSError):
-            self.metrics.redis_errors.inc()
+            self.store.metrics.redis_errors.inc()
             return None
         if raw is None:
             return ""
@@ -254,7 +194,7 @@ class Admission:
         go together in the next one (one script run and one round trip for the lot), by a flusher
         task of their own, so a caller cancelled while waiting does not stop the release.
         """
-        self._waiting.pop(ticket.id, None)
+        self.grants.forget(ticket.id)
         name = ticket.route.name
         self._tracked[name].pop(ticket.id, None)
         ticket.upstream = None
@@ -271,7 +211,7 @@ class Admission:
             while (batch := self._releasing.pop(route.name, None)) is not None:
                 ids, done = batch
                 try:
-                    await self._run(self.scripts.release, route, *ids)
+                    await self._run(self.store.scripts.release, route, *ids)
                 except StoreUnavailable:
                     log.warning("release of %d request(s) failed: Redis down; their leases expire", len(ids))
                 finally:
@@ -286,55 +226,9 @@ class Admission:
 
     # -- background work ---------------------------------------------------------------------------
 
-    def poke_all(self) -> None:
-        """Make every waiting request re-read its state from Redis now."""
-        for fut in list(self._waiting.values()):
-            if not fut.done():
-                fut.set_result(RECHECK)
-
-    def _on_message(self, channel: bytes | str, data: bytes | str) -> None:
-        text = data.decode() if isinstance(data, bytes) else data
-        if self.on_revoked is not None and (channel.decode() if isinstance(channel, bytes) else channel) == (
-            self.revocations
-        ):
-            self.on_revoked(text)
-            return
-        rid, _, idx = text.rpartition("|")
-        fut = self._waiting.get(rid)
-        if fut is not None and not fut.done():
-            fut.set_result(int(idx) - 1)
-
     async def listen_forever(self) -> None:
-        channels = [k.channel for k in self.keys.values()] + [self.revocations]
-        backoff = 0.1
-        lost = False
-        while True:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(*channels)
-                if lost:  # Redis is back (perhaps restarted, empty): our leases count again at once
-                    await self.renew_once()
-                lost = False
-                self.listening = True
-                backoff = 0.1
-                self.poke_all()  # grants published while we were away are found by re-reading state
-                if self.on_revoked is not None:
-                    self.on_revoked(None)  # so are revocations: forget every cached API key
-                while True:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if msg is not None and msg.get("type") == "message":
-                        self._on_message(msg["channel"], msg["data"])
-            except (RedisError, OSError) as exc:
-                if self.listening:
-                    log.warning("grant listener lost Redis (%s); reconnecting", type(exc).__name__)
-                self.listening = False
-                lost = True
-                self.metrics.redis_errors.inc()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+        """The grant listener; when Redis comes back after a loss our leases count again at once."""
+        await self.grants.listen_forever(self.renew_once)
 
     async def renew_forever(self) -> None:
         while True:
@@ -350,13 +244,11 @@ class Admission:
         """Extend this gateway's leases of one model (re-creating them in a new epoch); flag lost ones."""
         route = self.config.models[name]
         entries = [f"{rid}|{0 if t.upstream is None else t.upstream + 1}" for rid, t in self._tracked[name].items()]
-        epoch, others, lost = await self._run(self.scripts.renew, route, *entries)
-        self._epoch[name] = _text(epoch)
+        epoch, others, lost = await self._run(self.store.scripts.renew, route, *entries)
+        self._epoch[name] = text(epoch)
         self._others[name] = int(others)
         for raw in lost or []:
-            fut = self._waiting.get(_text(raw))
-            if fut is not None and not fut.done():
-                fut.set_result(RECHECK)
+            self.grants.resolve(text(raw), RECHECK)
 
     def peers(self, model: str) -> int:
         """Other gateways with requests of ``model``, as of our last renewal."""
@@ -380,7 +272,7 @@ class Admission:
     async def _reclaim_later(self, route: ModelRoute, delay_s: float) -> None:
         await asyncio.sleep(delay_s + 0.01)
         with contextlib.suppress(StoreUnavailable):
-            await self._run(self.scripts.reclaim, route)
+            await self._run(self.store.scripts.reclaim, route)
 
     async def reclaim_forever(self) -> None:
         while True:
@@ -390,12 +282,12 @@ class Admission:
     async def reclaim_once(self) -> None:
         for route in self.config.models.values():
             with contextlib.suppress(StoreUnavailable):
-                await self._run(self.scripts.reclaim, route)
+                await self._run(self.store.scripts.reclaim, route)
 
     async def depths(self) -> dict[tuple[str, int], int]:
         """Queue depth per (model, priority), read from Redis."""
         out: dict[tuple[str, int], int] = {}
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self.store.redis.pipeline(transaction=False) as pipe:
             for keys in self.keys.values():
                 for prio in range(10):
                     klass = str(9 - prio)
@@ -414,9 +306,5 @@ class Admission:
         for name, keys in self.keys.items():
             route = self.config.models[name]
             for up, slot in zip(route.upstreams, keys.slots, strict=True):
-                out[(name, up.name)] = int(await self.redis.zcount(slot, now_ms, "+inf"))
+                out[(name, up.name)] = int(await self.store.redis.zcount(slot, now_ms, "+inf"))
         return out
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)

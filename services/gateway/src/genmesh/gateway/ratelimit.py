@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError
 
 from .auth import ApiKey
-from .keys import USAGE_TTL_S, KeySpace
-from .metrics import GatewayMetrics
-from .queue import redis_call
-from .scripts import Scripts
+from .keys import USAGE_TTL_S
+from .proxy import too_many_requests, with_retry_after
+from .store import Store, text
 
 _LIMIT_MESSAGES = {
     "rpm": "requests per minute",
@@ -30,23 +28,15 @@ _LIMIT_MESSAGES = {
 
 
 def rate_limited(kind: str, retry_after: int) -> OpenAIError:
-    return OpenAIError(
-        f"rate limit exceeded: {_LIMIT_MESSAGES.get(kind, kind)} for this API key",
-        status=429,
-        type="rate_limit_error",
-        code=f"rate_limit_exceeded_{kind}",
-        headers={"Retry-After": str(max(1, retry_after))},
-    )
+    message = f"rate limit exceeded: {_LIMIT_MESSAGES.get(kind, kind)} for this API key"
+    return with_retry_after(too_many_requests(message, code=f"rate_limit_exceeded_{kind}"), retry_after)
 
 
 class Limiter:
-    def __init__(
-        self, redis: Redis, scripts: Scripts, keyspace: KeySpace, metrics: GatewayMetrics, lease_ttl_s: float
-    ) -> None:
-        self.redis = redis
-        self.scripts = scripts
-        self.keyspace = keyspace
-        self.metrics = metrics
+    def __init__(self, store: Store, lease_ttl_s: float) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.keyspace = store.keyspace
         self.lease_ttl_s = lease_ttl_s
         self._running: dict[str, set[str]] = {}
 
@@ -55,14 +45,13 @@ class Limiter:
             return
         k = self.keyspace.key_id(key.key_id)
         ttl_ms = int(self.lease_ttl_s * 1000)
-        res = await redis_call(
-            self.metrics,
-            self.scripts.limit(
+        res = await self.store.call(
+            self.store.scripts.limit(
                 keys=[k.rate, k.concurrent],
                 args=[key.rpm, key.tpm, key.max_concurrent, request_id, ttl_ms, max(ttl_ms * 3, 60000)],
             ),
         )
-        kind = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
+        kind = text(res[0])
         if kind != "ok":
             raise rate_limited(kind, int(res[1]))
         self._running.setdefault(key.key_id, set()).add(request_id)
@@ -79,19 +68,20 @@ class Limiter:
             await self.redis.zrem(self.keyspace.key_id(key.key_id).concurrent, request_id)
 
     async def account(self, key: ApiKey, prompt_tokens: int, completion_tokens: int) -> None:
-        self.metrics.tokens.labels(key.tenant, "prompt").inc(prompt_tokens)
-        self.metrics.tokens.labels(key.tenant, "completion").inc(completion_tokens)
+        self.store.metrics.tokens.labels(key.tenant, "prompt").inc(prompt_tokens)
+        self.store.metrics.tokens.labels(key.tenant, "completion").inc(completion_tokens)
         if not key.key_id:
             return
         k = self.keyspace.key_id(key.key_id)
         with contextlib.suppress(RedisError, OSError):
-            await self.scripts.account(keys=[k.rate, k.usage], args=[prompt_tokens, completion_tokens, USAGE_TTL_S])
+            args = [prompt_tokens, completion_tokens, USAGE_TTL_S]
+            await self.store.scripts.account(keys=[k.rate, k.usage], args=args)
 
     async def usage(self, key_id: str) -> dict[str, int]:
         raw = await self.redis.hgetall(self.keyspace.key_id(key_id).usage)
         out = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
         for k, v in raw.items():
-            out[k.decode() if isinstance(k, bytes) else k] = int(v)
+            out[text(k)] = int(v)
         return out
 
     async def renew_forever(self) -> None:
@@ -104,6 +94,6 @@ class Limiter:
         for key_id, ids in list(self._running.items()):
             if ids:
                 with contextlib.suppress(RedisError, OSError):
-                    await self.scripts.renew_concurrent(
+                    await self.store.scripts.renew_concurrent(
                         keys=[self.keyspace.key_id(key_id).concurrent], args=[ttl_ms, *sorted(ids)]
                     )

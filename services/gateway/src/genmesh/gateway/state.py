@@ -24,6 +24,7 @@ from .ratelimit import Limiter
 from .responses_store import ResponseStore
 from .scripts import Scripts
 from .settings import GatewaySettings
+from .store import Store
 from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway")
@@ -52,10 +53,9 @@ class GatewayState:
         self.metrics = GatewayMetrics()
         self.pool = Pool(config, settings)
         self.keys = KeyStore(self.redis, self.keyspace, cache_ttl_s=settings.auth_cache_s)
-        self.admission = Admission(
-            self.redis, self.scripts, self.keyspace, config, settings, self.pool, self.metrics, self.keys.forget
-        )
-        self.limiter = Limiter(self.redis, self.scripts, self.keyspace, self.metrics, settings.lease_ttl_s)
+        store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
+        self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
+        self.limiter = Limiter(store, settings.lease_ttl_s)
         self.responses = ResponseStore(
             self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
         )
@@ -96,8 +96,9 @@ class GatewayState:
             redis_ok = bool(await self.redis.ping())
         upstreams = {name: {u.name: u.available() for u in pool} for name, pool in self.pool.models.items()}
         models_ok = all(any(v.values()) for v in upstreams.values())
-        ok = redis_ok and models_ok and self.admission.listening
-        return ok, {"redis": redis_ok, "grant_listener": self.admission.listening, "upstreams": upstreams}
+        listening = self.admission.grants.listening
+        ok = redis_ok and models_ok and listening
+        return ok, {"redis": redis_ok, "grant_listener": listening, "upstreams": upstreams}
 
     async def close(self) -> None:
         for task in self._tasks:

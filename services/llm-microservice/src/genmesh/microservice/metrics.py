@@ -2,39 +2,30 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Histogram
+
+from genmesh.protocol.server.metrics import Family, Metrics, counter, gauge, histogram
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
-class MicroserviceMetrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "genmesh_microservice_requests", "Finished API requests", ["endpoint", "status"], registry=r
-        )
-        self.latency = Histogram(
-            "genmesh_microservice_request_duration_seconds",
-            "Time from request to the end of the response (whole stream included)",
-            ["endpoint"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.first_token = Histogram(
-            "genmesh_microservice_time_to_first_token_seconds",
-            "Time from request to the first generated text relayed to the client (streams)",
-            ["endpoint"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.in_flight = Gauge("genmesh_microservice_requests_in_flight", "API requests being served", registry=r)
-        self.stream_errors = Counter(
-            "genmesh_microservice_stream_errors", "Streams ended by an error event", ["endpoint"], registry=r
-        )
-        self.readiness_checks = Counter(
-            "genmesh_microservice_readiness_checks", "Engine /health calls made for readiness", ["result"], registry=r
-        )
+def _timing(name: str, doc: str) -> Family[Histogram]:
+    """A latency histogram by endpoint."""
+    return histogram(name, doc, "endpoint", buckets=_LATENCY_BUCKETS)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+
+class MicroserviceMetrics(Metrics):
+    requests = counter("genmesh_microservice_requests", "Finished API requests", "endpoint", "status")
+    latency = _timing(
+        "genmesh_microservice_request_duration_seconds",
+        "Time from request to the end of the response (whole stream included)",
+    )
+    first_token = _timing(
+        "genmesh_microservice_time_to_first_token_seconds",
+        "Time from request to the first generated text relayed to the client (streams)",
+    )
+    in_flight = gauge("genmesh_microservice_requests_in_flight", "API requests being served")
+    stream_errors = counter("genmesh_microservice_stream_errors", "Streams ended by an error event", "endpoint")
+    readiness_checks = counter(
+        "genmesh_microservice_readiness_checks", "Engine /health calls made for readiness", "result"
+    )

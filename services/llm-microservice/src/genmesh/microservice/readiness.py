@@ -58,7 +58,9 @@ class ReadinessProbe:
 
     async def _ask_engine(self) -> Readiness:
         try:
-            reply = await self.upstream.fetch("GET", "/health", "readiness", timeouts=self.probe_timeout)
+            reply = await self.upstream.fetch(
+                self.upstream.open("GET", "/health", "readiness", timeouts=self.probe_timeout)
+            )
         except OpenAIError as err:
             self.metrics.readiness_checks.labels(result="unreachable").inc()
             return Readiness(False, {"reason": err.message}, self.clock())

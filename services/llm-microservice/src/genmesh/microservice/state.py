@@ -21,7 +21,7 @@ class MicroserviceState:
     readiness: ReadinessProbe
 
     @classmethod
-    def start(
+    async def start(
         cls,
         settings: MicroserviceSettings,
         version: str,

@@ -8,10 +8,11 @@ environment; the engine's bytes are relayed as they come.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,7 @@ class Upstream:
 
         The caller owns the response and must ``close`` it.
         """
-        try:
+        with self._failures():
             return await self.session.request(
                 method,
                 self._url(path),
@@ -111,29 +112,27 @@ class Upstream:
                 timeout=timeouts if timeouts is not None else self.timeout,
                 allow_redirects=False,
             )
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise self.failure(exc) from exc
 
     async def read(self, response: aiohttp.ClientResponse) -> Reply:
         """Read the rest of ``response`` and close it."""
         try:
-            body = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise self.failure(exc) from exc
+            with self._failures():
+                body = await response.read()
         finally:
             await close(response)
         return Reply(response.status, response.headers, body)
 
-    async def fetch(
-        self,
-        method: str,
-        path: str,
-        request_id: str,
-        json_body: dict[str, Any] | None = None,
-        timeouts: aiohttp.ClientTimeout | None = None,
-    ) -> Reply:
-        """Send a request and read the whole body."""
-        return await self.read(await self.open(method, path, request_id, json_body, timeouts))
+    async def fetch(self, opening: Awaitable[aiohttp.ClientResponse]) -> Reply:
+        """Await ``opening`` (an ``open`` call) and read the whole body."""
+        return await self.read(await opening)
+
+    @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """Transport failures raised as the OpenAI errors a client sees (``failure``)."""
+        try:
+            yield
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self.failure(exc) from exc
 
     def failure(self, exc: BaseException) -> OpenAIError:
         """The OpenAI error a client sees for a transport failure talking to the engine."""
@@ -145,19 +144,13 @@ class Upstream:
             )
         if isinstance(exc, TimeoutError):  # aiohttp's SocketTimeoutError (sock_read) among them
             log.warning("engine timed out: %s", detail)
-            return OpenAIError(
-                f"The LLM engine at {self.endpoint} sent nothing for {self.read_timeout_s:g} s",
-                status=504,
-                type="timeout_error",
-                code="engine_timeout",
-            )
-        log.warning("engine connection failed: %s", detail)
-        return OpenAIError(
-            f"The connection to the LLM engine at {self.endpoint} failed ({detail})",
-            status=502,
-            type="upstream_error",
-            code="engine_connection_failed",
-        )
+            message = f"The LLM engine at {self.endpoint} sent nothing for {self.read_timeout_s:g} s"
+            status, kind, code = 504, "timeout_error", "engine_timeout"
+        else:
+            log.warning("engine connection failed: %s", detail)
+            message = f"The connection to the LLM engine at {self.endpoint} failed ({detail})"
+            status, kind, code = 502, "upstream_error", "engine_connection_failed"
+        return OpenAIError(message, status=status, type=kind, code=code)
 
     async def aclose(self) -> None:
         await self.session.close()

@@ -8,8 +8,10 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError, service_unavailable
 
 from ..auth import ApiKey
-from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable
+from ..proxy import too_many_requests, with_retry_after
 from ..state import GatewayState
+from ..store import StoreUnavailable
+from ..tickets import NoUpstream, QueueFull, QueueTimeout
 
 
 class ClientGone(Exception):
@@ -21,14 +23,9 @@ def gateway(request: Request) -> GatewayState:
     return state
 
 
-def with_retry_after(err: OpenAIError, seconds: int) -> OpenAIError:
-    err.headers = {**err.headers, "Retry-After": str(max(1, seconds))}
-    return err
-
-
 def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
     if isinstance(exc, QueueFull):
-        err = OpenAIError(str(exc), status=429, type="rate_limit_error", code="queue_full")
+        err = too_many_requests(str(exc), code="queue_full")
     elif isinstance(exc, QueueTimeout):
         err = service_unavailable(str(exc), code="queue_timeout")
     elif isinstance(exc, NoUpstream):

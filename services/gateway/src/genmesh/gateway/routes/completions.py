@@ -2,7 +2,8 @@
 
 Bodies pass through untouched (OPEA string ``messages`` included); the gateway reads only
 ``model`` and ``stream``. Flow: authenticate -> per-key limits -> slot lease (maybe after waiting
-in Redis) -> upstream (a connect failure is retried on another upstream) -> relay -> release.
+in Redis) -> upstream (a connect failure is retried on another upstream: ``dispatch.py``) -> relay
+-> release.
 
 These two endpoints do not go through FastAPI's routing, middleware stack and
 ``StreamingResponse`` (an anyio task group per response): on a 2-core machine that machinery
@@ -28,32 +29,24 @@ from genmesh.protocol import OpenAIError, internal_error, model_not_found
 from genmesh.protocol.server.http_server import too_large
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.logs import request_id_var
-from genmesh.relay import (
-    DONE_EVENT,
-    Outcome,
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamResponse,
-    error_event,
-    relay_stream,
-    relay_unary,
-)
+from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
 
 from .. import failover
 from ..affinity import prefix_of
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
-from ..proxy import bad_gateway, failures, prepare_body, response_headers, upstream_timeout
-from ..queue import NoUpstream, QueueFull, QueueTimeout, StoreUnavailable, Ticket
+from ..proxy import bad_gateway, prepare_body, response_headers
 from ..state import GatewayState
+from ..store import StoreUnavailable
+from ..tickets import Ticket
 from ..upstreams import Upstream
-from .common import ClientGone, admission_error, authenticate, with_retry_after
+from .common import ClientGone, admission_error, authenticate
+from .dispatch import connect, relay_from
 
 log = logging.getLogger("genmesh.gateway.http")
 
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions"))
 _JSON = (b"content-type", b"application/json")
-_UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
 
 
 def _route(st: GatewayState, body: dict[str, Any]) -> ModelRoute:
@@ -216,7 +209,7 @@ class _Exchange:
         try:
             send_body, strip_usage = await self.prepare(key, raw, body, stream)
             ticket.prefix = prefix_of(route, self.prompt_source(body))
-            resp, idx, sent_at = await self._connect(ticket, send_body, stream)
+            resp, idx, sent_at = await connect(st, self.path, self.rid_header, ticket, send_body, stream)
         except BaseException:
             st.spawn(self._give_back(key, ticket))
             raise
@@ -225,7 +218,7 @@ class _Exchange:
         out = Outcome()
         completed = False
         if stream and resp.status == 200:
-            relay = self._relay(resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route)
+            relay = relay_from(resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route)
             if route.mid_stream_failover and failover.eligible(self.path, body):
                 relay = self._failover(relay, ticket, idx, body, out, strip_usage, sent_at + route.request_timeout_s)
         else:
@@ -262,24 +255,6 @@ class _Exchange:
                 resp.abort()  # closing mid-stream drops the connection: the upstream aborts
                 await relay.aclose()
                 st.spawn(self._finish(key, ticket, resp, out, name, completed=False))
-
-    def _relay(
-        self,
-        resp: UpstreamResponse,
-        out: Outcome,
-        strip_usage: bool,
-        sent_at: float,
-        total_deadline: float,
-        route: ModelRoute,
-    ) -> AsyncGenerator[bytes, None]:
-        return relay_stream(
-            resp,
-            out,
-            failures(route.first_token_timeout_s, route.request_timeout_s),
-            strip_usage=strip_usage,
-            first_token_deadline=sent_at + route.first_token_timeout_s,
-            total_deadline=total_deadline,
-        )
 
     async def _failover(
         self,
@@ -321,7 +296,7 @@ class _Exchange:
             await st.admission.release(ticket)
             exclude = exclude | {idx}
             try:
-                resp, idx, sent_at = await self._connect(ticket, cont.resend(), True, exclude)
+                resp, idx, sent_at = await connect(st, self.path, self.rid_header, ticket, cont.resend(), True, exclude)
             except OpenAIError:
                 yield cont.failure  # no other upstream: the failure as it came
                 return
@@ -333,7 +308,7 @@ class _Exchange:
                 return
             out.error = None
             yield b": failover to " + self.leg[1].name.encode() + b"\n\n"  # an SSE comment: clients skip it
-            relay = self._relay(resp, out, strip_usage, sent_at, total_deadline, route)
+            relay = relay_from(resp, out, strip_usage, sent_at, total_deadline, route)
 
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
@@ -358,67 +333,3 @@ class _Exchange:
                 out.prompt_tokens,
                 out.completion_tokens,
             )
-
-    async def _connect(
-        self, ticket: Ticket, send_body: bytes, stream: bool, exclude: frozenset[int] = frozenset()
-    ) -> tuple[UpstreamResponse, int, float]:
-        """Take a slot and open the upstream response; a connect failure is retried on another upstream
-        (``exclude``: upstreams not to try; a failover's starts in front of the queue)."""
-        st = self.st
-        route = ticket.route
-        front = bool(exclude)
-        headers = [*_UPSTREAM_HEADERS, self.rid_header]
-        while True:
-            try:
-                idx = await st.admission.acquire(ticket, exclude, front)
-            except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
-                raise admission_error(exc, route.retry_after_s) from exc
-            up = st.pool.upstreams(route)[idx]
-            sent_at = time.monotonic()
-            wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
-            if stream:
-                up.stream_began()  # the upstream's progress is watched from here (upstreams.py)
-            try:
-                try:
-                    async with asyncio.timeout(wait_s):
-                        resp = await st.upstream.post(up.url, self.path, send_body, headers)
-                except BaseException:
-                    if stream:
-                        up.stream_ended()
-                    raise
-            except UpstreamConnectError as exc:
-                up.record_failure(type(exc).__name__)
-                await st.admission.release(ticket)
-                exclude = exclude | {idx}
-                front = True
-                st.metrics.retries.labels(route.name).inc()
-                log.warning("connect to %s failed (%s); trying another upstream", up.url, exc)
-                if not st.pool.any_available(route, exclude):
-                    raise with_retry_after(
-                        bad_gateway(f"no upstream of model '{route.name}' could be reached"), route.retry_after_s
-                    ) from exc
-                continue
-            except TimeoutError as exc:
-                up.record_failure("timeout")
-                raise upstream_timeout("first token" if stream else "total", wait_s) from exc
-            except UpstreamError as exc:  # the upstream went away mid-request: worth a retry soon
-                up.record_failure(type(exc).__name__)
-                raise with_retry_after(
-                    bad_gateway(f"upstream request failed: {type(exc).__name__}"), route.retry_after_s
-                ) from exc
-            st.metrics.upstream_requests.labels(route.name, up.name).inc()
-            if resp.status not in (502, 503):
-                up.record_success()
-                return resp, idx, sent_at
-            up.record_failure(f"status {resp.status}")
-            if not st.pool.any_available(route, exclude | {idx}):
-                return resp, idx, sent_at  # the client gets the upstream's own 502/503
-            # nothing was generated: another upstream may serve it (a replica whose engine is down)
-            if stream:
-                up.stream_ended()
-            resp.abort()
-            await st.admission.release(ticket)
-            exclude = exclude | {idx}
-            front = True
-            st.metrics.retries.labels(route.name).inc()
-            log.warning("%s answered %d; trying another upstream", up.url, resp.status)

@@ -13,8 +13,8 @@ from redis.exceptions import RedisError
 from genmesh.protocol.response_objects import DeletedResponse, InputItemList
 
 from ..auth import ApiKey
-from ..queue import StoreUnavailable
 from ..responses_store import not_found
+from ..store import StoreUnavailable
 from .common import admission_error, gateway
 
 router = APIRouter()

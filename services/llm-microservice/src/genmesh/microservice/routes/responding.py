@@ -78,7 +78,9 @@ async def relay_unary(request: Request, upstream: Upstream, method: str, path: s
     deadline_s = state_of(request).settings.request_timeout_s
     try:
         async with asyncio.timeout(deadline_s):
-            reply = await unless_disconnected(request, upstream.fetch(method, path, request_id(request), body))
+            reply = await unless_disconnected(
+                request, upstream.fetch(upstream.open(method, path, request_id(request), body))
+            )
     except TimeoutError as exc:
         raise deadline_error("total", deadline_s) from exc
     if reply.status >= 400:

@@ -1,5 +1,7 @@
 """What every genmesh service's HTTP side shares, apart from the wire format (``genmesh.protocol``).
 
+* ``app``: the FastAPI app every service builds (middleware order, lifespan, version);
+* ``metrics``: each service's Prometheus metrics in a registry of its own;
 * ``asgi``: the FastAPI app's middleware (request id, body limit), error handlers and ``serve``;
 * ``http_server``: uvicorn's HTTP protocol with the limits hostile clients need;
 * ``inputs``: request bodies decoded and checked before any work;

@@ -1,0 +1,116 @@
+"""Dispatch: a slot on an upstream, the request sent there, and its stream relayed.
+
+A connect failure (or a 502/503 before anything was generated) gives the slot back and tries
+another upstream of the model, in front of the queue; a timeout or a failure mid-request is the
+client's 504 or 502.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator
+
+from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
+
+from ..config import ModelRoute
+from ..proxy import bad_gateway, failures, upstream_timeout, with_retry_after
+from ..state import GatewayState
+from ..store import StoreUnavailable
+from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
+from .common import admission_error
+
+log = logging.getLogger("genmesh.gateway.http")
+
+_UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+
+
+async def connect(
+    st: GatewayState,
+    path: str,
+    rid_header: tuple[bytes, bytes],
+    ticket: Ticket,
+    send_body: bytes,
+    stream: bool,
+    exclude: frozenset[int] = frozenset(),
+) -> tuple[UpstreamResponse, int, float]:
+    """Take a slot and open the upstream response; a connect failure is retried on another upstream
+    (``exclude``: upstreams not to try; a failover's starts in front of the queue). Returns the
+    response, the upstream's index and when the request was sent."""
+    route = ticket.route
+    front = bool(exclude)
+    headers = [*_UPSTREAM_HEADERS, rid_header]
+    while True:
+        try:
+            idx = await st.admission.acquire(ticket, exclude, front)
+        except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
+            raise admission_error(exc, route.retry_after_s) from exc
+        up = st.pool.upstreams(route)[idx]
+        sent_at = time.monotonic()
+        wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
+        if stream:
+            up.stream_began()  # the upstream's progress is watched from here (upstreams.py)
+        try:
+            try:
+                async with asyncio.timeout(wait_s):
+                    resp = await st.upstream.post(up.url, path, send_body, headers)
+            except BaseException:
+                if stream:
+                    up.stream_ended()
+                raise
+        except UpstreamConnectError as exc:
+            up.record_failure(type(exc).__name__)
+            await st.admission.release(ticket)
+            exclude = exclude | {idx}
+            front = True
+            st.metrics.retries.labels(route.name).inc()
+            log.warning("connect to %s failed (%s); trying another upstream", up.url, exc)
+            if not st.pool.any_available(route, exclude):
+                raise with_retry_after(
+                    bad_gateway(f"no upstream of model '{route.name}' could be reached"), route.retry_after_s
+                ) from exc
+            continue
+        except TimeoutError as exc:
+            up.record_failure("timeout")
+            raise upstream_timeout("first token" if stream else "total", wait_s) from exc
+        except UpstreamError as exc:  # the upstream went away mid-request: worth a retry soon
+            up.record_failure(type(exc).__name__)
+            raise with_retry_after(
+                bad_gateway(f"upstream request failed: {type(exc).__name__}"), route.retry_after_s
+            ) from exc
+        st.metrics.upstream_requests.labels(route.name, up.name).inc()
+        if resp.status not in (502, 503):
+            up.record_success()
+            return resp, idx, sent_at
+        up.record_failure(f"status {resp.status}")
+        if not st.pool.any_available(route, exclude | {idx}):
+            return resp, idx, sent_at  # the client gets the upstream's own 502/503
+        # nothing was generated: another upstream may serve it (a replica whose engine is down)
+        if stream:
+            up.stream_ended()
+        resp.abort()
+        await st.admission.release(ticket)
+        exclude = exclude | {idx}
+        front = True
+        st.metrics.retries.labels(route.name).inc()
+        log.warning("%s answered %d; trying another upstream", up.url, resp.status)
+
+
+def relay_from(
+    resp: UpstreamResponse,
+    out: Outcome,
+    strip_usage: bool,
+    sent_at: float,
+    total_deadline: float,
+    route: ModelRoute,
+) -> AsyncGenerator[bytes, None]:
+    """A streamed response relayed event by event within the route's first-token and total deadlines."""
+    return relay_stream(
+        resp,
+        out,
+        failures(route.first_token_timeout_s, route.request_timeout_s),
+        strip_usage=strip_usage,
+        first_token_deadline=sent_at + route.first_token_timeout_s,
+        total_deadline=total_deadline,
+    )

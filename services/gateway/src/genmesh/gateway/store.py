@@ -1,0 +1,47 @@
+"""The gateway's Redis: the client, its scripts and the metrics, with one way to call them.
+
+A Redis failure on the request path leaves as ``StoreUnavailable`` (the client gets a 503) and
+is counted in ``genmesh_gateway_redis_errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from .keys import KeySpace
+from .metrics import GatewayMetrics
+from .scripts import Scripts
+
+T = TypeVar("T")
+
+
+class StoreUnavailable(Exception):
+    """Redis could not be reached: the request gets a 503."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """What the admission queue and the per-key limits share: Redis, its scripts, its key names."""
+
+    redis: Redis
+    scripts: Scripts
+    keyspace: KeySpace
+    metrics: GatewayMetrics
+
+    async def call(self, call: Awaitable[T]) -> T:
+        """Await one Redis call; a failure is counted and raised as ``StoreUnavailable``."""
+        try:
+            return await call
+        except (RedisError, OSError) as exc:
+            self.metrics.redis_errors.inc()
+            raise StoreUnavailable(f"queue store unavailable: {type(exc).__name__}") from exc
+
+
+def text(raw: bytes | str) -> str:
+    """A Redis reply as text."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -1,0 +1,43 @@
+"""A request's place in admission (``Ticket``) and the ways admission refuses it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .config import ModelRoute
+
+
+class QueueFull(Exception):
+    pass
+
+
+class QueueTimeout(Exception):
+    pass
+
+
+class NoUpstream(Exception):
+    pass
+
+
+@dataclass
+class Ticket:
+    """One request's place in admission: queued, then holding a lease on ``upstream``."""
+
+    id: str
+    route: ModelRoute
+    tenant: str
+    priority: int
+    arrived: float = field(default_factory=time.monotonic)
+    upstream: int | None = None
+    position: int = 0
+    granted_at: float | None = None
+    prefix: tuple[str, ...] = ()  # the prompt's prefix block hashes (prefix-affinity), shortest first
+    affinity: str = ""  # how the prefix routed it: hit, fallback, miss ("" when queued or not affine)
+
+    @property
+    def klass(self) -> str:
+        return str(9 - self.priority)
+
+    def waited_s(self) -> float:
+        return (self.granted_at or time.monotonic()) - self.arrived

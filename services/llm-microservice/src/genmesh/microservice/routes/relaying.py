@@ -1,0 +1,46 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the body normalised, then relayed.
+
+Chat takes OPEA input too (``messages`` as a string or a list); completions pass through. In both
+``model`` defaults to ``LLM_MODEL_ID``. ``/v1/responses`` (``responses.py``) relays the same way
+but ends a broken stream in its own format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..normalise import EngineCall, normalise_chat, normalise_completion
+from .responding import json_body, relay_call, state_of
+
+Normalise = Callable[[dict[str, Any], str | None], EngineCall]
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+# Each path, the name of its endpoint, and how its body becomes the engine's call.
+ENDPOINTS: dict[str, tuple[str, Normalise]] = {
+    CHAT_PATH: ("chat_completions", normalise_chat),
+    COMPLETIONS_PATH: ("completions", normalise_completion),
+}
+
+router = APIRouter()
+
+
+def relaying(normalise: Normalise) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint that relays the body as ``normalise`` makes it."""
+
+    async def endpoint(request: Request) -> Response:
+        st = state_of(request)
+        call = normalise(await json_body(request), st.settings.llm_model_id)
+        return await relay_call(request, call)
+
+    return endpoint
+
+
+for _path, (_name, _normalise) in ENDPOINTS.items():
+    router.add_api_route(
+        _path, relaying(_normalise), methods=["POST"], name=_name, response_model=None, include_in_schema=False
+    )
