@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -91,12 +92,15 @@ def start_repository_engine(config: Path, log_dir: Path, *extra: str, timeout_s:
     argv = [sys.executable, "-m", "genmesh.engine", "--config-path", str(config), "--port", str(port)]
     argv += ["--cache-size", "1", "--stats-log-interval-s", "0", *extra]
     server = start_server("engine-repo", argv, port, log_dir, health_path="/v1/models")
+    last: dict[str, Any] = {}  # the last /v1/config seen, for the failure message
 
     def settled() -> bool:
         try:  # the server is sluggish while tokenizers load (they hold the GIL)
             states = httpx.get(server.url + "/v1/config", timeout=2).json()
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
+            last["error"] = repr(exc)
             return False
+        last["config"] = states
         return all(
             s["model_version_status"][0]["status"]["error_code"] != "OK"
             or s["model_version_status"][0]["state"] == "AVAILABLE"
@@ -105,6 +109,9 @@ def start_repository_engine(config: Path, log_dir: Path, *extra: str, timeout_s:
 
     try:
         wait_until(settled, timeout_s, interval_s=0.2, what="every model loaded or failed")
+    except AssertionError as exc:
+        server.stop()
+        raise AssertionError(f"{exc}; last seen: {last}; engine log:\n{server.log_tail(60)}") from exc
     except BaseException:
         server.stop()
         raise
