@@ -46,6 +46,8 @@ class EngineDeadError(RuntimeError):
 
 
 class CoreClient:
+    target: Callable[[CoreConfig, str, str, str], None] = staticmethod(run_core)  # the core process's entry point
+
     def __init__(
         self,
         config: CoreConfig,
@@ -101,7 +103,7 @@ class CoreClient:
         self._loaded = loop.create_future()
         self._reader = asyncio.create_task(self._read_outputs(), name="engine-core-reader")
         proc = multiprocessing.get_context("spawn").Process(
-            target=run_core,
+            target=self.target,
             args=(self.config, in_addr, out_addr, self.log_level),
             name="genmesh-engine-core",
             daemon=True,
@@ -208,8 +210,11 @@ class CoreClient:
         self._closed = True
         proc = self._proc
         if proc is not None and proc.is_alive():
+            # Never wait to hand over the Shutdown: a core that has stopped reading (one that sent
+            # LoadFailed and closed its inbox, then takes its time to exit) leaves the PUSH socket
+            # without a peer, and a blocking send would wait for ever (zmq.Again is a ZMQError).
             with contextlib.suppress(zmq.ZMQError):
-                await self._inbox.send(m.encode(m.Shutdown()))
+                await self._inbox.send(m.encode(m.Shutdown()), flags=zmq.NOBLOCK)
             await asyncio.to_thread(proc.join, timeout_s)
             if proc.is_alive():
                 proc.kill()
