@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from genmesh.bench.render import level, plot_all, summary_block, table
-from genmesh.bench.report import high_steal_note, ratios, results_table, top_functions
+from genmesh.bench.report import high_steal_note, ratios, resources_table, results_table, top_functions
 
 
 def run(
@@ -69,6 +69,18 @@ def test_markdown_table_rows_and_steal_flag() -> None:
     assert note is not None
     assert "llama c=8 (30.0 %)" in note
     assert high_steal_note(RUNS[:2]) is None
+
+
+def test_resources_table_names_every_process_tree() -> None:
+    gateway = run("gateway", 32, 200.0) | {
+        "processes": [
+            {"process": "engine", "cpu_s": 9.0, "rss_mib": 812.4, "cpu_ms_per_token": 4.5},
+            {"process": "gateway", "cpu_s": 0.4, "rss_mib": 95.0, "cpu_ms_per_token": 0.2},
+        ]
+    }
+    rows = resources_table([gateway, RUNS[0]]).splitlines()
+    assert rows[2] == "| gateway | c=32 | engine: 4.50 ms/token, 812 MiB; gateway: 0.20 ms/token, 95 MiB |"
+    assert rows[3] == "| inprocess | c=8 | - |"  # a run without the figures (older results) says so
 
 
 def test_summary_block_reads_like_vllm() -> None:

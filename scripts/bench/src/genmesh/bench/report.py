@@ -52,6 +52,14 @@ machine's busy time not spent by the measured processes (other work in this VM):
 fewer free cores than the others."""
 
 
+RESOURCES_NOTE = (
+    "Each process tree measured during the level (the engine with its core process; `bench client` is the "
+    "load generator, and in (a) the pipeline itself): its CPU time over the level divided by the output tokens "
+    "of the level, and its resident memory at the level's end (summed over the tree, so pages two processes "
+    "share count twice). In the (b) and (c) rows the hops not in the path idle beside the engine."
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="the GGUF every engine serves (vLLM: its bf16 conversion)")
     p.add_argument("--concurrency", type=int, nargs="+", default=FULL["concurrency"], help="closed-loop levels")
@@ -91,6 +99,18 @@ def results_table(runs: Sequence[Result], baseline: str) -> str:
         row += [fmt(r.get("steal_percent")) + (" ⚠" if r.get("high_steal") else ""), fmt(r.get("other_percent"), ".0f")]
         rows.append([*row, fmt(vs_base, ".2f"), fmt(vs_peer, ".2f")])
     return table(COLUMNS, rows, markdown=True)
+
+
+def resources_table(runs: Sequence[Result]) -> str:
+    """One row per run: each measured process tree's CPU ms per output token and its RSS at the run's end."""
+    rows = []
+    for r in runs:
+        cells = [
+            f"{p['process']}: {fmt(p.get('cpu_ms_per_token'), '.2f')} ms/token, {fmt(p.get('rss_mib'), '.0f')} MiB"
+            for p in r.get("processes") or []
+        ]
+        rows.append([str(r.get("label", "")), level(r), "; ".join(cells) or "-"])
+    return table(["line", "load", "per process tree: CPU ms per output token, RSS"], rows, markdown=True)
 
 
 def high_steal_note(runs: Sequence[Result]) -> str | None:
@@ -248,6 +268,7 @@ class Report:
             "of vLLM-CPU and llama-server at that level."
         )
         blocks += [results_table(self.runs, BASELINE), *filter(None, [high_steal_note(self.runs)])]
+        blocks += ["### Memory and CPU of each process", RESOURCES_NOTE, resources_table(self.runs)]
         blocks += ["### Lines not run", "\n".join(f"- {n}" for n in self.notes)] if self.notes else []
         losses = [
             f"- {level(r)}: (b) gives {vs:.2f}x the best peer's output throughput ({(1 - vs) * 100:.0f} % less)."

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import psutil
 
+from . import processes
+
 Result = dict[str, Any]
 HIGH_STEAL_PERCENT = 10.0
 SLO_KEYS = ("ttft", "tpot", "e2el")
@@ -81,13 +83,16 @@ class StealMeter:
         self.steal_percent: float | None = None
         self.busy_percent: float | None = None
         self.other_percent: float | None = None
+        self.processes: list[dict[str, float | str]] = []  # each tree's CPU seconds and RSS (processes.py)
 
     def __enter__(self) -> StealMeter:
+        self._trees = processes.sample(self._pids)
         self._own, self._cpu = cpu_seconds(self._pids), psutil.cpu_times()
         return self
 
     def __exit__(self, *exc: object) -> None:
         cpu, own = psutil.cpu_times(), cpu_seconds(self._pids)
+        self.processes = processes.usage(self._trees, processes.sample(self._pids))
         busy = [t.user + t.nice + t.system + t.irq + t.softirq for t in (self._cpu, cpu)]  # guest time is in user
         span = busy[1] - busy[0] + sum(getattr(cpu, f) - getattr(self._cpu, f) for f in ("idle", "iowait", "steal"))
         if span > 0:
@@ -159,6 +164,10 @@ def make_result(
         "high_steal": (steal or 0) >= HIGH_STEAL_PERCENT,
     }
     result |= {"busy_percent": meter and meter.busy_percent, "other_percent": meter and meter.other_percent}
+    result["processes"] = [  # each process tree: CPU ms per output token of the run, RSS at its end
+        p | {"cpu_ms_per_token": 1000.0 * float(p["cpu_s"]) / tokens_out if tokens_out else None}
+        for p in (meter.processes if meter else [])
+    ]
     result["errors"] = [o.error for o in load.outputs if o.error is not None][:20]
     result |= {"health_polls": len(health_ms), "health_failures": load.health_failures}
     result |= {f"health_{p}_ms": percentile(health_ms, q) for p, q in (("p50", 50), ("p99", 99), ("max", 100))}
