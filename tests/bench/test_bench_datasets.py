@@ -1,4 +1,4 @@
-"""Dataset sampling: random lengths in model tokens, shared prefixes, ShareGPT parsing and filtering."""
+"""Dataset sampling: random lengths in model tokens, mixed chat lengths, shared prefixes, ShareGPT parsing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from genmesh.bench.datasets import parse_sharegpt, random_requests, shared_prefix_requests, sharegpt_requests
+from genmesh.bench.datasets import (
+    TokenCodec,
+    mixed_chat_requests,
+    parse_sharegpt,
+    random_requests,
+    shared_prefix_requests,
+    sharegpt_requests,
+)
 from support.bench_fakes import CharCodec
+from support.servers import DEFAULT_MODEL
 
 
 def test_random_prompts_have_the_asked_token_lengths() -> None:
@@ -70,3 +78,22 @@ def test_sharegpt_requests_filter_and_sample(tmp_path: Path) -> None:
     assert all(r.output_len == 32 for r in fixed)
     with pytest.raises(ValueError, match="only 2 usable"):
         sharegpt_requests(CharCodec(), path, 3)
+
+
+def test_mixed_chat_lengths_vary_like_chat_traffic_in_the_models_tokens() -> None:
+    codec = TokenCodec(Path(DEFAULT_MODEL))
+    reqs = mixed_chat_requests(codec, 64, seed=1)
+    ins, outs = sorted(r.prompt_len for r in reqs), sorted(r.output_len for r in reqs)
+    assert all(8 <= n <= 1024 for n in ins)
+    assert all(8 <= n <= 256 for n in outs)
+    assert all(r.prompt_len == len(codec.encode(r.prompt)) for r in reqs)  # counted as the engine counts
+    assert 64 <= ins[32] <= 256  # the median near the asked 128 ...
+    assert ins[-1] >= 3 * ins[32]  # ... with a long tail ...
+    assert ins[0] <= ins[32] // 2  # ... and short prompts too
+    assert len(set(ins)) > 30
+    assert len(set(outs)) > 20
+    assert all(r.prompt.isascii() and r.system is None for r in reqs)  # plain English, one user message
+    assert reqs == mixed_chat_requests(codec, 64, seed=1)
+    assert reqs != mixed_chat_requests(codec, 64, seed=2)
+    with pytest.raises(ValueError, match="at least 8"):
+        mixed_chat_requests(codec, 1, median_input=4)

@@ -59,3 +59,11 @@ def test_a_module_server_is_named_by_its_module() -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_server_the_bench_started_is_not_charged_to_the_bench_client(busy_tree: subprocess.Popen[bytes]) -> None:
+    root = busy_tree.pid  # a child of this process, as the report's servers are
+    wait_until(lambda: sample([root])[root].rss_mib > 200, 30, what="the grandchild's 200 MiB")
+    both = sample([os.getpid(), root])
+    assert both[root].rss_mib > 200
+    assert both[os.getpid()].rss_mib < sample([os.getpid()])[os.getpid()].rss_mib - 150  # without the tree below

@@ -49,6 +49,14 @@ def test_levels() -> None:
     assert level(RUNS[0]) == "c=8"
     assert level(RUNS[-1]) == "2 req/s"
     assert level(run("x", 4, 1.0, rate=0.5)) == "0.5 req/s, c<=4"
+    assert level(run("x", None, 1.0, rate=8.0) | {"dataset": "mixed"}) == "8 req/s mixed"
+    assert level(run("x", 8, 1.0) | {"dataset": "random"}) == "c=8"
+
+
+def test_a_mixed_set_level_compares_only_with_its_own_set() -> None:
+    mixed = [run("engine", 8, 90.0) | {"dataset": "mixed"}, run("llama", 8, 100.0, peer=True) | {"dataset": "mixed"}]
+    r = ratios([*RUNS, *mixed], "inprocess")
+    assert r[len(RUNS)] == (None, pytest.approx(0.9))  # against llama's mixed run, not its random c=8 one
 
 
 def test_ratios_compare_within_a_level() -> None:

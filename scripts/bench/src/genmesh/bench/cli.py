@@ -15,7 +15,14 @@ from typing import Any
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from . import engine, hops, report
-from .datasets import RequestSpec, TokenCodec, random_requests, shared_prefix_requests, sharegpt_requests
+from .datasets import (
+    RequestSpec,
+    TokenCodec,
+    mixed_chat_requests,
+    random_requests,
+    shared_prefix_requests,
+    sharegpt_requests,
+)
 from .load import Endpoint, measure, served_model
 from .render import plot_all, say, summary_block
 from .results import Result, load_results, parse_goodput, save
@@ -38,12 +45,16 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG charts")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g = p.add_argument_group("dataset")
-    g.add_argument("--dataset-name", choices=["random", "shared-prefix", "sharegpt"], default="random")
+    g.add_argument("--dataset-name", choices=["random", "mixed", "shared-prefix", "sharegpt"], default="random")
     g.add_argument("--dataset-path", type=Path, help="ShareGPT-format JSON file (--dataset-name sharegpt)")
     g.add_argument("--tokenizer", default=DEFAULT_MODEL, help="GGUF or OpenVINO folder whose tokenizer sizes prompts")
     g.add_argument("--num-prompts", type=int, default=32, help="requests per run (default 32)")
-    g.add_argument("--random-input-len", type=int, default=128, help="prompt tokens (random; default 128)")
-    g.add_argument("--random-output-len", type=int, default=64, help="new tokens per request (default 64)")
+    g.add_argument(
+        "--random-input-len", type=int, default=128, help="prompt tokens (random; mixed: the median; default 128)"
+    )
+    g.add_argument(
+        "--random-output-len", type=int, default=64, help="new tokens per request (mixed: the median; default 64)"
+    )
     g.add_argument("--random-range-ratio", type=float, default=0.0, help="lengths vary by ± this share")
     g.add_argument("--shared-prefix-len", type=int, default=512, help="common system prompt tokens (default 512)")
     g.add_argument("--sharegpt-output-len", type=int, help="fix the output length of ShareGPT requests")
@@ -55,6 +66,8 @@ def build_requests(args: argparse.Namespace) -> list[RequestSpec]:
     if args.dataset_name == "random":
         lengths = (args.random_input_len, args.random_output_len, args.random_range_ratio)
         return random_requests(codec, n, *lengths, args.seed)
+    if args.dataset_name == "mixed":  # log-normal lengths around --random-input-len / --random-output-len
+        return mixed_chat_requests(codec, n, args.random_input_len, args.random_output_len, args.seed)
     if args.dataset_name == "shared-prefix":
         return shared_prefix_requests(codec, n, args.shared_prefix_len, args.random_output_len, args.seed)
     if args.dataset_path is None:

@@ -1,4 +1,4 @@
-"""What the load generator sends: ``random``, ``shared-prefix`` and ShareGPT-format requests, with
+"""What the load generator sends: ``random``, ``mixed``, ``shared-prefix`` and ShareGPT-format requests, with
 lengths in the served model's own tokens as vLLM's ``benchmark_serving`` counts them (deterministic
 for a seed), and the fixed short chat prompts of the engine and hop benchmarks."""
 
@@ -84,6 +84,46 @@ def random_requests(
             encoded = codec.encode(codec.decode(encoded))
         text = codec.decode(encoded[:target])
         out.append(RequestSpec(text, len(codec.encode(text)), max(1, int(out_len))))
+    return out
+
+
+MIXED_INSTRUCTIONS = (
+    "Summarise these notes in a few sentences:",
+    "Answer the question at the end of this conversation:",
+    "Rewrite this passage for a child:",
+    "List the main points of the following text:",
+)
+MIXED_PHRASES = (  # noqa: SIM905 (one sentence each; the body of a mixed-length prompt is drawn from these)
+    "The meeting moved to Thursday because the room was booked.;Sales rose in the north and fell in the south.;"
+    "The new library opens at nine and closes at six.;She asked whether the train stops at the old station.;"
+    "Our team fixed the login bug and wrote two new tests.;The recipe needs flour, eggs, butter and a little salt.;"
+    "Rain is expected in the afternoon, so bring a coat.;The report says the bridge needs repairs next spring.;"
+    "He planted tomatoes, beans and a row of sunflowers.;The museum shows maps drawn by sailors long ago.;"
+    "Please send the invoice before the end of the month.;The children built a small boat from old wood.;"
+    "What time does the last bus leave the city centre?;Why did the committee delay its decision again?"
+).split(";")
+
+
+def mixed_chat_requests(
+    codec: TokenCodec, n: int, median_input: int = 128, median_output: int = 64, seed: int = 0
+) -> list[RequestSpec]:
+    """``n`` chat requests of plain English whose lengths vary as real chat traffic does: log-normal prompt
+    lengths (median ``median_input`` tokens, 8 to 1,024) and output lengths (median ``median_output``, 8 to
+    256), generated from ``seed`` alone (no file to ship, the same on every machine)."""
+    if median_input < 8 or median_output < 8:
+        raise ValueError("median_input and median_output must be at least 8")
+    rng = np.random.default_rng(seed)
+    in_lens = np.clip(rng.lognormal(np.log(median_input), 0.9, size=n), 8, 1024).astype(int)
+    out_lens = np.clip(rng.lognormal(np.log(median_output), 0.7, size=n), 8, 256).astype(int)
+    out: list[RequestSpec] = []
+    for in_len, out_len in zip(in_lens, out_lens, strict=True):
+        words = [MIXED_INSTRUCTIONS[int(rng.integers(len(MIXED_INSTRUCTIONS)))]]
+        ids = codec.encode(" ".join(words))
+        while len(ids) < in_len:
+            words += [MIXED_PHRASES[int(i)] for i in rng.integers(len(MIXED_PHRASES), size=8)]
+            ids = codec.encode(" ".join(words))
+        text = codec.decode(ids[: int(in_len)])
+        out.append(RequestSpec(text, len(codec.encode(text)), int(out_len)))
     return out
 
 

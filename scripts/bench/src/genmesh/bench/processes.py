@@ -34,14 +34,26 @@ def tree_name(proc: psutil.Process) -> str:
     return str(proc.pid)
 
 
+def _tree(root: psutil.Process) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return [root, *root.children(recursive=True)]
+    return [root]
+
+
 def sample(roots: Sequence[int]) -> dict[int, TreeSample]:
-    """Each root's tree now (a root that is gone is left out)."""
+    """Each root's tree now (a root that is gone is left out). A root below another (the servers the
+    load generator started) is its own tree, not part of its parent's."""
     out: dict[int, TreeSample] = {}
+    trees: dict[int, list[psutil.Process]] = {}
     for root in roots:
         with contextlib.suppress(psutil.Error):
-            top = psutil.Process(root)
+            trees[root] = _tree(psutil.Process(root))
+    for root, tree in trees.items():
+        inner = {p.pid for r in (p.pid for p in tree[1:] if p.pid in trees) for p in trees[r]}
+        with contextlib.suppress(psutil.Error):
+            top = tree[0]
             cpu = rss = 0.0
-            for proc in [top, *top.children(recursive=True)]:
+            for proc in [top, *(p for p in tree[1:] if p.pid not in inner)]:
                 with contextlib.suppress(psutil.Error):
                     cpu += sum(proc.cpu_times()[:2])
                     rss += proc.memory_info().rss / 2**20

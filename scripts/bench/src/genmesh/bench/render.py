@@ -41,11 +41,13 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, markdown: boo
 
 
 def level(run: dict[str, Any]) -> str:
-    """``c=8`` (fixed concurrency, everything at once) or ``4 req/s`` (Poisson, maybe with ``c<=N``)."""
+    """``c=8`` (fixed concurrency, everything at once) or ``4 req/s`` (Poisson, maybe with ``c<=N``); a dataset
+    other than ``random`` is named after it (``8 req/s mixed``)."""
     rate, conc = run.get("request_rate"), run.get("max_concurrency")
+    dataset = f" {d}" if (d := run.get("dataset")) not in (None, "random") else ""  # levels compare within a set
     if rate is None:
-        return f"c={conc}" if conc else "all at once"
-    return f"{fmt(rate, 'g')} req/s" + (f", c<={conc}" if conc else "")
+        return (f"c={conc}" if conc else "all at once") + dataset
+    return f"{fmt(rate, 'g')} req/s" + (f", c<={conc}" if conc else "") + dataset
 
 
 def summary_block(run: dict[str, Any]) -> str:
@@ -83,7 +85,7 @@ def plot_all(runs: Sequence[dict[str, Any]], out_dir: Path, prefix: str = "", to
     at = [r for r in runs if r.get("max_concurrency") == top and r.get("request_rate") is None] if top else runs
     groups: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in runs:
-        if r.get("max_concurrency") and r.get("request_rate") is None:
+        if r.get("max_concurrency") and r.get("request_rate") is None and r.get("dataset") in (None, "random"):
             groups[str(r.get("label", "run"))].append((int(r["max_concurrency"]), float(r["output_throughput"])))
     written = []
     for name, xlabel in (("throughput", "concurrent requests"), ("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)")):

@@ -18,7 +18,7 @@ from pathlib import Path
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import ratio
-from .datasets import RequestSpec, TokenCodec, random_requests
+from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests
 from .inprocess import Pipeline, Scheduler
 from .load import Endpoint, measure
 from .render import fmt, level, plot_all, say, table
@@ -27,6 +27,8 @@ from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, star
 
 BASELINE = "inprocess"
 FULL = {"concurrency": [1, 8, 32], "request_rates": [2.0, 8.0], "rate_requests": 32, "output_len": 64, "input_len": 128}
+FULL |= {"mixed_concurrency": [8], "mixed_rates": [8.0]}
+MIXED_LINES = {"engine", "vllm", "llama"}  # the lines also measured on the mixed-length chat set
 IR_LINES = {"ir-int8": "int8", "ir-int4": "int4"}  # line: weight format of genmesh-export's IR (make model-ir)
 COLUMNS = ["line", "load", "ok/failed", "req/s", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"]
 COLUMNS += ["TPOT p99 ms", "ITL p50 ms", "E2E p50 ms", "steal %", "other CPU %", "vs (a)", "vs best peer"]
@@ -46,6 +48,10 @@ message to `/v1/chat/completions`, streaming; {a.output_len} new tokens each wit
 - Tokens are counted from each response's `usage`; a stream without `usage` counts as a failed request.
 - Load levels: `c=N` sends max(4, 2N) requests with N in flight at most (closed loop); `R req/s` sends \
 {a.rate_requests} requests at Poisson arrivals of mean rate R, without a concurrency cap.
+- Dataset `mixed` (rows marked `mixed`; lines (b), vLLM-CPU and llama-server): {a.rate_requests} chat \
+requests of plain English with log-normal lengths, prompts of median {a.input_len} tokens (8 to 1,024) and \
+outputs of median {a.output_len} (8 to 256), generated from a fixed seed (`genmesh-bench serve --dataset-name \
+mixed`); one prompt length hides how a scheduler mixes long prefills with running decodes.
 - One line at a time on the machine; each server is warmed up (2 short requests) before its first level.
 - CPU steal is read from `/proc/stat` over each level; ⚠ marks {high:.0f} % or more. `other CPU %` is the \
 machine's busy time not spent by the measured processes (other work in this VM): a row with a high value ran on \
@@ -68,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-requests", type=int, default=FULL["rate_requests"], help="requests per rate level")
     p.add_argument("--input-len", type=int, default=FULL["input_len"], help="prompt tokens (model tokenizer)")
     p.add_argument("--output-len", type=int, default=FULL["output_len"], help="new tokens per request (ignore_eos)")
+    p.add_argument("--mixed-concurrency", type=int, nargs="*", default=FULL["mixed_concurrency"], help="mixed set")
+    p.add_argument("--mixed-rates", type=float, nargs="*", default=FULL["mixed_rates"], help="mixed set, req/s")
     p.add_argument("--lines", nargs="+", default=LINES, help="which lines to run (default all)")
     p.add_argument("--ir-repo", type=Path, default=Path("models/repository"), help="the IR lines' exports (MODEL_REPO)")
     p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
@@ -139,7 +147,9 @@ class Report:
         self.profile_note, self.elapsed_s = "", 0.0
         self.levels = [(c, max(4, args.requests_per_slot * c)) for c in args.concurrency]
         n = max([n for _, n in self.levels] + [args.rate_requests])
-        self.requests = random_requests(TokenCodec(Path(args.model)), n, args.input_len, args.output_len, seed=0)
+        codec = TokenCodec(Path(args.model))
+        self.requests = random_requests(codec, n, args.input_len, args.output_len, seed=0)
+        self.mixed = mixed_chat_requests(codec, args.rate_requests, args.input_len, args.output_len, seed=0)
 
     def inprocess(self) -> None:
         label, load_s = "(a) in-process pipeline", 0.0
@@ -158,14 +168,18 @@ class Report:
     def line(self, label: str, target: str, url: str, peer: bool, pids: Sequence[int]) -> None:
         """Every level against ``url``: the closed-loop ones, then the Poisson rates."""
         say(f"{label}: measuring at {url}")
-        plan = [(float("inf"), c, n) for c, n in self.levels]
-        plan += [(r, None, self.args.rate_requests) for r in self.args.request_rates]
+        a, random_set = self.args, self.requests
+        plan = [(float("inf"), c, random_set[:n], "random") for c, n in self.levels]
+        plan += [(r, None, random_set[: a.rate_requests], "random") for r in a.request_rates]
+        if target in MIXED_LINES:
+            plan += [(float("inf"), c, self.mixed, "mixed") for c in a.mixed_concurrency]
+            plan += [(r, None, self.mixed, "mixed") for r in a.mixed_rates]
         warmup = [RequestSpec(r.prompt, r.prompt_len, 8) for r in self.requests[:2]]
         endpoint = Endpoint(url, MODEL_NAME)
-        for i, (rate, conc, n) in enumerate(plan):
+        for i, (rate, conc, requests, dataset) in enumerate(plan):
             load = {"request_rate": rate, "max_concurrency": conc, "warmup": warmup if i == 0 else [], "pids": pids}
-            load |= {"settings": {"target": target, "peer": peer, "dataset": "random"}, "progress": True}
-            self.runs.append(run := asyncio.run(measure(endpoint, self.requests[:n], label=label, **load)))
+            load |= {"settings": {"target": target, "peer": peer, "dataset": dataset}, "progress": True}
+            self.runs.append(run := asyncio.run(measure(endpoint, requests, label=label, **load)))
             ok = f"{run['completed']}/{run['failed']} ok/failed, steal {fmt(run['steal_percent'])}%"
             say(f"{label} {level(run)}: {run['output_throughput']:.1f} tok/s, {ok}")
 
