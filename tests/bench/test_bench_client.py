@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -103,3 +104,58 @@ async def test_idle_ttfts_send_one_request_at_a_time_to_each_target() -> None:
     assert all(t > 0 for v in ttfts.values() for t in v)
     assert a.max_in_flight == b.max_in_flight == 1
     assert [body["max_tokens"] for body in a.bodies] == [2, 2, 2]
+
+
+async def test_a_reused_connection_the_server_dropped_is_retried_once() -> None:
+    """A server that answers one request per connection and drops the connection when a second
+    request arrives on it, before any response (what a keep-alive close racing a reuse looks like)."""
+    body = b"".join(
+        b"data: " + line + b"\n\n"
+        for line in (
+            b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}',
+            b'{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}',
+            b"[DONE]",
+        )
+    )
+    seen = {"answered": 0, "dropped": 0}
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(
+                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+                )
+                await reader.readexactly(length)
+                if served:
+                    seen["dropped"] += 1
+                    return  # closes without a byte of response
+                served += 1
+                seen["answered"] += 1
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+                writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        endpoint = Endpoint(f"http://127.0.0.1:{port}", "m")
+        run = await measure(endpoint, [REQ] * 4, max_concurrency=1)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert run["completed"] == 4, run["errors"]
+    assert run["failed"] == 0
+    assert seen["answered"] == 4
+    assert seen["dropped"] >= 1  # connections were reused and dropped, and each such request sent again
+
+
+async def test_a_request_the_server_answered_is_not_sent_again() -> None:
+    async with ScriptedServer(status=500) as server, session(server.url, 1) as client:
+        out = await send(client, Endpoint(server.url, "m"), REQ)
+    assert not out.success
+    assert len(server.bodies) == 1

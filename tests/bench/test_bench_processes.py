@@ -54,7 +54,8 @@ def test_a_tree_is_charged_its_descendants_cpu_and_memory(busy_tree: subprocess.
 def test_a_module_server_is_named_by_its_module() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"])
     try:
-        assert sample([proc.pid])[proc.pid].name == "http.server"
+        # (polled: between fork and exec the child still has its parent's command line)
+        wait_until(lambda: sample([proc.pid])[proc.pid].name == "http.server", 30, what="named http.server")
         assert sample([os.getpid()])[os.getpid()].name == BENCH_CLIENT
     finally:
         proc.kill()

@@ -8,8 +8,10 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, prepare
 from genmesh.engine.messages import SamplingParams
 from genmesh.engine.pipeline_config import SCHEDULER_FIELDS as FIELDS
 from genmesh.engine.pipeline_config import generation_config, scheduler_config
@@ -49,6 +51,15 @@ def _greedy(ov_genai: Any, max_tokens: int) -> Any:
     return generation_config(ov_genai, SamplingParams(max_new_tokens=max_tokens, temperature=0.0, ignore_eos=True))
 
 
+def served_file(model: str) -> str:
+    """What the engine's core loads for ``model`` with its defaults: a GGUF's faithful re-encoding (the
+    file OpenVINO GenAI reads as the GGUF means it, gguf_fidelity.py), an IR folder as it is. The
+    baseline runs the served model, never the misread one."""
+    if Path(model).is_dir():
+        return model
+    return str(prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET))
+
+
 def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, warmup_tokens: int) -> None:
     """Load the pipeline, tokenise ``prompts`` and warm up with the first ``warmup`` (in the worker, once)."""
     import numpy as np
@@ -57,7 +68,7 @@ def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, war
 
     say("in-process: loading the pipeline")
     t0, config = time.perf_counter(), scheduler_config(ov_genai, scheduler)  # the engine core's builder
-    pipe = ov_genai.ContinuousBatchingPipeline(model, config, "CPU", scheduler.plugin_config)
+    pipe = ov_genai.ContinuousBatchingPipeline(served_file(model), config, "CPU", scheduler.plugin_config)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
     inputs = []
     for prompt in prompts:

@@ -19,7 +19,7 @@ from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import ratio
 from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests
-from .inprocess import Pipeline, Scheduler
+from .inprocess import Pipeline, Scheduler, served_file
 from .load import Endpoint, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
@@ -160,6 +160,7 @@ class Report:
                 load_s = self.runs[-1]["load_s"]
         settings = (
             "`ContinuousBatchingPipeline` driven with `add_request`/`step` in one process (no HTTP, no detokenising), "
+            f"on the file the engine serves (`{served_file(self.args.model)}`: a GGUF's faithful re-encoding), "
             f"engine defaults ({Scheduler()}); a level of concurrency c keeps c requests in flight (closed loop, as "
             f"the server's core); no TTFT measured; loaded in {load_s:.1f} s"
         )
