@@ -14,7 +14,7 @@ from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from . import engine, hops, report
+from . import engine, hops, levers, report
 from .datasets import (
     RequestSpec,
     TokenCodec,
@@ -123,6 +123,7 @@ COMMANDS = {  # name: (help, add its arguments, run it)
     "microservice": ("streams through the microservice vs straight to the engine", hops.ms_args, hops.microservice),
     "gateway": ("gateway queue mechanics, and streams through the whole mesh", hops.gateway_args, hops.gateway),
     "report": ("the standard report with the peers (docs/benchmarks.md)", report.add_arguments, report.run),
+    "levers": ("engine settings side by side in alternating rounds", levers.add_arguments, levers.run),
 }
 
 

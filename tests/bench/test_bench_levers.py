@@ -1,0 +1,57 @@
+"""``genmesh-bench levers``: variants' flags reach their engines (after the defaults, so they win), and a
+sweep on the real engine gives one row per variant and level, paired against the first variant."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genmesh.bench.inprocess import Scheduler
+from genmesh.bench.levers import parse_variant, summarise
+from genmesh.engine.settings import parse_settings
+from support.servers import DEFAULT_MODEL
+
+
+def test_a_variant_is_a_name_and_engine_flags_that_override_the_defaults() -> None:
+    name, flags = parse_variant("mnbt512=--max-num-batched-tokens 512 --plugin-config '{\"A\": 1}'")
+    assert name == "mnbt512"
+    assert flags == ["--max-num-batched-tokens", "512", "--plugin-config", '{"A": 1}']
+    assert parse_variant("base=") == ("base", [])
+    settings = parse_settings(["--model", "m.gguf", *Scheduler().engine_flags(), *flags])
+    assert settings.max_num_batched_tokens == 512
+    assert settings.plugin_config == {"A": 1}
+    with pytest.raises(ValueError, match="NAME=FLAGS"):
+        parse_variant("--max-num-seqs 4")
+
+
+def test_ratios_pair_each_round_with_the_first_variants_same_round() -> None:
+    def r(tput: float) -> dict[str, float | int | None]:
+        return {"output_throughput": tput, "max_concurrency": 8, "request_rate": None, "steal_percent": 1.0}
+
+    rows = summarise({"base": [r(100.0), r(50.0), r(80.0)], "new": [r(110.0), r(60.0), r(80.0)]}, "base")
+    assert [row["ratio_to_first"] for row in rows] == [1.0, pytest.approx(1.1)]  # median of 1.1, 1.2, 1.0
+    assert rows[1]["output_throughput"] == 80.0  # the median over rounds
+
+
+def test_a_sweep_on_the_real_engine(tmp_path: Path) -> None:
+    argv = [str(Path(sys.executable).parent / "genmesh-bench"), "levers", "--model", str(DEFAULT_MODEL)]
+    argv += ["--variant", "base=", "--variant", "seqs2=--max-num-seqs 2", "--concurrency", "4", "--request-rates"]
+    argv += ["--output-len", "16", "--input-len", "16", "--rounds", "2", "--dataset-name", "mixed"]
+    argv += ["--result-dir", str(tmp_path), "--log-dir", str(tmp_path / "logs")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads(next(tmp_path.glob("levers-*.json")).read_text())
+    assert saved["variants"] == {"base": "", "seqs2": "--max-num-seqs 2"}
+    rows = {row["variant"]: row for row in saved["rows"]}
+    assert set(rows) == {"base", "seqs2"}
+    assert all(row["level"] == "c=4 mixed" and row["rounds"] == 2 and row["failed"] == 0 for row in rows.values())
+    assert rows["base"]["ratio_to_first"] == 1.0
+    assert rows["seqs2"]["output_throughput"] > 0
+    assert len(saved["runs"]) == 4
+    assert "| c=4 mixed | seqs2 |" in done.stdout
+    # At most 2 sequences at once: 2 of each seqs2 round's 4 streams wait for a whole reply (16 tokens or more).
+    assert rows["seqs2"]["median_ttft_ms"] > rows["base"]["median_ttft_ms"]
