@@ -12,17 +12,18 @@ import pytest
 
 from genmesh.bench.inprocess import Scheduler
 from genmesh.bench.levers import parse_variant, summarise
+from genmesh.bench.servers import MODEL_NAME
 from genmesh.engine.settings import parse_settings
 from support.servers import DEFAULT_MODEL
 
 
 def test_a_variant_is_a_name_and_engine_flags_that_override_the_defaults() -> None:
-    name, flags = parse_variant("mnbt512=--max-num-batched-tokens 512 --plugin-config '{\"A\": 1}'")
-    assert name == "mnbt512"
-    assert flags == ["--max-num-batched-tokens", "512", "--plugin-config", '{"A": 1}']
+    name, flags = parse_variant("mnbt384=--max-num-batched-tokens 384 --plugin-config '{\"A\": 1}'")
+    assert name == "mnbt384"
+    assert flags == ["--max-num-batched-tokens", "384", "--plugin-config", '{"A": 1}']
     assert parse_variant("base=") == ("base", [])
     settings = parse_settings(["--model", "m.gguf", *Scheduler().engine_flags(), *flags])
-    assert settings.max_num_batched_tokens == 512
+    assert settings.max_num_batched_tokens == 384
     assert settings.plugin_config == {"A": 1}
     with pytest.raises(ValueError, match="NAME=FLAGS"):
         parse_variant("--max-num-seqs 4")
@@ -40,7 +41,7 @@ def test_ratios_pair_each_round_with_the_first_variants_same_round() -> None:
 def test_a_sweep_on_the_real_engine(tmp_path: Path) -> None:
     argv = [str(Path(sys.executable).parent / "genmesh-bench"), "levers", "--model", str(DEFAULT_MODEL)]
     argv += ["--variant", "base=", "--variant", "seqs2=--max-num-seqs 2", "--concurrency", "4", "--request-rates"]
-    argv += ["--output-len", "16", "--input-len", "16", "--rounds", "2", "--dataset-name", "mixed"]
+    argv += ["--output-len", "16", "--input-len", "16", "--rounds", "2", "--dataset-name", "mixed", "--fresh-prompts"]
     argv += ["--result-dir", str(tmp_path), "--log-dir", str(tmp_path / "logs")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -52,6 +53,10 @@ def test_a_sweep_on_the_real_engine(tmp_path: Path) -> None:
     assert rows["base"]["ratio_to_first"] == 1.0
     assert rows["seqs2"]["output_throughput"] > 0
     assert len(saved["runs"]) == 4
+    lens = {(r["variant"], r["round"]): sorted(r["input_lens"]) for r in saved["runs"]}
+    assert lens["base", 1] == lens["seqs2", 1]  # a round gives every variant the same prompts ...
+    assert lens["base", 1] != lens["base", 2]  # ... and --fresh-prompts new ones each round
     assert "| c=4 mixed | seqs2 |" in done.stdout
-    # At most 2 sequences at once: 2 of each seqs2 round's 4 streams wait for a whole reply (16 tokens or more).
-    assert rows["seqs2"]["median_ttft_ms"] > rows["base"]["median_ttft_ms"]
+    assert saved["engines"]["seqs2"].endswith("--max-num-seqs 2")  # after the defaults' --max-num-seqs 256
+    assert "--max-num-seqs 256" in saved["engines"]["seqs2"]
+    assert saved["engines"]["base"].endswith(f"--served-model-name {MODEL_NAME}")

@@ -53,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-rates", type=float, nargs="*", default=[2.0, 8.0], help="Poisson req/s levels")
     p.add_argument("--rate-requests", type=int, default=32, help="requests per rate level")
     p.add_argument("--rounds", type=int, default=3, help="rounds per level, alternating which variant goes first")
+    p.add_argument(
+        "--fresh-prompts",
+        action="store_true",
+        help="new prompts every round and level (seeded), so no variant's prefix cache has seen them",
+    )
     p.add_argument("--result-dir", type=Path, default=Path("bench-results"), help="where the JSON goes")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/levers"), help="engine logs")
 
@@ -93,17 +98,23 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
 
 async def _one(
     endpoints: dict[str, tuple[Endpoint, int]],
-    requests: list[RequestSpec],
+    requests: list[list[RequestSpec]],
     rate: float,
     conc: int | None,
     dataset: str,
     name: str,
-    _round: int,
+    round_index: int,
 ) -> Result:
     endpoint, pid = endpoints[name]
     settings = {"dataset": dataset, "variant": name}
     return await measure(
-        endpoint, requests, label=name, request_rate=rate, max_concurrency=conc, pids=[pid], settings=settings
+        endpoint,
+        requests[round_index],
+        label=name,
+        request_rate=rate,
+        max_concurrency=conc,
+        pids=[pid],
+        settings=settings,
     )
 
 
@@ -115,17 +126,26 @@ def run(args: argparse.Namespace) -> int:
     if len(variants) != len(args.variant):
         raise SystemExit("genmesh-bench levers: variant names must differ")
     codec, n_max = TokenCodec(Path(args.model)), max([4, args.rate_requests, *(2 * c for c in args.concurrency)])
-    if args.dataset_name == "mixed":
-        requests = mixed_chat_requests(codec, n_max, args.input_len, args.output_len, seed=0)
-    else:
-        requests = random_requests(codec, n_max, args.input_len, args.output_len, seed=0)
     plan = [(math.inf, c, max(4, 2 * c)) for c in args.concurrency]
     plan += [(rate, None, args.rate_requests) for rate in args.request_rates]
+
+    def requests_for(seed: int) -> list[RequestSpec]:
+        if args.dataset_name == "mixed":
+            return mixed_chat_requests(codec, n_max, args.input_len, args.output_len, seed=seed)
+        return random_requests(codec, n_max, args.input_len, args.output_len, seed=seed)
+
+    requests = requests_for(0)
+    # --fresh-prompts: the prompts of (level i, round r) come from seed 1 + i * rounds + r, else all from seed 0
+    sets = [
+        [requests_for(1 + i * args.rounds + r) if args.fresh_prompts else requests for r in range(args.rounds)]
+        for i in range(len(plan))
+    ]
     warmup = [RequestSpec(r.prompt, r.prompt_len, 8) for r in requests[:2]]
     rows: list[dict[str, Any]] = []
     runs: list[Result] = []
     with ExitStack() as stack:
         endpoints: dict[str, tuple[Endpoint, int]] = {}
+        argvs: dict[str, str] = {}  # each variant's engine command line, as it ran
         for name, flags in variants.items():
             say(f"levers: starting the engine for {name} ({shlex.join(flags) or 'defaults'})")
             extra = ["--served-model-name", MODEL_NAME, *flags]
@@ -133,16 +153,17 @@ def run(args: argparse.Namespace) -> int:
                 start_engine(args.model, Scheduler(), args.log_dir / f"{name}.log", extra=extra)
             )
             endpoints[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
+            argvs[name] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
             asyncio.run(measure(endpoints[name][0], warmup))
-        for rate, conc, n in plan:
-            work = partial(_one, endpoints, requests[:n], rate, conc, args.dataset_name)
+        for (rate, conc, n), per_round in zip(plan, sets, strict=True):
+            work = partial(_one, endpoints, [reqs[:n] for reqs in per_round], rate, conc, args.dataset_name)
             by_variant = asyncio.run(alternate({name: partial(work, name) for name in variants}, args.rounds))
             rows += summarise(by_variant, next(iter(variants)))
             runs += [r for results in by_variant.values() for r in results]
     text = render(rows)
     print(text)
     out = save(
-        {"variants": {k: shlex.join(v) for k, v in variants.items()}, "rows": rows, "runs": runs},
+        {"variants": {k: shlex.join(v) for k, v in variants.items()}, "engines": argvs, "rows": rows, "runs": runs},
         args.result_dir / f"levers-{time.strftime('%Y%m%d-%H%M%S')}.json",
     )
     print(f"results: {out}")
