@@ -40,7 +40,7 @@ class EngineSettings(ServiceSettings):
     device: str = Field(default="CPU", description="OpenVINO device: CPU, GPU, GPU.1, ...")
     cache_size: int = Field(default=2, ge=0, description="KV cache size in GB (0: grow on demand)")
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences processed at once")
-    max_num_batched_tokens: int = Field(default=256, ge=1, description="max tokens per step")
+    max_num_batched_tokens: int = Field(default=512, ge=1, description="max tokens per step")
     dynamic_split_fuse: bool = Field(default=True, description="split long prompts into step-sized chunks")
     enable_prefix_caching: bool = Field(default=False, description="reuse KV blocks of repeated prompt prefixes")
     plugin_config: dict[str, Any] = Field(
