@@ -127,6 +127,12 @@ def mixed_chat_requests(
     return out
 
 
+def tagged(requests: Sequence[RequestSpec], tag: str) -> list[RequestSpec]:
+    """``requests`` with ``[tag]`` before each message: the same work, but no prompt a prefix cache has seen
+    under another tag (the chat template's own opening is still shared, as it is in real traffic)."""
+    return [RequestSpec(f"[{tag}] {r.prompt}", r.prompt_len, r.output_len, r.system) for r in requests]
+
+
 def shared_prefix_requests(
     codec: TokenCodec, n: int, prefix_len: int, output_len: int, seed: int = 0
 ) -> list[RequestSpec]:

@@ -80,11 +80,11 @@ def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, war
     _LOADED.update(pipe=pipe, inputs=inputs, load_s=load_s)
 
 
-def _measure(label: str, n: int, max_tokens: int, concurrency: int | None) -> Result:
-    """The first ``n`` prompts: one ``generate()``, or a closed loop of ``concurrency`` in flight."""
+def _measure(label: str, n: int, max_tokens: int, concurrency: int | None, offset: int = 0) -> Result:
+    """``n`` prompts from ``offset``: one ``generate()``, or a closed loop of ``concurrency`` in flight."""
     import openvino_genai as ov_genai
 
-    pipe, todo, gc = _LOADED["pipe"], list(_LOADED["inputs"][:n]), _greedy(ov_genai, max_tokens)
+    pipe, todo, gc = _LOADED["pipe"], list(_LOADED["inputs"][offset : offset + n]), _greedy(ov_genai, max_tokens)
     with StealMeter() as meter:
         start = time.perf_counter()
         if concurrency is None:
@@ -115,8 +115,8 @@ class Pipeline:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def measure(self, label: str, n: int, max_tokens: int, concurrency: int | None = None) -> Result:
+    def measure(self, label: str, n: int, max_tokens: int, concurrency: int | None = None, offset: int = 0) -> Result:
         """See :func:`_measure`; logs the throughput."""
-        result = self._pool.submit(_measure, label, n, max_tokens, concurrency).result()
+        result = self._pool.submit(_measure, label, n, max_tokens, concurrency, offset).result()
         say(f"in-process c={result['max_concurrency']}: {result['output_throughput']:.1f} tok/s")
         return result

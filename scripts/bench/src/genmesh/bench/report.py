@@ -18,7 +18,7 @@ from pathlib import Path
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import ratio
-from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests
+from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests, tagged
 from .inprocess import Pipeline, Scheduler, served_file
 from .load import Endpoint, measure
 from .render import fmt, level, plot_all, say, table
@@ -35,7 +35,7 @@ COLUMNS += ["TPOT p99 ms", "ITL p50 ms", "E2E p50 ms", "steal %", "other CPU %",
 FIGURES = {"request_throughput": ".2f", "output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f"}
 FIGURES |= {"median_tpot_ms": ".1f", "p99_tpot_ms": ".1f", "median_itl_ms": ".1f", "median_e2el_ms": ".0f"}
 OURS = {  # line: (label, settings)
-    "engine": ("(b) engine HTTP", f"`genmesh-engine` defaults ({Scheduler()}), prefix caching off"),
+    "engine": ("(b) engine HTTP", f"`genmesh-engine` defaults ({Scheduler()}), prefix caching on (its default)"),
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
@@ -52,6 +52,9 @@ message to `/v1/chat/completions`, streaming; {a.output_len} new tokens each wit
 requests of plain English with log-normal lengths, prompts of median {a.input_len} tokens (8 to 1,024) and \
 outputs of median {a.output_len} (8 to 256), generated from a fixed seed (`genmesh-bench serve --dataset-name \
 mixed`); one prompt length hides how a scheduler mixes long prefills with running decodes.
+- Every line and level sends the same work under a tag of its own (`[engine 3] ...` before each message), so no \
+prefix or prompt cache (ours, vLLM's, llama-server's, each on as its default) answers from an earlier level or \
+line; only the chat template's opening is shared, as in real traffic.
 - One line at a time on the machine; each server is warmed up (2 short requests) before its first level.
 - CPU steal is read from `/proc/stat` over each level; ⚠ marks {high:.0f} % or more. `other CPU %` is the \
 machine's busy time not spent by the measured processes (other work in this VM): a row with a high value ran on \
@@ -150,14 +153,21 @@ class Report:
         codec = TokenCodec(Path(args.model))
         self.requests = random_requests(codec, n, args.input_len, args.output_len, seed=0)
         self.mixed = mixed_chat_requests(codec, args.rate_requests, args.input_len, args.output_len, seed=0)
+        # Every (line, level) gets the same work under its own tag, so no prefix or prompt cache (ours,
+        # vLLM's, llama-server's) answers from an earlier level or line; the warm-up has its own prompts.
+        self.warmup = tagged([RequestSpec(r.prompt, r.prompt_len, 8) for r in self.requests[:2]], "warm-up")
 
     def inprocess(self) -> None:
         label, load_s = "(a) in-process pipeline", 0.0
         say(f"{label}: {len(self.levels)} levels")
-        with Pipeline(self.args.model, Scheduler(), [r.prompt for r in self.requests], 2, 8) as pipe:
+        sets = [tagged(self.requests[:n], f"{BASELINE} {level}") for level, (_, n) in enumerate(self.levels)]
+        prompts = [r.prompt for r in self.warmup + [r for s in sets for r in s]]
+        with Pipeline(self.args.model, Scheduler(), prompts, len(self.warmup), 8) as pipe:
+            offset = len(self.warmup)
             for c, n in self.levels:
-                self.runs.append(pipe.measure(label, n, self.args.output_len, c) | {"target": BASELINE, "peer": False})
-                load_s = self.runs[-1]["load_s"]
+                run = pipe.measure(label, n, self.args.output_len, c, offset)
+                self.runs.append(run | {"target": BASELINE, "peer": False})
+                load_s, offset = run["load_s"], offset + n
         settings = (
             "`ContinuousBatchingPipeline` driven with `add_request`/`step` in one process (no HTTP, no detokenising), "
             f"on the file the engine serves (`{served_file(self.args.model)}`: a GGUF's faithful re-encoding), "
@@ -175,10 +185,15 @@ class Report:
         if target in MIXED_LINES:
             plan += [(float("inf"), c, self.mixed, "mixed") for c in a.mixed_concurrency]
             plan += [(r, None, self.mixed, "mixed") for r in a.mixed_rates]
-        warmup = [RequestSpec(r.prompt, r.prompt_len, 8) for r in self.requests[:2]]
         endpoint = Endpoint(url, MODEL_NAME)
-        for i, (rate, conc, requests, dataset) in enumerate(plan):
-            load = {"request_rate": rate, "max_concurrency": conc, "warmup": warmup if i == 0 else [], "pids": pids}
+        for i, (rate, conc, untagged, dataset) in enumerate(plan):
+            requests = tagged(untagged, f"{target} {i}")
+            load = {
+                "request_rate": rate,
+                "max_concurrency": conc,
+                "warmup": self.warmup if i == 0 else [],
+                "pids": pids,
+            }
             load |= {"settings": {"target": target, "peer": peer, "dataset": dataset}, "progress": True}
             self.runs.append(run := asyncio.run(measure(endpoint, requests, label=label, **load)))
             ok = f"{run['completed']}/{run['failed']} ok/failed, steal {fmt(run['steal_percent'])}%"
@@ -209,7 +224,7 @@ class Report:
         argv += ["--rate", "50", "-o", str(out)]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            asyncio.run(measure(endpoint, self.requests[:n], label="profile", max_concurrency=conc))
+            asyncio.run(measure(endpoint, tagged(self.requests[:n], "profile"), label="profile", max_concurrency=conc))
         finally:
             proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             try:

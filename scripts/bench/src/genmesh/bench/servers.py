@@ -212,7 +212,7 @@ def llama_peer(model: str, cache_prompt: bool, parallel: int, threads: int) -> P
     flags = ["-np", str(parallel), "-t", str(threads), "--no-repack", "-c", str(parallel * 1024)]
     no_cache = "" if cache_prompt else " `--no-cache-prompt`"
     settings = f"llama.cpp's own server on the same GGUF (Q4_1), `{' '.join(flags)}`{no_cache}, built with "
-    cache = "on (its default)" if cache_prompt else "off (our engine's prefix caching is off too)"
+    cache = "on (its default)" if cache_prompt else "off (as if our engine ran with --no-enable-prefix-caching)"
     settings += f"`-DGGML_NATIVE=ON`; prompt cache {cache}"
     argv = [str(LLAMA_SERVER), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
     argv += [] if cache_prompt else ["--no-cache-prompt"]
