@@ -28,13 +28,13 @@ def test_bad_values_exit_2_naming_the_flag_and_variable(monkeypatch: pytest.Monk
 def test_cli_overrides_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GENMESH_ENGINE_CACHE_SIZE", "7")
     monkeypatch.setenv("GENMESH_ENGINE_MAX_NUM_SEQS", "12")
-    monkeypatch.setenv("GENMESH_ENGINE_ENABLE_PREFIX_CACHING", "true")
+    monkeypatch.setenv("GENMESH_ENGINE_ENABLE_PREFIX_CACHING", "false")  # the default is on
     s = parse_settings(
         ["--cache-size", "3", "--no-dynamic-split-fuse", "--plugin-config", '{"KV_CACHE_PRECISION":"u8"}']
     )
     assert s.cache_size == 3
     assert s.max_num_seqs == 12
-    assert s.enable_prefix_caching is True
+    assert s.enable_prefix_caching is False
     assert s.dynamic_split_fuse is False
     assert s.plugin_config == {"KV_CACHE_PRECISION": "u8"}
 

@@ -42,7 +42,7 @@ class EngineSettings(ServiceSettings):
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences processed at once")
     max_num_batched_tokens: int = Field(default=512, ge=1, description="max tokens per step")
     dynamic_split_fuse: bool = Field(default=True, description="split long prompts into step-sized chunks")
-    enable_prefix_caching: bool = Field(default=False, description="reuse KV blocks of repeated prompt prefixes")
+    enable_prefix_caching: bool = Field(default=True, description="reuse KV blocks of repeated prompt prefixes")
     plugin_config: dict[str, Any] = Field(
         default_factory=dict, description='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}'
     )
