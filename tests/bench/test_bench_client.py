@@ -106,52 +106,71 @@ async def test_idle_ttfts_send_one_request_at_a_time_to_each_target() -> None:
     assert [body["max_tokens"] for body in a.bodies] == [2, 2, 2]
 
 
-async def test_a_reused_connection_the_server_dropped_is_retried_once() -> None:
-    """A server that answers one request per connection and drops the connection when a second
-    request arrives on it, before any response (what a keep-alive close racing a reuse looks like)."""
-    body = b"".join(
-        b"data: " + line + b"\n\n"
-        for line in (
-            b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}',
-            b'{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}',
-            b"[DONE]",
-        )
+BODY = b"".join(
+    b"data: " + line + b"\n\n"
+    for line in (
+        b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}',
+        b'{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}',
+        b"[DONE]",
     )
-    seen = {"answered": 0, "dropped": 0}
+)
 
-    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+class DroppingServer:
+    """Answers one request per connection and drops the connection when a second request arrives on it,
+    before any byte of response (what a keep-alive close racing a reuse looks like; cpp-httplib's)."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.dropped = 0
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
-                length = int(
-                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
-                )
-                await reader.readexactly(length)
+                length = next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
+                await reader.readexactly(int(length.split(b":")[1]))
                 if served:
-                    seen["dropped"] += 1
+                    self.dropped += 1
                     return  # closes without a byte of response
                 served += 1
-                seen["answered"] += 1
+                self.answered += 1
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
-                writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                writer.write(b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
 
-    server = await asyncio.start_server(connection, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        endpoint = Endpoint(f"http://127.0.0.1:{port}", "m")
-        run = await measure(endpoint, [REQ] * 4, max_concurrency=1)
-    finally:
-        server.close()
-        await server.wait_closed()
+
+async def test_a_reused_connection_the_server_dropped_is_retried_once() -> None:
+    server = DroppingServer()
+    async with server as url:
+        run = await measure(Endpoint(url, "m"), [REQ] * 4, max_concurrency=1)
     assert run["completed"] == 4, run["errors"]
     assert run["failed"] == 0
-    assert seen["answered"] == 4
-    assert seen["dropped"] >= 1  # connections were reused and dropped, and each such request sent again
+    assert server.answered == 4
+    assert server.dropped >= 1  # connections were reused and dropped, and each such request sent again
+
+
+async def test_the_retry_never_takes_another_stale_connection_from_the_pool() -> None:
+    server = DroppingServer()
+    async with server as url, session(url, 3) as client:
+        endpoint = Endpoint(url, "m")
+        first = await asyncio.gather(*(send(client, endpoint, REQ) for _ in range(3)))  # 3 pooled connections
+        assert all(o.success for o in first)
+        out = await send(client, endpoint, REQ)  # on a stale one; the pool still holds two more
+    assert out.success, out.error
+    assert (server.answered, server.dropped) == (4, 1)
 
 
 async def test_a_request_the_server_answered_is_not_sent_again() -> None:

@@ -88,25 +88,31 @@ async def send(
     """Send one request; never raises for a failed request (``success`` False, ``error`` says why)."""
     out = RequestOutput(start_s=start_s)
     start = time.perf_counter()
+    answered = False
+
+    async def post(via: aiohttp.ClientSession) -> None:
+        nonlocal answered
+        async with via.post(endpoint.path, json=endpoint.body(req)) as resp:
+            answered = True
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
+            if endpoint.stream:
+                await _stream(resp, start, out)
+            elif not out.usage(json.loads(await resp.text()).get("usage")):
+                raise RuntimeError("the response carried no usage")
+
     try:
-        for attempt in range(2):
-            answered = False
-            try:
-                async with client.post(endpoint.path, json=endpoint.body(req)) as resp:
-                    answered = True
-                    if resp.status != 200:
-                        raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
-                    if endpoint.stream:
-                        await _stream(resp, start, out)
-                    elif not out.usage(json.loads(await resp.text()).get("usage")):
-                        raise RuntimeError("the response carried no usage")
-                break
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                # A pooled keep-alive connection the server had closed (llama-server's cpp-httplib does so
-                # between requests): no response began, so the request is sent once more on a new
-                # connection (HTTP/1.1, RFC 9112 9.3.1), its time counted from the first attempt.
-                if answered or attempt:
-                    raise
+        try:
+            await post(client)
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            # A pooled keep-alive connection the server had closed (llama-server's cpp-httplib does so
+            # between requests): no response began, so the request is sent once more (HTTP/1.1, RFC 9112
+            # 9.3.1) on a connection of its own (the pool may hold more stale ones), timed from the first try.
+            if answered:
+                raise
+            connector = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(endpoint.base_url, connector=connector, timeout=REQUEST_TIMEOUT) as fresh:
+                await post(fresh)
         out.success = True
     except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
