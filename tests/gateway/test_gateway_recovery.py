@@ -113,3 +113,26 @@ def test_relayed_503_gets_retry_after(start_gateway: Any, fake: Any, helpers: An
     r = httpx.post(gw.url + "/v1/chat/completions", json=helpers.chat("m"), timeout=10)
     assert r.status_code == 429
     assert r.headers["retry-after"] == "4"
+
+
+def test_admin_endpoints_answer_503_with_retry_after_while_redis_is_away(
+    start_gateway: Any, fake: Any, helpers: Any, own_redis: Any
+) -> None:
+    models = {"m": helpers.model_config(fake.url)}
+    gw = start_gateway(models, "--auth", "on", "--redis-timeout-s", "1", redis_url=own_redis.url)
+    admin = helpers.auth(helpers.ADMIN_KEY)
+    own_redis.stop()
+    calls = [
+        ("POST", "/admin/keys", {"tenant": "t"}),
+        ("GET", "/admin/keys", None),
+        ("DELETE", "/admin/keys/k1", None),
+        ("GET", "/admin/keys/k1/usage", None),
+    ]
+    for method, path, body in calls:
+        r = httpx.request(method, gw.url + path, json=body, headers=admin, timeout=10)
+        assert r.status_code == 503, (path, r.status_code, r.text)
+        assert int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "queue_store_unavailable"
+    own_redis.start()
+    made = httpx.post(gw.url + "/admin/keys", json={"tenant": "t"}, headers=admin, timeout=10)
+    assert made.status_code == 201  # the same gateway, once Redis is back
