@@ -96,9 +96,10 @@ class StreamResult:
 
 
 async def stream_once(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], res: StreamResult | None = None
 ) -> StreamResult:
-    res = StreamResult(time.monotonic())
+    """One streamed request; ``res`` (updated as chunks arrive, so a caller can watch it) or a new result."""
+    res = res if res is not None else StreamResult(time.monotonic())
     try:
         async with asyncio.timeout(CLIENT_DEADLINE_S):
             async with client.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as r:
@@ -167,14 +168,19 @@ class Load:
     client: httpx.AsyncClient
     gauge: GaugeWatch
     tasks: list[asyncio.Task[StreamResult]] = field(default_factory=list)
+    live: list[StreamResult] = field(default_factory=list)  # each task's result, as it streams
 
     def add(self, url: str, n: int, headers: dict[str, str], body: dict[str, Any] | None = None) -> None:
         for _ in range(n):
-            self.tasks.append(asyncio.create_task(stream_once(self.client, url, body or long_body(), headers)))
+            self.live.append(res := StreamResult(time.monotonic()))
+            self.tasks.append(asyncio.create_task(stream_once(self.client, url, body or long_body(), headers, res)))
 
     async def fill(self, url: str, n: int, headers: dict[str, str]) -> None:
-        """``n`` long streams through ``url``, returning once the engine holds them all."""
+        """``n`` long streams through ``url``, returning once every one of them streams tokens (the engine's
+        gauge alone can still count the previous scenario's streams while the engine aborts them)."""
         self.add(url, n, headers)
+        mine = self.live[-n:]
+        await until(lambda: all(r.chunks >= 2 for r in mine), 120, f"{n} streams to stream tokens")
         await self.running(n)
 
     async def running(self, n: int, timeout_s: float = 120) -> None:
