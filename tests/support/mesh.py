@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from support.polling import wait_until
-from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT, free_port
+from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT
 
 MARKERS = {
     "redis": "redis-server",
@@ -91,6 +93,27 @@ def _read(stream: object, lines: list[str]) -> None:
         lines.append(line)
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(size: int) -> int:
+    """A port ``p`` with ``p`` .. ``p + size - 1`` free, below the kernel's ephemeral range: the launcher puts
+    replica k on its base port + k - 1, and a port the kernel could hand to an outgoing connection (a health
+    poll's source port) between this check and the bind was seen taken ('address already in use')."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        base = random.randrange(max(1024, low - 12_000), low - size)
+        if all(_bindable(base + i) for i in range(size)):
+            return base
+    raise RuntimeError(f"no {size} free ports in a row below {low}")
+
+
 def launch(
     run_dir: Path,
     *extra: str,
@@ -99,7 +122,8 @@ def launch(
     gateway_slots: int | None = None,
 ) -> Mesh:
     """Start the launcher; ``gateway_slots``: route the model through the microservice with this many slots."""
-    ports = {name: free_port() for name in ("engine", "microservice", "gateway", "redis")}
+    base = free_port_block(16)  # four each: the engine and microservice ports of up to four replicas
+    ports = {name: base + 4 * i for i, name in enumerate(("engine", "microservice", "gateway", "redis"))}
     if gateway_slots is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         config = run_dir / "chaos-gateway.yaml"
