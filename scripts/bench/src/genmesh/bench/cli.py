@@ -1,5 +1,5 @@
-"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks); ``serve`` and
-``plot`` follow vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
+"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks); ``serve`` follows
+vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,10 @@ from typing import Any
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from . import engine, hops, levers, report
-from .datasets import (
-    RequestSpec,
-    TokenCodec,
-    mixed_chat_requests,
-    random_requests,
-    shared_prefix_requests,
-    sharegpt_requests,
-)
+from .datasets import DATASETS, RequestSpec, TokenCodec, sharegpt_requests
 from .load import Endpoint, measure, served_model
-from .render import plot_all, say, summary_block
-from .results import Result, load_results, parse_goodput, save
+from .render import plot_all, say
+from .results import Result, parse_goodput, save
 
 
 def serve_args(p: argparse.ArgumentParser) -> None:
@@ -45,16 +38,12 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG charts")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g = p.add_argument_group("dataset")
-    g.add_argument("--dataset-name", choices=["random", "mixed", "shared-prefix", "sharegpt"], default="random")
+    g.add_argument("--dataset-name", choices=[*DATASETS, "sharegpt"], default="random")
     g.add_argument("--dataset-path", type=Path, help="ShareGPT-format JSON file (--dataset-name sharegpt)")
     g.add_argument("--tokenizer", default=DEFAULT_MODEL, help="GGUF or OpenVINO folder whose tokenizer sizes prompts")
     g.add_argument("--num-prompts", type=int, default=32, help="requests per run (default 32)")
-    g.add_argument(
-        "--random-input-len", type=int, default=128, help="prompt tokens (random; mixed: the median; default 128)"
-    )
-    g.add_argument(
-        "--random-output-len", type=int, default=64, help="new tokens per request (mixed: the median; default 64)"
-    )
+    g.add_argument("--random-input-len", type=int, default=128, help="prompt tokens (mixed: the median)")
+    g.add_argument("--random-output-len", type=int, default=64, help="new tokens (mixed: the median)")
     g.add_argument("--random-range-ratio", type=float, default=0.0, help="lengths vary by ± this share")
     g.add_argument("--shared-prefix-len", type=int, default=512, help="common system prompt tokens (default 512)")
     g.add_argument("--sharegpt-output-len", type=int, help="fix the output length of ShareGPT requests")
@@ -62,33 +51,32 @@ def serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_requests(args: argparse.Namespace) -> list[RequestSpec]:
-    codec, n = TokenCodec(Path(args.tokenizer)), args.num_prompts
-    if args.dataset_name == "random":
-        lengths = (args.random_input_len, args.random_output_len, args.random_range_ratio)
-        return random_requests(codec, n, *lengths, args.seed)
-    if args.dataset_name == "mixed":  # log-normal lengths around --random-input-len / --random-output-len
-        return mixed_chat_requests(codec, n, args.random_input_len, args.random_output_len, args.seed)
-    if args.dataset_name == "shared-prefix":
-        return shared_prefix_requests(codec, n, args.shared_prefix_len, args.random_output_len, args.seed)
-    if args.dataset_path is None:
-        raise SystemExit("--dataset-name sharegpt needs --dataset-path FILE.json")
-    return sharegpt_requests(codec, args.dataset_path, n, args.sharegpt_output_len, args.seed)
+    codec, n, name = TokenCodec(Path(args.tokenizer)), args.num_prompts, args.dataset_name
+    if name == "sharegpt":
+        if args.dataset_path is None:
+            raise SystemExit("--dataset-name sharegpt needs --dataset-path FILE.json")
+        return sharegpt_requests(codec, args.dataset_path, n, args.sharegpt_output_len, args.seed)
+    length = args.shared_prefix_len if name == "shared-prefix" else args.random_input_len  # mixed: the median
+    extra = {"range_ratio": args.random_range_ratio} if name == "random" else {}
+    return DATASETS[name](codec, n, length, args.random_output_len, seed=args.seed, **extra)
 
 
 async def _sweep(args: argparse.Namespace, requests: list[RequestSpec]) -> list[Result]:
-    """Every ``--request-rate`` with every ``--max-concurrency``; a summary block printed after each."""
+    """Every ``--request-rate`` with every ``--max-concurrency``."""
     url = args.base_url.rstrip("/")
     model = args.model or await served_model(url, args.path_prefix)
     endpoint = Endpoint(url, model, args.api, args.path_prefix, stream=args.stream, ignore_eos=args.ignore_eos)
-    first = requests[: args.warmup_requests]
-    warmup = [RequestSpec(r.prompt, r.prompt_len, min(r.output_len, 8), r.system) for r in first]
-    label, runs = args.label or url, list[Result]()
+    warmup = [
+        RequestSpec(r.prompt, r.prompt_len, min(r.output_len, 8), r.system) for r in requests[: args.warmup_requests]
+    ]
     load: dict[str, Any] = {"warmup": warmup, "slos": parse_goodput(args.goodput), "burstiness": args.burstiness}
-    load |= {"settings": {"dataset": args.dataset_name, "target": label}, "seed": args.seed, "progress": args.progress}
-    for rate, conc in ((rate, conc) for rate in args.request_rate for conc in args.max_concurrency):
-        runs.append(await measure(endpoint, requests, label=label, request_rate=rate, max_concurrency=conc, **load))
-        print(summary_block(runs[-1]), flush=True)
-    return runs
+    load |= {"settings": {"dataset": args.dataset_name, "target": args.label or url}, "seed": args.seed}
+    load |= {"label": args.label or url, "progress": args.progress}
+    return [
+        await measure(endpoint, requests, request_rate=rate, max_concurrency=conc, **load)
+        for rate in args.request_rate
+        for conc in args.max_concurrency
+    ]
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -96,29 +84,16 @@ def serve(args: argparse.Namespace) -> int:
         print("genmesh-bench serve: --num-prompts must be at least 1", file=sys.stderr)
         return 2
     say(f"serve: preparing {args.num_prompts} {args.dataset_name} requests")
-    runs = asyncio.run(_sweep(args, build_requests(args)))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    runs, stamp = asyncio.run(_sweep(args, build_requests(args))), time.strftime("%Y%m%d-%H%M%S")
+    print(report.results_table(runs, None, markdown=False))
     print(f"results: {save(runs, args.result_dir / f'serve-{stamp}.json')}")
     for path in plot_all(runs, args.result_dir, prefix=f"serve-{stamp}-") if args.plot else []:
         print(f"chart: {path}")
     return 1 if any(r["failed"] for r in runs) else 0
 
 
-def plot_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", type=Path, help="JSON results (genmesh-bench or vLLM --save-result)")
-    p.add_argument("--out-dir", type=Path, default=Path("bench-results"), help="where the PNGs go")
-    p.add_argument("--prefix", default="compare-", help="file name prefix of the PNGs")
-
-
-def plot(args: argparse.Namespace) -> int:
-    for path in plot_all(load_results(args.results), args.out_dir, prefix=args.prefix):
-        print(f"chart: {path}")
-    return 0
-
-
 COMMANDS = {  # name: (help, add its arguments, run it)
     "serve": ("load against any OpenAI-compatible URL (vLLM benchmark_serving's metrics)", serve_args, serve),
-    "plot": ("PNG charts comparing JSON results", plot_args, plot),
     "engine": ("engine HTTP server vs in-process pipeline throughput", engine.add_arguments, engine.run),
     "microservice": ("streams through the microservice vs straight to the engine", hops.ms_args, hops.microservice),
     "gateway": ("gateway queue mechanics, and streams through the whole mesh", hops.gateway_args, hops.gateway),

@@ -6,7 +6,7 @@ in two microservice batches, under 2 % in every engine batch; an HTTP/in-process
 from __future__ import annotations
 
 import statistics
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,17 +32,10 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def is_quiet(steals: Iterable[float | None], max_steal_pct: float = QUIET_STEAL_PCT) -> bool:
-    """Whether no measurement lost more than ``max_steal_pct`` of the CPU to steal (unknown is not quiet)."""
-    return all(s is not None and s <= max_steal_pct for s in steals)
-
-
 @dataclass(frozen=True)
 class Kept:
-    """The rounds a comparison is judged on (1-based), and in words."""
-
-    rounds: list[int]
-    basis: str
+    rounds: list[int]  # those a comparison is judged on, 1-based
+    basis: str  # which, in words
     quiet: bool  # False: fewer than two rounds were quiet, so every round is kept
 
     def of(self, results: Sequence[T]) -> list[T]:
@@ -52,9 +45,10 @@ class Kept:
 def keep_quiet(
     rounds: Mapping[str, Sequence[Result]], max_steal_pct: float = QUIET_STEAL_PCT, noun: str = "rounds"
 ) -> Kept:
-    """The rounds no target lost over ``max_steal_pct`` of the CPU to steal in, if two or more; else all."""
-    n = min(len(r) for r in rounds.values())
-    quiet = [i + 1 for i in range(n) if is_quiet((r[i]["steal_percent"] for r in rounds.values()), max_steal_pct)]
+    """The rounds no target lost over ``max_steal_pct`` of the CPU to steal in (unknown steal is not quiet),
+    if two or more; else all."""
+    n, steals = min(len(r) for r in rounds.values()), [[r["steal_percent"] for r in rs] for rs in rounds.values()]
+    quiet = [i + 1 for i in range(n) if all(s[i] is not None and s[i] <= max_steal_pct for s in steals)]
     rule = f"steal <= {max_steal_pct:g}%" + (" in every batch" if len(rounds) > 1 else "")
     if len(quiet) >= 2:
         return Kept(quiet, f"{len(quiet)} quiet {noun} of {n} ({rule})", True)
@@ -74,12 +68,12 @@ async def alternate(measures: Mapping[str, Callable[[int], Awaitable[Result]]], 
     return out
 
 
-def totals(results: Sequence[Result]) -> dict[str, Any]:
-    """All batches of one target together."""
+def totals(results: Sequence[Result], tree: str) -> dict[str, Any]:
+    """All batches of one target together; ``cpu_s``: what the process tree named ``tree`` spent in them."""
     duration, tokens = sum(r["duration_s"] for r in results), sum(r["total_output_tokens"] for r in results)
     ttfts = [t for r in results for t in r["ttfts_ms"]]
     steals = [r["steal_percent"] for r in results if r["steal_percent"] is not None]
-    cpu = [r["watched_cpu_s"] for r in results if r.get("watched_cpu_s") is not None]
+    cpu = [p["cpu_s"] for r in results for p in r.get("processes") or [] if p["process"] == tree]
     out = {"tokens": tokens, "tokens_per_s": tokens / duration if duration > 0 else 0.0}
     out |= {"ttft_p50_ms": percentile(ttfts, 50), "ttft_p99_ms": percentile(ttfts, 99)}
     out |= {"steal_percent": statistics.fmean(steals) if steals else None, "errors": sum(r["failed"] for r in results)}
@@ -87,36 +81,37 @@ def totals(results: Sequence[Result]) -> dict[str, Any]:
 
 
 def compare_hop(
-    rounds: Mapping[str, Sequence[Result]], hop: str, idle: Mapping[str, list[float]], targets: tuple[float, float]
+    rounds: Mapping[str, Sequence[Result]],
+    hop: str,
+    idle: Mapping[str, list[float]],
+    targets: tuple[float, float | None],
+    base: str = "engine",
+    max_steal_pct: float = QUIET_STEAL_PCT,
 ) -> Result:
-    """``hop`` against ``engine`` on the kept rounds: throughput ratio and added TTFT, overall, per round and
-    one request at a time, each against ``targets`` (the least throughput ratio, the most ms added)."""
-    kept = keep_quiet(rounds)
-    t = {name: totals(kept.of(results)) for name, results in rounds.items()}
-    pairs = list(zip(kept.of(rounds[hop]), kept.of(rounds["engine"]), strict=True))
+    """``hop`` against ``base`` on the kept rounds: throughput ratio and added TTFT, overall, per round and
+    one request at a time, each against ``targets`` (the least throughput ratio, the most ms added, if any)."""
+    kept = keep_quiet(rounds, max_steal_pct)
+    t = {name: totals(kept.of(results), name) for name, results in rounds.items()}
+    pairs = list(zip(kept.of(rounds[hop]), kept.of(rounds[base]), strict=True))
     p50 = {name: percentile(ttfts, 50) for name, ttfts in idle.items()}
-    steals = [s for s in (t[hop]["steal_percent"], t["engine"]["steal_percent"]) if s is not None]
-    tput = round(ratio(t[hop]["tokens_per_s"], t["engine"]["tokens_per_s"]) or 0.0, 3)
-    added = rounded(difference(t[hop]["ttft_p50_ms"], t["engine"]["ttft_p50_ms"]))
-    added_idle = rounded(difference(p50.get(hop), p50.get("engine")))
+    steals = [s for s in (t[hop]["steal_percent"], t[base]["steal_percent"]) if s is not None]
+    tput = round(ratio(t[hop]["tokens_per_s"], t[base]["tokens_per_s"]) or 0.0, 3)
+    added = rounded(difference(t[hop]["ttft_p50_ms"], t[base]["ttft_p50_ms"]))
+    added_idle = rounded(difference(p50.get(hop), p50.get(base)))
     ratios = [rounded(ratio(a["output_throughput"], b["output_throughput"]), 3) for a, b in pairs]
     # The p50 difference within each kept round: its spread is the noise a 32-stream burst has here.
     diffs = [rounded(difference(percentile(a["ttfts_ms"], 50), percentile(b["ttfts_ms"], 50))) for a, b in pairs]
+    out: Result = {"judged_on": kept.basis, "rounds_kept": kept.rounds, **t, "throughput_ratio": tput}
+    out |= {"throughput_ratio_per_round": ratios, "added_ttft_ms_p50": added, "added_ttft_ms_p50_per_round": diffs}
+    out["added_ttft_ms_p99"] = rounded(difference(t[hop]["ttft_p99_ms"], t[base]["ttft_p99_ms"]))
+    # One request at a time, alternating targets: the path's own latency, nothing competing for the CPU.
+    out |= {"idle_ttft_ms_p50": {name: rounded(v) for name, v in p50.items()}, "added_idle_ttft_ms_p50": added_idle}
+    out["cpu_steal_pct"] = rounded(statistics.fmean(steals), 1) if steals else None
     min_ratio, max_added = targets
-    return {
-        "judged_on": kept.basis,
-        "rounds_kept": kept.rounds,
-        **t,
-        "throughput_ratio": tput,
-        "throughput_ratio_per_round": ratios,
-        "added_ttft_ms_p50": added,
-        "added_ttft_ms_p99": rounded(difference(t[hop]["ttft_p99_ms"], t["engine"]["ttft_p99_ms"])),
-        "added_ttft_ms_p50_per_round": diffs,
-        # One request at a time, alternating targets: the path's own latency, nothing competing for the CPU.
-        "idle_ttft_ms_p50": {name: rounded(v) for name, v in p50.items()},
-        "added_idle_ttft_ms_p50": added_idle,
-        "cpu_steal_pct": rounded(statistics.fmean(steals), 1) if steals else None,
-        "targets": {"throughput_ratio": f">= {min_ratio}"} | dict.fromkeys(ADDED, f"<= {max_added:g}"),
-        "targets_met": {"throughput_ratio": tput >= min_ratio}
-        | {key: v is not None and v <= max_added for key, v in zip(ADDED, (added, added_idle), strict=True)},
-    }
+    out["targets"] = {"throughput_ratio": f">= {min_ratio}"}
+    out["targets_met"] = {"throughput_ratio": tput >= min_ratio}
+    if max_added is not None:
+        out["targets"] |= dict.fromkeys(ADDED, f"<= {max_added:g}")
+        out["targets_met"] |= {ADDED[0]: added is not None and added <= max_added}
+        out["targets_met"] |= {ADDED[1]: added_idle is not None and added_idle <= max_added}
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,7 @@ FIRST_ORDINARY_TOKEN = 256
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """A user message (or a whole prompt), an optional system message, its length in tokens and how
-    many tokens to generate."""
+    """A user message (or a whole prompt), an optional system message, its tokens and the tokens to generate."""
 
     prompt: str
     prompt_len: int
@@ -51,14 +50,10 @@ class TokenCodec:
         return self._tok.decode(ids)
 
 
-def default_prompts(n: int) -> list[str]:
-    """``n`` fixed, distinct user messages of similar length (``genmesh-bench engine``)."""
-    return [f"Request {i + 1}: write a short story about {TOPICS[i % len(TOPICS)]}." for i in range(n)]
-
-
 def chat_batch(n: int, max_tokens: int) -> list[RequestSpec]:
-    """``n`` distinct short chat prompts, ``max_tokens`` new tokens each (``ignore_eos`` makes it exact)."""
-    return [RequestSpec(f"Write a short story about a robot, number {i}.", 0, max_tokens) for i in range(n)]
+    """``n`` fixed, distinct short chat prompts of similar length, ``max_tokens`` new tokens each (``ignore_eos``)."""
+    story = "Request {}: write a short story about {}."
+    return [RequestSpec(story.format(i + 1, TOPICS[i % len(TOPICS)]), 0, max_tokens) for i in range(n)]
 
 
 def random_requests(
@@ -72,13 +67,10 @@ def random_requests(
     rng = np.random.default_rng(seed)
     in_lens = rng.integers(int(input_len * (1 - range_ratio)), int(input_len * (1 + range_ratio)) + 1, size=n)
     out_lens = rng.integers(int(output_len * (1 - range_ratio)), int(output_len * (1 + range_ratio)) + 1, size=n)
-    low = min(FIRST_ORDINARY_TOKEN, codec.vocab_size // 2)
-    out: list[RequestSpec] = []
+    low, out = min(FIRST_ORDINARY_TOKEN, codec.vocab_size // 2), list[RequestSpec]()
     for in_len, out_len in zip(in_lens, out_lens, strict=True):
         target = max(1, int(in_len))
-        ids = rng.integers(low, codec.vocab_size, size=target).tolist()
-        text = codec.decode(ids)
-        encoded = codec.encode(text)
+        encoded = codec.encode(codec.decode(rng.integers(low, codec.vocab_size, size=target).tolist()))
         while len(encoded) < target:  # decoding merged some tokens: top up
             encoded += rng.integers(low, codec.vocab_size, size=target - len(encoded)).tolist()
             encoded = codec.encode(codec.decode(encoded))
@@ -139,11 +131,8 @@ def shared_prefix_requests(
     """``n`` requests sharing one long system prompt of ``prefix_len`` tokens, each with its own question."""
     if prefix_len < 1 or output_len < 1:
         raise ValueError("prefix_len and output_len must be at least 1")
-    base = (
-        "You are a careful assistant for a library of short stories. Answer in plain prose, keep names "
-        "consistent, never invent citations, and prefer short paragraphs. "
-    )
-    system = base
+    base = "You are a careful assistant for a library of short stories. Answer in plain prose, keep names "
+    system = base = base + "consistent, never invent citations, and prefer short paragraphs. "
     while len(codec.encode(system)) < prefix_len:
         system += base
     system, rng = codec.decode(codec.encode(system)[:prefix_len]), random.Random(seed)
@@ -151,18 +140,23 @@ def shared_prefix_requests(
     return [RequestSpec(q, prefix_len + len(codec.encode(q)), output_len, system=system) for q in questions]
 
 
+DATASETS: dict[str, Callable[..., list[RequestSpec]]] = {  # (codec, n, input or prefix length, output length, seed=)
+    "random": random_requests,
+    "mixed": mixed_chat_requests,
+    "shared-prefix": shared_prefix_requests,
+}
+
+
 def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
     """(first human turn, first model reply) of every conversation in a ShareGPT-format document."""
     if not isinstance(data, list):
         raise ValueError("a ShareGPT file is a JSON list of conversations")
-    pairs: list[tuple[str, str]] = []
-    for entry in data:
-        turns = entry.get("conversations") if isinstance(entry, dict) else None
-        if isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
-            human, reply = turns[0].get("value"), turns[1].get("value")
-            if turns[0].get("from") in ("human", "user") and isinstance(human, str) and isinstance(reply, str):
-                pairs.append((human, reply))
-    return pairs
+    turns = [t[:2] for e in data if isinstance(e, dict) and isinstance(t := e.get("conversations"), list)]
+    pairs = [(h, r) for h, r in (t for t in turns if len(t) == 2) if isinstance(h, dict) and isinstance(r, dict)]
+    ok = [(h, r) for h, r in pairs if h.get("from") in ("human", "user")]
+    return [
+        (h["value"], r["value"]) for h, r in ok if isinstance(h.get("value"), str) and isinstance(r.get("value"), str)
+    ]
 
 
 def sharegpt_requests(
@@ -170,17 +164,12 @@ def sharegpt_requests(
 ) -> list[RequestSpec]:
     """``n`` first human turns sampled from a ShareGPT JSON file, each to generate its reply's length
     (or ``output_len``); filtered as vLLM does (under 4 tokens, a prompt over 1,024 or both over 2,048: skipped)."""
-    pairs = parse_sharegpt(json.loads(path.read_text()))
+    pairs, out = parse_sharegpt(json.loads(path.read_text())), list[RequestSpec]()
     random.Random(seed).shuffle(pairs)
-    out: list[RequestSpec] = []
-    for prompt, reply in pairs:
-        if len(out) == n:
-            break
-        prompt_len = len(codec.encode(prompt))
-        reply_len = output_len if output_len is not None else len(codec.encode(reply))
-        if prompt_len < 4 or reply_len < 4 or prompt_len > 1024 or prompt_len + reply_len > 2048:
-            continue
-        out.append(RequestSpec(prompt, prompt_len, reply_len))
+    for prompt, reply in (p for p in pairs if len(out) < n):
+        prompt_len, reply_len = len(codec.encode(prompt)), output_len or len(codec.encode(reply))
+        if 4 <= prompt_len <= 1024 and reply_len >= 4 and prompt_len + reply_len <= 2048:
+            out.append(RequestSpec(prompt, prompt_len, reply_len))
     if len(out) < n:
         raise ValueError(f"{path} has only {len(out)} usable conversations, {n} were asked for")
     return out

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -21,110 +22,73 @@ import httpx
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from .compare import ADDED, alternate, compare_hop, difference, keep_quiet, rounded
+from .compare import alternate, compare_hop, keep_quiet, rounded
 from .datasets import RequestSpec, chat_batch
-from .load import Endpoint, measure, send, served_model, session
+from .load import Endpoint, measure
 from .render import fmt, say
-from .results import Load, RequestOutput, Result, StealMeter, cpu_seconds, make_result, percentile, save
-from .servers import MODEL_NAME, running_mesh, start_fake_upstream, start_gateway
+from .results import Load, RequestOutput, Result, StealMeter, make_result, percentile, save
+from .servers import MODEL_NAME, PORT, running_mesh, start, start_gateway
 
 MICROSERVICE_TARGETS = (0.97, 5.0)  # throughput ratio at least, added TTFT p50 ms at most (issue 4)
 GATEWAY_TARGETS = (0.95, 10.0)
 TARGET_QUEUE_REQ_S = 1000.0
+FAKE_UPSTREAM = Path("tests/support/fake_upstream.py")  # the gateway tests' upstream double (run from the repo root)
 
 
 async def idle_ttfts(targets: Mapping[str, Endpoint], n: int, max_tokens: int) -> dict[str, list[float]]:
     """TTFT (ms) of ``n`` requests to each target in turn, one at a time: a hop's own latency."""
     out: dict[str, list[float]] = {name: [] for name in targets}
-    clients = {name: session(endpoint.base_url, 1) for name, endpoint in targets.items()}
-    try:
-        for req in chat_batch(n, max_tokens):
-            for name, endpoint in targets.items():
-                if (ttft := (await send(clients[name], endpoint, req)).ttft_s) is not None:
-                    out[name].append(ttft * 1000.0)
-    finally:
-        for client in clients.values():
-            await client.close()
+    for req in chat_batch(n, max_tokens):
+        for name, endpoint in targets.items():
+            out[name] += (await measure(endpoint, [req]))["ttfts_ms"]
     return out
 
 
+def _mesh_args(g: argparse._ActionsContainer, max_tokens: int, rounds: int) -> None:
+    g.add_argument("--model", default=DEFAULT_MODEL, help="GGUF file or IR folder for the engine")
+    g.add_argument("--streams", type=int, default=32, help="streams per batch (default 32)")
+    g.add_argument("--max-tokens", type=int, default=max_tokens, help=f"new tokens per stream (default {max_tokens})")
+    g.add_argument("--rounds", type=int, default=rounds, help="batches per target, alternating which goes first")
+    g.add_argument("--idle-requests", type=int, default=16, help="requests per target sent one at a time afterwards")
+
+
 def ms_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model for the engine this starts")
-    p.add_argument("--engine-url", help="use this running engine instead of starting one")
-    p.add_argument("--microservice-url", help="use this running microservice (in front of --engine-url)")
-    p.add_argument("--model-name", help=f"model id sent (default {MODEL_NAME}, or what --engine-url serves)")
-    p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=6, help="batches per target, alternating which goes first")
-    p.add_argument("--idle-requests", type=int, default=16, help="requests per target sent one at a time (default 16)")
+    _mesh_args(p, 64, 6)
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/microservice"), help="logs of started servers")
     p.add_argument("--json", dest="json_out", type=Path, help="also write the summary to this JSON file")
 
 
-async def _hop(hop: str, urls: dict[str, str], args: argparse.Namespace, pids: list[int], watch: int | None) -> Result:
-    """Rounds of a batch through ``hop`` and the others in ``urls`` (the first warms each up with 4 short
-    requests), then requests one at a time, compared with the engine's; ``watch``'s CPU per batch."""
-    batch = chat_batch(args.streams if hop == "gateway" else args.concurrency, args.max_tokens)
-    model, warm = (
-        args.model_name or await served_model(urls["engine"]),
-        [RequestSpec(r.prompt, 0, 8) for r in batch[:4]],
-    )
-    targets = {name: Endpoint(url, model) for name, url in urls.items()}
+def _hop(hop: str, args: argparse.Namespace, with_microservice: bool = False) -> Result:
+    """In a mesh of its own: rounds of a batch through ``hop`` and straight to the engine (and the microservice),
+    each warmed up with 4 short requests, then one at a time (``cpu_s``: each one's process tree)."""
+    batch, slots, gw = chat_batch(args.streams, args.max_tokens), max(args.streams, 32), hop == "gateway"
+    warm = [RequestSpec(r.prompt, 0, 8) for r in batch[:4]]
+    with running_mesh(args.model, Path(args.log_dir), gateway=gw, gateway_slots=slots) as m:
+        hops = [s for s in (m.microservice, m.gateway) if s and (s.name == hop or with_microservice)]
+        targets = {s.name: Endpoint(s.url, MODEL_NAME) for s in [*hops, m.engine]}
 
-    def cpu_s() -> float | None:
-        return sum(cpu_seconds([watch]).values()) if watch else None
+        def target(name: str) -> Callable[[int], Awaitable[Result]]:
+            async def run(r: int) -> Result:
+                warmup, settings = [] if r else warm, {"target": name}
+                return await measure(targets[name], batch, label=name, warmup=warmup, pids=m.pids, settings=settings)
 
-    def target(name: str) -> Callable[[int], Awaitable[Result]]:
-        async def run(r: int) -> Result:
-            cpu0, warmup, settings = cpu_s(), warm if r == 0 else [], {"target": name}
-            result = await measure(targets[name], batch, label=name, warmup=warmup, pids=pids, settings=settings)
-            return result | {"watched_cpu_s": difference(cpu_s(), cpu0)}
+            return run
 
-        return run
-
-    rounds = await alternate({name: target(name) for name in targets}, args.rounds)
-    idle = await idle_ttfts(targets, args.idle_requests, args.max_tokens)
-    summary = compare_hop(rounds, hop, idle, GATEWAY_TARGETS if hop == "gateway" else MICROSERVICE_TARGETS)
+        rounds = asyncio.run(alternate({name: target(name) for name in targets}, args.rounds))
+        idle = asyncio.run(idle_ttfts(targets, args.idle_requests, args.max_tokens))
+    summary = compare_hop(rounds, hop, idle, GATEWAY_TARGETS if gw else MICROSERVICE_TARGETS)
+    tokens, cpu_s = summary[hop]["tokens"], summary[hop]["cpu_s"]
+    summary[f"{hop}_cpu_ms_per_token"] = 1000 * cpu_s / tokens if cpu_s and tokens else None
     return {"streams": len(batch), "max_tokens": args.max_tokens, "rounds": args.rounds, **summary, "batches": rounds}
 
 
 def microservice(args: argparse.Namespace) -> int:
-    if args.microservice_url and not args.engine_url:
-        print("genmesh-bench microservice: --microservice-url needs --engine-url", file=sys.stderr)
-        return 2
-    if args.microservice_url:
-        urls = {"microservice": args.microservice_url, "engine": args.engine_url}
-        summary = asyncio.run(_hop("microservice", urls, args, [], None))
-    else:
-        name = args.model_name or MODEL_NAME
-        with running_mesh(args.model, args.log_dir, engine_url=args.engine_url, gateway=False, model_name=name) as m:
-            assert m.microservice is not None
-            urls = {"microservice": m.microservice.url, "engine": m.engine_url}
-            summary = asyncio.run(_hop("microservice", urls, args, m.pids, m.microservice.proc.pid))
-    batches, ms, (min_ratio, max_added) = summary.pop("batches"), summary["microservice"], MICROSERVICE_TARGETS
-    cpu_ms = 1000 * ms["cpu_s"] / ms["tokens"] if ms["cpu_s"] and ms["tokens"] else None
-    summary["microservice_cpu_ms_per_token"] = cpu_ms
-    met = {key: "PASS" if ok else "FAIL" for key, ok in summary["targets_met"].items()}
-    print(f"judged on {summary['judged_on']}: rounds {summary['rounds_kept']}")
-    for name in ("engine", "microservice"):
-        t = summary[name]
-        print(
-            f"{name:<13} {t['tokens_per_s']:7.1f} tok/s   TTFT p50 {fmt(t['ttft_p50_ms'], '6.0f')} ms   p99 "
-            f"{fmt(t['ttft_p99_ms'], '6.0f')} ms   CPU steal {fmt(t['steal_percent'], '4.1f')}%   errors {t['errors']}"
-        )
-    per_round = " ".join(fmt(r, ".3f") for r in summary["throughput_ratio_per_round"])
-    ratio = f"{summary['throughput_ratio']:.3f} (per round: {per_round})"
-    print(f"throughput ratio microservice/engine: {ratio} target >= {min_ratio} {met['throughput_ratio']}")
-    p50, p99 = fmt(summary["added_ttft_ms_p50"], "+.0f"), fmt(summary["added_ttft_ms_p99"], "+.0f")
-    print(f"added TTFT: p50 {p50} ms, p99 {p99} ms; target p50 <= {max_added:.0f} ms {met['added_ttft_ms_p50']}")
-    rounds = " ".join(fmt(d, "+.0f") for d in summary["added_ttft_ms_p50_per_round"])
-    print(f"  per round (the p50 difference within each round; its spread is this machine's noise): {rounds}")
-    idle = f"p50 {fmt(summary[ADDED[1]], '+.1f')} ms; against the same {max_added:.0f} ms {met[ADDED[1]]}"
-    print(f"added TTFT one request at a time (the hop's own latency, nothing competing for the CPU): {idle}")
-    print(f"microservice CPU per token: {fmt(summary['microservice_cpu_ms_per_token'], '.3f')} ms")
-    out = args.json_out or args.log_dir / f"microservice-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    summary = _hop("microservice", args)
+    batches = summary.pop("batches")
+    print(json.dumps(summary, indent=2))
+    out = args.json_out or args.log_dir / time.strftime("microservice-%Y%m%d-%H%M%S.json")
     print(f"results: {save({'summary': summary, 'batches': batches}, out)}")
-    return 1 if summary["engine"]["errors"] or ms["errors"] else 0
+    return 1 if summary["engine"]["errors"] or summary["microservice"]["errors"] else 0
 
 
 def gateway_args(p: argparse.ArgumentParser) -> None:
@@ -138,13 +102,8 @@ def gateway_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--upstream-delay-ms", type=float, default=0.0, help="the fake upstream's time per request")
     g.add_argument("--passes", type=int, default=5, help="measured passes; the median is judged (default 5)")
     m = p.add_argument_group("mesh mode")
-    m.add_argument("--model", default=DEFAULT_MODEL, help="GGUF file for the engine")
-    m.add_argument("--model-name", default=MODEL_NAME, help="model name routed by the gateway")
-    m.add_argument("--streams", type=int, default=32)
-    m.add_argument("--max-tokens", type=int, default=128)
-    m.add_argument("--rounds", type=int, default=4, help="batches per target, alternating which goes first")
+    _mesh_args(m, 128, 4)
     m.add_argument("--with-microservice", action="store_true", help="also stream straight to the microservice")
-    m.add_argument("--idle-requests", type=int, default=16, help="requests per target sent one at a time afterwards")
 
 
 def gateway(args: argparse.Namespace) -> int:
@@ -156,12 +115,7 @@ def gateway(args: argparse.Namespace) -> int:
         if args.mode in ("queue", "all"):
             results["queue"] = gateway_queue(args)
         if args.mode in ("mesh", "all"):
-            slots, name = max(args.streams, 32), args.model_name
-            with running_mesh(args.model, Path(args.log_dir), gateway_slots=slots, model_name=name) as m:
-                assert m.gateway is not None and m.microservice is not None  # noqa: PT018
-                urls = {"engine": m.engine_url, "gateway": m.gateway.url}
-                urls |= {"microservice": m.microservice.url} if args.with_microservice else {}
-                results["mesh"] = asyncio.run(_hop("gateway", urls, args, m.pids, None))
+            results["mesh"] = _hop("gateway", args, args.with_microservice)
             del results["mesh"]["batches"]
     except FileNotFoundError as exc:  # no redis-server
         print(exc, file=sys.stderr)
@@ -178,7 +132,8 @@ def gateway(args: argparse.Namespace) -> int:
 def gateway_queue(args: argparse.Namespace) -> Result:
     log_dir, passes, slots = Path(args.log_dir), list[Result](), args.max_concurrency
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        upstream = stack.enter_context(start_fake_upstream(args.upstream_delay_ms, log_dir / "queue-upstream.log"))
+        argv = [sys.executable, str(FAKE_UPSTREAM), "--port", PORT, "--delay-ms", str(args.upstream_delay_ms)]
+        upstream = stack.enter_context(start("fake-upstream", argv, log_dir / "queue-upstream.log", 30.0))
         route = {"url": upstream.url, "health_path": "/health", "max_concurrency": slots}
         gw, redis = start_gateway(stack, Path(tmp), route, log_dir, "bench", prefix="queue-")
         port = int(gw.url.rsplit(":", 1)[1])
@@ -196,8 +151,8 @@ def gateway_queue(args: argparse.Namespace) -> Result:
     latencies = [x for r in kept.of(passes) for x in r["e2els_ms"]]
     report = {"clients": args.clients, "max_concurrency": slots, "upstream_delay_ms": args.upstream_delay_ms}
     each = [{"admitted_per_s": round(admitted(p), 1), "cpu_steal_pct": rounded(p["steal_percent"], 1)} for p in passes]
-    report |= {"requests_per_pass": args.requests, "passes": each}
-    report |= {"judged_on": f"median of {kept.basis}", "errors": sum(r["failed"] for r in passes)}
+    report |= {"requests_per_pass": args.requests, "passes": each, "judged_on": f"median of {kept.basis}"}
+    report["errors"] = sum(r["failed"] for r in passes)
     report |= {"admitted_per_s": round(rate, 1), "latency_ms_p50": rounded(percentile(latencies, 50))}
     report |= {"latency_ms_p99": rounded(percentile(latencies, 99)), "upstream_max_in_flight": in_flight}
     return report | {
@@ -213,19 +168,14 @@ def admitted(result: Result) -> float:
 
 async def _read_response(reader: asyncio.StreamReader) -> int:
     """Just enough of one response (status, headers, body by length or chunks) to send the next."""
-    status = int((await reader.readline()).split()[1])
-    chunked, length = False, 0
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        key, _, value = line.decode("latin-1").partition(":")
-        chunked = chunked or (key.lower() == "transfer-encoding" and "chunked" in value)
-        length = int(value) if key.lower() == "content-length" else length
-    if not chunked:
-        await reader.readexactly(length)
-        return status
-    while size := int((await reader.readline()).strip(), 16):
-        await reader.readexactly(size + 2)
-    await reader.readexactly(2)
-    return status
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+    if "transfer-encoding: chunked" not in head:
+        await reader.readexactly(int(m[1]) if (m := re.search(r"content-length:\s*(\d+)", head)) else 0)
+    else:
+        while size := int((await reader.readline()).strip(), 16):
+            await reader.readexactly(size + 2)
+        await reader.readexactly(2)
+    return int(head.split()[1])
 
 
 async def keepalive_load(port: int, clients: int, requests: int, model: str = "bench") -> Load:

@@ -3,11 +3,10 @@ prompts take the chat route's path (chat template, no special tokens), greedy, `
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,32 +14,19 @@ from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, prep
 from genmesh.engine.messages import SamplingParams
 from genmesh.engine.pipeline_config import SCHEDULER_FIELDS as FIELDS
 from genmesh.engine.pipeline_config import generation_config, scheduler_config
-from genmesh.engine.settings import EngineSettings
+from genmesh.engine.settings import EngineSettings, parse_settings
 
 from .render import say
 from .results import Load, Result, StealMeter, make_result
 
-DEFAULTS = {name: EngineSettings.model_fields[name].default for name in FIELDS}
+
+def engine_settings(model: str, flags: Sequence[str] = ()) -> EngineSettings:
+    """What ``genmesh-engine --model MODEL FLAGS`` runs with (its own parser: the same defaults)."""
+    return parse_settings(["--model", model, *flags])
 
 
-@dataclass(frozen=True)
-class Scheduler:
-    """``SchedulerConfig`` fields (defaults: the engine's own defaults) and the plugin config."""
-
-    cache_size: int = DEFAULTS["cache_size"]
-    max_num_seqs: int = DEFAULTS["max_num_seqs"]
-    max_num_batched_tokens: int = DEFAULTS["max_num_batched_tokens"]
-    dynamic_split_fuse: bool = DEFAULTS["dynamic_split_fuse"]
-    enable_prefix_caching: bool = DEFAULTS["enable_prefix_caching"]
-    plugin_config: dict[str, Any] = field(default_factory=dict)
-
-    def engine_flags(self) -> list[str]:
-        """The same settings as ``genmesh-engine`` flags (all of them, so environment defaults cannot differ)."""
-        flags: list[str] = []
-        for name in FIELDS:
-            flag, value = "--" + name.replace("_", "-"), getattr(self, name)
-            flags += [flag if value else f"--no-{flag[2:]}"] if isinstance(value, bool) else [flag, str(value)]
-        return [*flags, "--plugin-config", json.dumps(self.plugin_config)]
+def scheduler_text(settings: EngineSettings) -> str:
+    return ", ".join(f"{name}={getattr(settings, name)}" for name in FIELDS)
 
 
 _LOADED: dict[str, Any] = {}  # the worker process's pipeline, prompts and load time (see :class:`Pipeline`)
@@ -60,15 +46,16 @@ def served_file(model: str) -> str:
     return str(prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET))
 
 
-def _load(model: str, scheduler: Scheduler, prompts: list[str], warmup: int, warmup_tokens: int) -> None:
+def _load(model: str, flags: Sequence[str], prompts: list[str], warmup: int, warmup_tokens: int) -> None:
     """Load the pipeline, tokenise ``prompts`` and warm up with the first ``warmup`` (in the worker, once)."""
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
 
     say("in-process: loading the pipeline")
-    t0, config = time.perf_counter(), scheduler_config(ov_genai, scheduler)  # the engine core's builder
-    pipe = ov_genai.ContinuousBatchingPipeline(served_file(model), config, "CPU", scheduler.plugin_config)
+    t0, settings = time.perf_counter(), engine_settings(model, flags)
+    config = scheduler_config(ov_genai, settings)  # the engine core's builder
+    pipe = ov_genai.ContinuousBatchingPipeline(served_file(model), config, "CPU", settings.plugin_config)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
     inputs = []
     for prompt in prompts:
@@ -103,10 +90,10 @@ def _measure(label: str, n: int, max_tokens: int, concurrency: int | None, offse
 
 
 class Pipeline:
-    """The pipeline and ``prompts`` in a spawned worker process, which exits on the way out."""
+    """The pipeline (the engine's settings with ``flags``) and ``prompts`` in a spawned worker process."""
 
-    def __init__(self, model: str, scheduler: Scheduler, prompts: list[str], warmup: int, warmup_tokens: int) -> None:
-        spawn, args = multiprocessing.get_context("spawn"), (model, scheduler, prompts, warmup, warmup_tokens)
+    def __init__(self, model: str, flags: Sequence[str], prompts: list[str], warmup: int, warmup_tokens: int) -> None:
+        spawn, args = multiprocessing.get_context("spawn"), (model, list(flags), prompts, warmup, warmup_tokens)
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=spawn, initializer=_load, initargs=args)
 
     def __enter__(self) -> Pipeline:

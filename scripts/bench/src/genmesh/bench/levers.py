@@ -1,21 +1,14 @@
-"""``genmesh-bench levers``: engine settings side by side, for the lever table of a performance change.
-
-Every variant is an engine started with its own extra flags after the defaults (``NAME=FLAGS``; an
-empty FLAGS is the defaults). All are loaded at once, each idle while another is measured; at each
-load level the variants alternate in rounds (:func:`.compare.alternate`), so drift in the machine's
-speed lands on all of them. The table gives each figure's median over the rounds and the median of
-each round's throughput ratio to the first variant, measured in the same round.
-"""
+"""``genmesh-bench levers``: engine settings side by side. Each ``--variant NAME=FLAGS`` is an engine started
+with FLAGS after the defaults, all loaded at once; at each level they alternate in rounds, so drift in the
+machine's speed lands on all. Per variant: each figure's median over the rounds, and the median of each
+round's throughput ratio to the first variant."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import shlex
-import statistics
 import time
-from collections.abc import Sequence
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
@@ -24,11 +17,10 @@ from typing import Any
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import alternate, ratio
-from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests
-from .inprocess import Scheduler
-from .load import Endpoint, measure
+from .datasets import DATASETS, RequestSpec, TokenCodec
+from .load import Endpoint, load_levels, measure
 from .render import fmt, level, say, table
-from .results import Result, save
+from .results import Result, percentile, save
 from .servers import MODEL_NAME, start_engine
 
 FIGURES = {"output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f", "median_tpot_ms": ".1f"}
@@ -46,18 +38,15 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", action="append", required=True, metavar="NAME=FLAGS", help="engine flags (repeat)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="the GGUF or IR folder every variant serves")
-    p.add_argument("--dataset-name", choices=["random", "mixed"], default="random")
-    p.add_argument("--input-len", type=int, default=128, help="prompt tokens (mixed: the median)")
+    p.add_argument("--dataset-name", choices=list(DATASETS), default="random")
+    p.add_argument("--input-len", type=int, default=128, help="prompt tokens (mixed: median; shared-prefix: prefix)")
     p.add_argument("--output-len", type=int, default=64, help="new tokens (mixed: the median)")
     p.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32], help="closed-loop levels")
     p.add_argument("--request-rates", type=float, nargs="*", default=[2.0, 8.0], help="Poisson req/s levels")
     p.add_argument("--rate-requests", type=int, default=32, help="requests per rate level")
     p.add_argument("--rounds", type=int, default=3, help="rounds per level, alternating which variant goes first")
-    p.add_argument(
-        "--fresh-prompts",
-        action="store_true",
-        help="new prompts every round and level (seeded), so no variant's prefix cache has seen them",
-    )
+    fresh = "new prompts every round and level (seeded), so no variant's prefix cache has seen them"
+    p.add_argument("--fresh-prompts", action="store_true", help=fresh)
     p.add_argument("--result-dir", type=Path, default=Path("bench-results"), help="where the JSON goes")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/levers"), help="engine logs")
 
@@ -67,55 +56,22 @@ def summarise(by_variant: dict[str, list[Result]], first: str) -> list[dict[str,
     rows = []
     for name, runs in by_variant.items():
         row: dict[str, Any] = {"variant": name, "level": level(runs[0]), "rounds": len(runs)}
-        for key in FIGURES:
-            values = [float(r[key]) for r in runs if r.get(key) is not None]
-            row[key] = statistics.median(values) if values else None
-        firsts = by_variant[first]
-        pairs = [
-            ratio(a.get("output_throughput"), b.get("output_throughput")) for a, b in zip(runs, firsts, strict=True)
-        ]
-        row["ratio_to_first"] = statistics.median([p for p in pairs if p is not None]) if pairs else None
-        steals = [float(r["steal_percent"]) for r in runs if r.get("steal_percent") is not None]
-        row["steal_percent"] = max(steals) if steals else None
-        row["failed"] = sum(int(r.get("failed", 0)) for r in runs)
-        rows.append(row)
+        row |= {key: percentile((r.get(key) for r in runs), 50) for key in FIGURES}
+        tput = [(a["output_throughput"], b["output_throughput"]) for a, b in zip(runs, by_variant[first], strict=True)]
+        row["ratio_to_first"] = percentile((ratio(a, b) for a, b in tput), 50)
+        row["steal_percent"] = max((s for r in runs if (s := r.get("steal_percent")) is not None), default=None)
+        rows.append(row | {"failed": sum(int(r.get("failed", 0)) for r in runs)})
     return rows
 
 
-def render(rows: Sequence[dict[str, Any]]) -> str:
-    cells = [
-        [
-            row["level"],
-            row["variant"],
-            *(fmt(row[k], spec) for k, spec in FIGURES.items()),
-            fmt(row["ratio_to_first"], ".3f"),
-            fmt(row["steal_percent"]),
-        ]
-        for row in rows
-    ]
-    return table(COLUMNS, cells, markdown=True)
+def _level(servers: dict[str, tuple[Endpoint, int]], sets: list[list[RequestSpec]], dataset: str, **load: Any) -> Any:
+    """One load level: the variants in alternating rounds, round ``r`` sending ``sets[r]`` to each."""
 
+    async def one(name: str, r: int) -> Result:
+        (endpoint, pid), settings = servers[name], {"dataset": dataset, "variant": name}
+        return await measure(endpoint, sets[r], label=name, pids=[pid], settings=settings, **load)
 
-async def _one(
-    endpoints: dict[str, tuple[Endpoint, int]],
-    requests: list[list[RequestSpec]],
-    rate: float,
-    conc: int | None,
-    dataset: str,
-    name: str,
-    round_index: int,
-) -> Result:
-    endpoint, pid = endpoints[name]
-    settings = {"dataset": dataset, "variant": name}
-    return await measure(
-        endpoint,
-        requests[round_index],
-        label=name,
-        request_rate=rate,
-        max_concurrency=conc,
-        pids=[pid],
-        settings=settings,
-    )
+    return asyncio.run(alternate({name: partial(one, name) for name in servers}, len(sets)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,46 +81,33 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"genmesh-bench levers: {exc}") from exc
     if len(variants) != len(args.variant):
         raise SystemExit("genmesh-bench levers: variant names must differ")
-    codec, n_max = TokenCodec(Path(args.model)), max([4, args.rate_requests, *(2 * c for c in args.concurrency)])
-    plan = [(math.inf, c, max(4, 2 * c)) for c in args.concurrency]
-    plan += [(rate, None, args.rate_requests) for rate in args.request_rates]
-
-    def requests_for(seed: int) -> list[RequestSpec]:
-        if args.dataset_name == "mixed":
-            return mixed_chat_requests(codec, n_max, args.input_len, args.output_len, seed=seed)
-        return random_requests(codec, n_max, args.input_len, args.output_len, seed=seed)
-
-    requests = requests_for(0)
+    plan, codec = load_levels(args.concurrency, args.request_rates, args.rate_requests), TokenCodec(Path(args.model))
+    n_max, lengths = max(4, *(n for _, _, n in plan)), (args.input_len, args.output_len)
+    base = DATASETS[args.dataset_name](codec, n_max, *lengths, seed=0)
     # --fresh-prompts: the prompts of (level i, round r) come from seed 1 + i * rounds + r, else all from seed 0
-    sets = [
-        [requests_for(1 + i * args.rounds + r) if args.fresh_prompts else requests for r in range(args.rounds)]
-        for i in range(len(plan))
-    ]
-    warmup = [RequestSpec(r.prompt, r.prompt_len, 8) for r in requests[:2]]
+    fresh = partial(DATASETS[args.dataset_name], codec, n_max, *lengths)
+    warmup = [RequestSpec(r.prompt, r.prompt_len, 8, r.system) for r in base[:2]]
     rows: list[dict[str, Any]] = []
     runs: list[Result] = []
+    argvs: dict[str, str] = {}  # each variant's engine command line, as it ran
     with ExitStack() as stack:
-        endpoints: dict[str, tuple[Endpoint, int]] = {}
-        argvs: dict[str, str] = {}  # each variant's engine command line, as it ran
+        servers: dict[str, tuple[Endpoint, int]] = {}
         for name, flags in variants.items():
             say(f"levers: starting the engine for {name} ({shlex.join(flags) or 'defaults'})")
-            extra = ["--served-model-name", MODEL_NAME, *flags]
-            server = stack.enter_context(
-                start_engine(args.model, Scheduler(), args.log_dir / f"{name}.log", extra=extra)
-            )
-            endpoints[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
+            extra, log = ["--served-model-name", MODEL_NAME, *flags], args.log_dir / f"{name}.log"
+            server = stack.enter_context(start_engine(args.model, log, extra=extra))
+            servers[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
             argvs[name] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
-            asyncio.run(measure(endpoints[name][0], warmup))
-        for (rate, conc, n), per_round in zip(plan, sets, strict=True):
-            work = partial(_one, endpoints, [reqs[:n] for reqs in per_round], rate, conc, args.dataset_name)
-            by_variant = asyncio.run(alternate({name: partial(work, name) for name in variants}, args.rounds))
+            asyncio.run(measure(servers[name][0], warmup))
+        for i, (rate, conc, n) in enumerate(plan):
+            rounds = range(args.rounds)
+            sets = [(fresh(seed=1 + i * args.rounds + r) if args.fresh_prompts else base)[:n] for r in rounds]
+            by_variant = _level(servers, sets, args.dataset_name, request_rate=rate, max_concurrency=conc)
             rows += summarise(by_variant, next(iter(variants)))
             runs += [r for results in by_variant.values() for r in results]
-    text = render(rows)
-    print(text)
-    out = save(
-        {"variants": {k: shlex.join(v) for k, v in variants.items()}, "engines": argvs, "rows": rows, "runs": runs},
-        args.result_dir / f"levers-{time.strftime('%Y%m%d-%H%M%S')}.json",
-    )
-    print(f"results: {out}")
+    figures = [[fmt(row[k], spec) for k, spec in [*FIGURES.items(), ("ratio_to_first", ".3f")]] for row in rows]
+    cells = [[r["level"], r["variant"], *f, fmt(r["steal_percent"])] for r, f in zip(rows, figures, strict=True)]
+    print(table(COLUMNS, cells, markdown=True))
+    doc = {"variants": {k: shlex.join(v) for k, v in variants.items()}, "engines": argvs, "rows": rows, "runs": runs}
+    print(f"results: {save(doc, args.result_dir / time.strftime('levers-%Y%m%d-%H%M%S.json'))}")
     return 1 if any(row["failed"] for row in rows) else 0

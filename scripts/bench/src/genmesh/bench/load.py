@@ -82,13 +82,9 @@ async def _stream(resp: aiohttp.ClientResponse, start: float, out: RequestOutput
         raise RuntimeError("the stream carried no usage (stream_options.include_usage)")
 
 
-async def send(
-    client: aiohttp.ClientSession, endpoint: Endpoint, req: RequestSpec, start_s: float = 0.0
-) -> RequestOutput:
+async def send(client: aiohttp.ClientSession, endpoint: Endpoint, req: RequestSpec) -> RequestOutput:
     """Send one request; never raises for a failed request (``success`` False, ``error`` says why)."""
-    out = RequestOutput(start_s=start_s)
-    start = time.perf_counter()
-    answered = False
+    out, start, answered = RequestOutput(), time.perf_counter(), False
 
     async def post(via: aiohttp.ClientSession) -> None:
         nonlocal answered
@@ -139,6 +135,12 @@ def arrival_offsets(n: int, request_rate: float, burstiness: float = 1.0, seed: 
     gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (request_rate * burstiness), size=n)
     gaps[:1] = 0.0  # the first request goes at once
     return [float(t) for t in np.cumsum(gaps)]
+
+
+def load_levels(concurrency: Sequence[int], rates: Sequence[float], rate_requests: int, per_slot: int = 2) -> list[Any]:
+    """(request rate, max concurrency, requests) of each level: closed loops of ``c`` in flight sending
+    max(4, ``per_slot`` x c) requests, then ``rate_requests`` at each Poisson rate."""
+    return [(math.inf, c, max(4, per_slot * c)) for c in concurrency] + [(r, None, rate_requests) for r in rates]
 
 
 async def _poll(client: aiohttp.ClientSession, url: str, interval_s: float, stop: asyncio.Event) -> Load:
@@ -196,7 +198,7 @@ async def measure(
                 if (delay := at - (time.perf_counter() - start)) > 0:
                     await asyncio.sleep(delay)  # the arrival schedule, not synchronisation
                 async with slots:
-                    out = await send(client, endpoint, req, time.perf_counter() - start)
+                    out = await send(client, endpoint, req)
                 bar.update(1)
                 return out
 

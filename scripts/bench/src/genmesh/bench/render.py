@@ -1,5 +1,5 @@
-"""For people: the one table writer (aligned text or Markdown), vLLM's summary block for one run,
-progress lines on stderr (stdout keeps only the results), and the charts comparing runs."""
+"""For people: the one table writer (aligned text or Markdown), progress lines on stderr (stdout keeps
+only the results), and the charts comparing runs."""
 
 from __future__ import annotations
 
@@ -48,36 +48,6 @@ def level(run: dict[str, Any]) -> str:
     if rate is None:
         return (f"c={conc}" if conc else "all at once") + dataset
     return f"{fmt(rate, 'g')} req/s" + (f", c<={conc}" if conc else "") + dataset
-
-
-def summary_block(run: dict[str, Any]) -> str:
-    """The run as vLLM's ``benchmark_serving`` prints it."""
-    lines = [f"{' Serving Benchmark Result: ' + str(run.get('label', '')) + ' ':=^60}"]
-
-    def row(name: str, value: Any, spec: str = ".2f") -> None:
-        lines.append(f"{name:<40}{fmt(value, spec):>20}")
-
-    row("Successful requests:", run["completed"], "d")
-    row("Failed requests:", run["failed"], "d")
-    row("Load:", level(run), "")
-    row("Benchmark duration (s):", run["duration_s"])
-    row("Total input tokens:", run["total_input_tokens"], "d")
-    row("Total generated tokens:", run["total_output_tokens"], "d")
-    row("Request throughput (req/s):", run["request_throughput"])
-    if run.get("goodput") is not None:
-        row("Request goodput (req/s):", run["goodput"])
-    row("Output token throughput (tok/s):", run["output_throughput"])
-    row("Total token throughput (tok/s):", run["total_token_throughput"])
-    titles = {"ttft": "Time to First Token", "tpot": "Time per Output Token (excl. 1st token)"}
-    titles |= {"itl": "Inter-token Latency", "e2el": "End-to-end Latency"}
-    for key, title in titles.items():
-        lines.append(f"{' ' + title + ' ':-^60}")
-        for stat in ("Mean", "Median", "P90", "P99"):
-            row(f"{stat} {key.upper()} (ms):", run.get(f"{stat.lower()}_{key}_ms"))
-    flag = "  HIGH" if run.get("high_steal") else ""
-    lines.append(f"{'CPU steal during the run (%):':<40}{fmt(run.get('steal_percent')):>20}{flag}")
-    lines.append("=" * 60)
-    return "\n".join(lines)
 
 
 def plot_all(runs: Sequence[dict[str, Any]], out_dir: Path, prefix: str = "", top: int | None = None) -> list[Path]:

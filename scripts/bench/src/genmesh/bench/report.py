@@ -14,13 +14,14 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import ratio
 from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests, tagged
-from .inprocess import Pipeline, Scheduler, served_file
-from .load import Endpoint, measure
+from .inprocess import Pipeline, engine_settings, scheduler_text, served_file
+from .load import Endpoint, load_levels, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
 from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, start, start_engine, vllm_peer
@@ -35,7 +36,7 @@ COLUMNS += ["TPOT p99 ms", "ITL p50 ms", "E2E p50 ms", "steal %", "other CPU %",
 FIGURES = {"request_throughput": ".2f", "output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f"}
 FIGURES |= {"median_tpot_ms": ".1f", "p99_tpot_ms": ".1f", "median_itl_ms": ".1f", "median_e2el_ms": ".0f"}
 OURS = {  # line: (label, settings)
-    "engine": ("(b) engine HTTP", f"`genmesh-engine` defaults ({Scheduler()}), prefix caching on (its default)"),
+    "engine": ("(b) engine HTTP", "`genmesh-engine` defaults ({defaults}), prefix caching on (its default)"),
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
@@ -72,7 +73,6 @@ RESOURCES_NOTE = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="the GGUF every engine serves (vLLM: its bf16 conversion)")
     p.add_argument("--concurrency", type=int, nargs="+", default=FULL["concurrency"], help="closed-loop levels")
-    p.add_argument("--requests-per-slot", type=int, default=2, help="requests per level = max(4, this x concurrency)")
     p.add_argument("--request-rates", type=float, nargs="*", default=FULL["request_rates"], help="Poisson req/s")
     p.add_argument("--rate-requests", type=int, default=FULL["rate_requests"], help="requests per rate level")
     p.add_argument("--input-len", type=int, default=FULL["input_len"], help="prompt tokens (model tokenizer)")
@@ -101,26 +101,25 @@ def ratios(runs: Sequence[Result], baseline: str) -> list[tuple[float | None, fl
     return [(ratio(t := r.get("output_throughput"), base.get(lv := level(r))), ratio(t, best.get(lv))) for r in runs]
 
 
-def results_table(runs: Sequence[Result], baseline: str) -> str:
-    """One row per run: steal at or above the threshold is marked ⚠; "other CPU": busy, not by the runs."""
+def results_table(runs: Sequence[Result], baseline: str | None, markdown: bool = True) -> str:
+    """One row per run (``serve`` prints it too): steal at or above the threshold is marked ⚠; "other CPU":
+    busy, not by the runs; with a ``baseline``, the ratios to it and to the best peer."""
     rows = []
-    for r, (vs_base, vs_peer) in zip(runs, ratios(runs, baseline), strict=True):
+    for r, vs in zip(runs, ratios(runs, baseline or ""), strict=True):
         row = [str(r.get("label", "")), level(r), f"{r.get('completed', 0)}/{r.get('failed', 0)}"]
         row += [fmt(r.get(key), spec) for key, spec in FIGURES.items()]
         row += [fmt(r.get("steal_percent")) + (" ⚠" if r.get("high_steal") else ""), fmt(r.get("other_percent"), ".0f")]
-        rows.append([*row, fmt(vs_base, ".2f"), fmt(vs_peer, ".2f")])
-    return table(COLUMNS, rows, markdown=True)
+        rows.append(row + [fmt(x, ".2f") for x in vs] if baseline else row)
+    return table(COLUMNS if baseline else COLUMNS[:-2], rows, markdown=markdown)
 
 
 def resources_table(runs: Sequence[Result]) -> str:
     """One row per run: each measured process tree's CPU ms per output token and its RSS at the run's end."""
-    rows = []
-    for r in runs:
-        cells = [
-            f"{p['process']}: {fmt(p.get('cpu_ms_per_token'), '.2f')} ms/token, {fmt(p.get('rss_mib'), '.0f')} MiB"
-            for p in r.get("processes") or []
-        ]
-        rows.append([str(r.get("label", "")), level(r), "; ".join(cells) or "-"])
+
+    def cell(p: dict[str, Any]) -> str:
+        return f"{p['process']}: {fmt(p.get('cpu_ms_per_token'), '.2f')} ms/token, {fmt(p.get('rss_mib'), '.0f')} MiB"
+
+    rows = [[str(r.get("label", "")), level(r), "; ".join(map(cell, r.get("processes") or [])) or "-"] for r in runs]
     return table(["line", "load", "per process tree: CPU ms per output token, RSS"], rows, markdown=True)
 
 
@@ -148,8 +147,9 @@ class Report:
         self.settings: list[tuple[str, str, str]] = []  # (label, version, settings)
         self.profile: list[tuple[str, float]] = []
         self.profile_note, self.elapsed_s = "", 0.0
-        self.levels = [(c, max(4, args.requests_per_slot * c)) for c in args.concurrency]
-        n = max([n for _, n in self.levels] + [args.rate_requests])
+        self.plan = load_levels(args.concurrency, args.request_rates, args.rate_requests)
+        self.levels = [(c, n) for _, c, n in self.plan if c]  # the closed loops, which (a) runs too
+        n, self.defaults = max(n for _, _, n in self.plan), scheduler_text(engine_settings(args.model))
         codec = TokenCodec(Path(args.model))
         self.requests = random_requests(codec, n, args.input_len, args.output_len, seed=0)
         self.mixed = mixed_chat_requests(codec, args.rate_requests, args.input_len, args.output_len, seed=0)
@@ -162,7 +162,7 @@ class Report:
         say(f"{label}: {len(self.levels)} levels")
         sets = [tagged(self.requests[:n], f"{BASELINE} {level}") for level, (_, n) in enumerate(self.levels)]
         prompts = [r.prompt for r in self.warmup + [r for s in sets for r in s]]
-        with Pipeline(self.args.model, Scheduler(), prompts, len(self.warmup), 8) as pipe:
+        with Pipeline(self.args.model, [], prompts, len(self.warmup), 8) as pipe:
             offset = len(self.warmup)
             for c, n in self.levels:
                 run = pipe.measure(label, n, self.args.output_len, c, offset)
@@ -171,7 +171,7 @@ class Report:
         settings = (
             "`ContinuousBatchingPipeline` driven with `add_request`/`step` in one process (no HTTP, no detokenising), "
             f"on the file the engine serves (`{served_file(self.args.model)}`: a GGUF's faithful re-encoding), "
-            f"engine defaults ({Scheduler()}); a level of concurrency c keeps c requests in flight (closed loop, as "
+            f"engine defaults ({self.defaults}); a level of concurrency c keeps c requests in flight (closed loop, as "
             f"the server's core); no TTFT measured; loaded in {load_s:.1f} s"
         )
         self.settings.append((label, f"openvino-genai {describe()['openvino-genai']}", settings))
@@ -179,22 +179,15 @@ class Report:
     def line(self, label: str, target: str, url: str, peer: bool, pids: Sequence[int]) -> None:
         """Every level against ``url``: the closed-loop ones, then the Poisson rates."""
         say(f"{label}: measuring at {url}")
-        a, random_set = self.args, self.requests
-        plan = [(float("inf"), c, random_set[:n], "random") for c, n in self.levels]
-        plan += [(r, None, random_set[: a.rate_requests], "random") for r in a.request_rates]
+        a, endpoint = self.args, Endpoint(url, MODEL_NAME)
+        plan = [(rate, c, self.requests[:n], "random") for rate, c, n in self.plan]
         if target in MIXED_LINES:
-            plan += [(float("inf"), c, self.mixed, "mixed") for c in a.mixed_concurrency]
-            plan += [(r, None, self.mixed, "mixed") for r in a.mixed_rates]
-        endpoint = Endpoint(url, MODEL_NAME)
+            mixed = load_levels(a.mixed_concurrency, a.mixed_rates, 0)
+            plan += [(rate, c, self.mixed, "mixed") for rate, c, _ in mixed]
         for i, (rate, conc, untagged, dataset) in enumerate(plan):
-            requests = tagged(untagged, f"{target} {i}")
-            load = {
-                "request_rate": rate,
-                "max_concurrency": conc,
-                "warmup": self.warmup if i == 0 else [],
-                "pids": pids,
-            }
-            load |= {"settings": {"target": target, "peer": peer, "dataset": dataset}, "progress": True}
+            requests, settings = tagged(untagged, f"{target} {i}"), {"target": target, "peer": peer, "dataset": dataset}
+            load = {"request_rate": rate, "max_concurrency": conc, "warmup": [] if i else self.warmup, "pids": pids}
+            load |= {"settings": settings, "progress": True}
             self.runs.append(run := asyncio.run(measure(endpoint, requests, label=label, **load)))
             ok = f"{run['completed']}/{run['failed']} ok/failed, steal {fmt(run['steal_percent'])}%"
             say(f"{label} {level(run)}: {run['output_throughput']:.1f} tok/s, {ok}")
@@ -203,12 +196,12 @@ class Report:
         args = self.args
         ms, gw = "microservice" in lines, "gateway" in lines
         with running_mesh(args.model, args.log_dir, microservice=ms, gateway=gw) as m:
-            urls = {"engine": m.engine_url} | {s.name: s.url for s in (m.microservice, m.gateway) if s is not None}
+            urls = {s.name: s.url for s in (m.engine, m.microservice, m.gateway) if s is not None}
             for target, (label, settings) in OURS.items():
                 if target in lines and target in urls:
                     self.line(label, target, urls[target], False, m.pids)
-                    self.settings.append((label, "this commit", settings))
-                if target == "engine" and "engine" in lines and args.profile and m.engine is not None:
+                    self.settings.append((label, "this commit", settings.format(defaults=self.defaults)))
+                if target == "engine" and "engine" in lines and args.profile:
                     self._profile(m.engine.proc.pid, Endpoint(urls["engine"], MODEL_NAME))
 
     def _profile(self, pid: int, endpoint: Endpoint) -> None:
@@ -246,7 +239,7 @@ class Report:
         size = sum(f.stat().st_size for f in folder.glob("openvino_model.*")) / 2**20
         settings = f"as (b), serving `{folder}` (`genmesh-export --weight-format {fmt}`, {size:.0f} MiB)"
         started, extra = time.monotonic(), ["--served-model-name", MODEL_NAME]
-        with start_engine(str(folder), Scheduler(), self.args.log_dir / f"{key}.log", extra=extra) as server:
+        with start_engine(str(folder), self.args.log_dir / f"{key}.log", extra=extra) as server:
             self.settings.append((label, "this commit", f"{settings}; up in {time.monotonic() - started:.1f} s"))
             self.line(label, key, server.url, False, [server.proc.pid])
 
@@ -282,11 +275,11 @@ class Report:
 
     def markdown(self, charts: list[Path], out: Path) -> str:
         a, blocks = self.args, ["# genmesh benchmarks"]
-        if {k: getattr(a, k) for k in FULL} != FULL or a.requests_per_slot != 2:
+        if {k: getattr(a, k) for k in FULL} != FULL:
+            short = f"concurrency {a.concurrency}, request rates {a.request_rates}, {a.rate_requests} requests per rate"
             blocks.append(
-                "> **Short configuration — not the standard report.** Written by `genmesh-bench report` with "
-                f"concurrency {a.concurrency}, request rates {a.request_rates}, {a.rate_requests} requests per rate, "
-                f"{a.input_len} input / {a.output_len} output tokens. Run `make bench-report` for the standard one."
+                f"> **Short configuration — not the standard report** ({short}, {a.input_len} input / "
+                f"{a.output_len} output tokens). Run `make bench-report` for the standard one."
             )
         when = f"on {time.strftime('%Y-%m-%d %H:%M %Z')} in {self.elapsed_s / 60:.1f} min"
         blocks.append(f"Written by `make bench-report` {when}.")

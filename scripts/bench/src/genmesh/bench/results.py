@@ -19,8 +19,6 @@ from typing import Any
 import numpy as np
 import psutil
 
-from . import processes
-
 Result = dict[str, Any]
 HIGH_STEAL_PERCENT = 10.0
 SLO_KEYS = ("ttft", "tpot", "e2el")
@@ -36,7 +34,6 @@ class RequestOutput:
     ttft_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
     e2e_s: float = 0.0
-    start_s: float = 0.0  # when it was sent, seconds since the run started
     error: str | None = None
 
     @property
@@ -63,15 +60,56 @@ class Load:
     health_failures: int = 0
 
 
-def cpu_seconds(roots: Sequence[int]) -> dict[int, float]:
-    """CPU seconds so far of each process in the trees rooted at ``roots`` (pid -> seconds)."""
-    known: dict[int, float] = {}
+# What each measured process tree spends in a run, for the report's "CPU ms per output token" and "RSS" of
+# every process (the engine counts with its core process).
+BENCH_CLIENT = "bench client"
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    name: str
+    cpu_s: float  # user + system, the root and all its descendants
+    rss_mib: float  # summed over the tree (pages two processes share count twice)
+
+
+def tree_name(proc: psutil.Process) -> str:
+    """``python -m genmesh.engine`` -> ``engine``; the load generator itself -> ``bench client``;
+    anything else by its executable's name (``redis-server``, ``vllm``, ``llama-server``)."""
+    if proc.pid == os.getpid():
+        return BENCH_CLIENT
+    with contextlib.suppress(psutil.Error):
+        argv = proc.cmdline()
+        if "-m" in argv[:-1]:
+            module = argv[argv.index("-m") + 1]
+            return module.removeprefix("genmesh.")
+        return os.path.basename(argv[0]) if argv else proc.name()
+    return str(proc.pid)
+
+
+def sample(roots: Sequence[int]) -> dict[int, TreeSample]:
+    """Each root's tree now (a root that is gone is left out). A root below another (the servers the
+    load generator started) is its own tree, not part of its parent's."""
+    trees: dict[int, list[psutil.Process]] = {}
     for root in roots:
         with contextlib.suppress(psutil.Error):
-            for proc in [psutil.Process(root), *psutil.Process(root).children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
-                    known[proc.pid] = sum(proc.cpu_times()[:2])
-    return known
+            trees[root] = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    out: dict[int, TreeSample] = {}
+    for root, tree in trees.items():
+        inner, cpu, rss = {p.pid for r in tree[1:] if r.pid in trees for p in trees[r.pid]}, 0.0, 0.0
+        for proc in (p for p in tree if p.pid not in inner):
+            with contextlib.suppress(psutil.Error):
+                cpu, rss = cpu + sum(proc.cpu_times()[:2]), rss + proc.memory_info().rss / 2**20
+        out[root] = TreeSample(tree_name(tree[0]), cpu, rss)
+    return out
+
+
+def usage(before: dict[int, TreeSample], after: dict[int, TreeSample]) -> list[dict[str, float | str]]:
+    """Per tree: the CPU seconds spent between the samples and the RSS at the second."""
+    return [
+        {"process": a.name, "cpu_s": a.cpu_s - before[pid].cpu_s, "rss_mib": a.rss_mib}
+        for pid, a in after.items()
+        if pid in before
+    ]
 
 
 class StealMeter:
@@ -83,20 +121,19 @@ class StealMeter:
         self.steal_percent: float | None = None
         self.busy_percent: float | None = None
         self.other_percent: float | None = None
-        self.processes: list[dict[str, float | str]] = []  # each tree's CPU seconds and RSS (processes.py)
+        self.processes: list[dict[str, float | str]] = []  # each tree's CPU seconds and RSS (sample)
 
     def __enter__(self) -> StealMeter:
-        self._trees = processes.sample(self._pids)
-        self._own, self._cpu = cpu_seconds(self._pids), psutil.cpu_times()
+        self._trees, self._cpu = sample(self._pids), psutil.cpu_times()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        cpu, own = psutil.cpu_times(), cpu_seconds(self._pids)
-        self.processes = processes.usage(self._trees, processes.sample(self._pids))
+        cpu = psutil.cpu_times()
+        self.processes = usage(self._trees, sample(self._pids))
         busy = [t.user + t.nice + t.system + t.irq + t.softirq for t in (self._cpu, cpu)]  # guest time is in user
         span = busy[1] - busy[0] + sum(getattr(cpu, f) - getattr(self._cpu, f) for f in ("idle", "iowait", "steal"))
         if span > 0:
-            own_s = sum(t - self._own.get(pid, 0.0) for pid, t in own.items())
+            own_s = sum(float(p["cpu_s"]) for p in self.processes)
             self.steal_percent = 100.0 * (cpu.steal - self._cpu.steal) / span
             self.busy_percent = 100.0 * (busy[1] - busy[0]) / span
             self.other_percent = max(0.0, self.busy_percent - 100.0 * own_s / span)
@@ -158,11 +195,8 @@ def make_result(
     for name, ms in samples_ms.items():
         result |= {f"{stat}_{name}_ms": float(fn(ms)) if ms else None for stat, fn in STATS.items()}
     steal, health_ms = meter.steal_percent if meter else None, [s * 1000.0 for s in load.health_s]
-    result |= {
-        "goodput_slos_ms": dict(slos or {}),
-        "steal_percent": steal,
-        "high_steal": (steal or 0) >= HIGH_STEAL_PERCENT,
-    }
+    result |= {"goodput_slos_ms": dict(slos or {}), "steal_percent": steal}
+    result["high_steal"] = (steal or 0) >= HIGH_STEAL_PERCENT
     result |= {"busy_percent": meter and meter.busy_percent, "other_percent": meter and meter.other_percent}
     result["processes"] = [  # each process tree: CPU ms per output token of the run, RSS at its end
         p | {"cpu_ms_per_token": 1000.0 * float(p["cpu_s"]) / tokens_out if tokens_out else None}
@@ -199,12 +233,3 @@ def save(results: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(clean, indent=2) + "\n")
     return path
-
-
-def load_results(paths: Iterable[Path]) -> list[Result]:
-    """Runs from JSON files, each holding one result or a list of them."""
-    runs: list[Result] = []
-    for path in paths:
-        data = json.loads(path.read_text())
-        runs += data if isinstance(data, list) else [data]
-    return runs

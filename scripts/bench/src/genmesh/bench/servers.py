@@ -21,13 +21,10 @@ from typing import Any
 import httpx
 import yaml
 
-from .inprocess import Scheduler
-
 MODEL_NAME = "SmolLM2-135M-Instruct"
 VLLM_VENV = Path(".venv-vllm")
 VLLM_MODEL = Path("models/SmolLM2-135M-Instruct-hf")
 LLAMA_SERVER = Path(".cache/llama.cpp/bin/llama-server")
-FAKE_UPSTREAM = Path("tests/support/fake_upstream.py")  # the gateway tests' upstream double
 PORT = "<port>"  # stands for the free port in a server's argv
 
 
@@ -98,12 +95,10 @@ def start(
     return server
 
 
-def start_engine(
-    model: str, scheduler: Scheduler, log_path: Path, *, timeout_s: float = 300.0, extra: Sequence[str] = ()
-) -> ManagedServer:
-    """``python -m genmesh.engine`` with the ``scheduler``'s settings, healthy (model loaded)."""
-    argv = [sys.executable, "-m", "genmesh.engine", "--model", model, "--port", PORT, *scheduler.engine_flags()]
-    return start("engine", [*argv, "--stats-log-interval-s", "0", *extra], log_path, timeout_s)
+def start_engine(model: str, log_path: Path, *, timeout_s: float = 300.0, extra: Sequence[str] = ()) -> ManagedServer:
+    """``python -m genmesh.engine`` with its defaults and the ``extra`` flags, healthy (model loaded)."""
+    argv = [sys.executable, "-m", "genmesh.engine", "--model", model, "--port", PORT, "--stats-log-interval-s", "0"]
+    return start("engine", [*argv, *extra], log_path, timeout_s)
 
 
 def start_gateway(
@@ -121,18 +116,9 @@ def start_gateway(
     return stack.enter_context(start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")), redis
 
 
-def start_fake_upstream(delay_ms: float, log_path: Path) -> ManagedServer:
-    """The gateway tests' OpenAI-shaped upstream double, answering after ``delay_ms``."""
-    if not FAKE_UPSTREAM.is_file():
-        raise FileNotFoundError(f"{FAKE_UPSTREAM} not found: run from the repository root")
-    argv = [sys.executable, str(FAKE_UPSTREAM), "--port", PORT, "--delay-ms", str(delay_ms)]
-    return start("fake-upstream", argv, log_path, 30.0)
-
-
 @dataclass(frozen=True)
 class Mesh:
-    engine: ManagedServer | None
-    engine_url: str
+    engine: ManagedServer
     microservice: ManagedServer | None = None
     gateway: ManagedServer | None = None
 
@@ -143,26 +129,19 @@ class Mesh:
 
 @contextmanager
 def running_mesh(
-    model: str,
-    log_dir: Path,
-    *,
-    engine_url: str | None = None,
-    microservice: bool = True,
-    gateway: bool = True,
-    gateway_slots: int = 64,
-    model_name: str = MODEL_NAME,
+    model: str, log_dir: Path, *, microservice: bool = True, gateway: bool = True, gateway_slots: int = 64
 ) -> Iterator[Mesh]:
-    """The engine (or ``engine_url``), the microservice, Redis and the gateway, as asked; stopped afterwards."""
+    """The engine, the microservice, Redis and the gateway, as asked, serving ``model`` as :data:`MODEL_NAME`;
+    stopped afterwards."""
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        extra, up, ms_too = ("--served-model-name", model_name), stack.enter_context, microservice or gateway
-        engine = None if engine_url else up(start_engine(model, Scheduler(), log_dir / "engine.log", extra=extra))
-        engine_url = engine.url if engine else str(engine_url)
-        argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", PORT]
+        extra, up, ms_too = ("--served-model-name", MODEL_NAME), stack.enter_context, microservice or gateway
+        engine = up(start_engine(model, log_dir / "engine.log", extra=extra))
+        argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine.url, "--port", PORT]
         argv += ["--log-level", "warning"]
         ms = up(start("microservice", argv, log_dir / "microservice.log", 60.0, "/v1/health_check")) if ms_too else None
         upstream = {"url": ms.url if ms else "", "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
-        gw = start_gateway(stack, Path(tmp), upstream, log_dir, model_name)[0] if gateway and ms else None
-        yield Mesh(engine, engine_url, ms if microservice else None, gw)
+        gw = start_gateway(stack, Path(tmp), upstream, log_dir, MODEL_NAME)[0] if gateway and ms else None
+        yield Mesh(engine, ms if microservice else None, gw)
 
 
 # -- the peers of the report: each says exactly why when it cannot run here (nothing is ever faked) --
