@@ -1,5 +1,5 @@
-"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks); ``serve`` follows
-vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
+"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks).
+``serve`` follows vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
 
 from __future__ import annotations
 
