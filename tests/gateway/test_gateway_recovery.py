@@ -115,12 +115,22 @@ def test_relayed_503_gets_retry_after(start_gateway: Any, fake: Any, helpers: An
     assert r.headers["retry-after"] == "4"
 
 
+def _redis_errors(url: str, headers: dict[str, str]) -> float:
+    """The gateway's failed Redis calls so far (the series appears at the first one)."""
+    page = httpx.get(url + "/metrics", headers=headers, timeout=5)
+    assert page.status_code == 200, page.text
+    lines = page.text.splitlines()
+    samples = [float(line.split()[1]) for line in lines if line.startswith("genmesh_gateway_redis_errors_total ")]
+    return samples[0] if samples else 0.0
+
+
 def test_admin_endpoints_answer_503_with_retry_after_while_redis_is_away(
     start_gateway: Any, fake: Any, helpers: Any, own_redis: Any
 ) -> None:
     models = {"m": helpers.model_config(fake.url)}
     gw = start_gateway(models, "--auth", "on", "--redis-timeout-s", "1", redis_url=own_redis.url)
     admin = helpers.auth(helpers.ADMIN_KEY)
+    errors_before = _redis_errors(gw.url, admin)
     own_redis.stop()
     calls = [
         ("POST", "/admin/keys", {"tenant": "t"}),
@@ -133,6 +143,7 @@ def test_admin_endpoints_answer_503_with_retry_after_while_redis_is_away(
         assert r.status_code == 503, (path, r.status_code, r.text)
         assert int(r.headers["retry-after"]) >= 1
         assert r.json()["error"]["code"] == "queue_store_unavailable"
+    assert _redis_errors(gw.url, admin) >= errors_before + len(calls)  # counted, as on the request path
     own_redis.start()
     made = httpx.post(gw.url + "/admin/keys", json={"tenant": "t"}, headers=admin, timeout=10)
     assert made.status_code == 201  # the same gateway, once Redis is back

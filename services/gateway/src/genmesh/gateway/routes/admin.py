@@ -10,11 +10,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from genmesh.protocol import OpenAIError, service_unavailable
+from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.asgi import CheckedRoute
 
 from ..auth import check_admin
-from .common import gateway
+from .common import gateway, store_unavailable
 
 router = APIRouter(prefix="/admin", route_class=CheckedRoute)
 
@@ -33,14 +33,12 @@ class NewKey(BaseModel):
 T = TypeVar("T")
 
 
-async def _stored(call: Awaitable[T]) -> T:
-    """A key-store call; Redis away is a 503 with Retry-After (as on the request path), never a 500."""
+async def _stored(request: Request, call: Awaitable[T]) -> T:
+    """A key-store call; Redis away is the request path's 503 with Retry-After, never a 500."""
     try:
         return await call
     except (RedisError, OSError) as exc:
-        raise service_unavailable(
-            f"key store unavailable: {type(exc).__name__}; try again shortly", "queue_store_unavailable"
-        ) from exc
+        raise store_unavailable(gateway(request), exc, "key store") from exc
 
 
 def _admin(request: Request) -> None:
@@ -50,21 +48,21 @@ def _admin(request: Request) -> None:
 @router.post("/keys")
 async def create_key(body: NewKey, request: Request) -> JSONResponse:
     _admin(request)
-    secret, key = await _stored(gateway(request).keys.create(**body.model_dump()))
+    secret, key = await _stored(request, gateway(request).keys.create(**body.model_dump()))
     return JSONResponse({"api_key": secret, **key.public()}, status_code=201)
 
 
 @router.get("/keys")
 async def list_keys(request: Request) -> JSONResponse:
     _admin(request)
-    keys = await _stored(gateway(request).keys.list())
+    keys = await _stored(request, gateway(request).keys.list())
     return JSONResponse({"data": [k.public() for k in keys]})
 
 
 @router.delete("/keys/{key_id}")
 async def revoke_key(key_id: str, request: Request) -> JSONResponse:
     _admin(request)
-    if not await _stored(gateway(request).keys.revoke(key_id)):
+    if not await _stored(request, gateway(request).keys.revoke(key_id)):
         raise OpenAIError(f"no API key with id '{key_id}'", status=404, type="not_found_error", code="key_not_found")
     return JSONResponse({"key_id": key_id, "revoked": True})
 
@@ -72,4 +70,4 @@ async def revoke_key(key_id: str, request: Request) -> JSONResponse:
 @router.get("/keys/{key_id}/usage")
 async def key_usage(key_id: str, request: Request) -> JSONResponse:
     _admin(request)
-    return JSONResponse({"key_id": key_id, **await _stored(gateway(request).limiter.usage(key_id))})
+    return JSONResponse({"key_id": key_id, **await _stored(request, gateway(request).limiter.usage(key_id))})

@@ -37,10 +37,15 @@ def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
     return with_retry_after(err, retry_after_s)
 
 
+def store_unavailable(st: GatewayState, exc: BaseException, store: str = "queue store") -> OpenAIError:
+    """Redis away (``exc``): counted, and a 503 with Retry-After, code ``queue_store_unavailable``."""
+    st.metrics.redis_errors.inc()
+    return admission_error(StoreUnavailable(f"{store} unavailable: {type(exc).__name__}"), 1)
+
+
 async def authenticate(st: GatewayState, authorization: str | None, required: bool | None = None) -> ApiKey:
     """The caller's API key (``required``: the gateway's setting unless given); Redis down: 503."""
     try:
         return await st.keys.authenticate(authorization, st.auth_required if required is None else required)
     except (RedisError, OSError) as exc:
-        st.metrics.redis_errors.inc()
-        raise admission_error(StoreUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
+        raise store_unavailable(st, exc) from exc
