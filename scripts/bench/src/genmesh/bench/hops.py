@@ -24,7 +24,7 @@ from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import alternate, compare_hop, keep_quiet, rounded
 from .datasets import RequestSpec, chat_batch
-from .load import Endpoint, measure
+from .load import Endpoint, measure, send, session
 from .render import fmt, say
 from .results import Load, RequestOutput, Result, StealMeter, make_result, percentile, save
 from .servers import MODEL_NAME, PORT, running_mesh, start, start_gateway
@@ -38,9 +38,12 @@ FAKE_UPSTREAM = Path("tests/support/fake_upstream.py")  # the gateway tests' ups
 async def idle_ttfts(targets: Mapping[str, Endpoint], n: int, max_tokens: int) -> dict[str, list[float]]:
     """TTFT (ms) of ``n`` requests to each target in turn, one at a time: a hop's own latency."""
     out: dict[str, list[float]] = {name: [] for name in targets}
-    for req in chat_batch(n, max_tokens):
-        for name, endpoint in targets.items():
-            out[name] += (await measure(endpoint, [req]))["ttfts_ms"]
+    async with contextlib.AsyncExitStack() as stack:  # a keep-alive connection per target, as real clients keep
+        clients = {name: await stack.enter_async_context(session(e.base_url, 1)) for name, e in targets.items()}
+        for req in chat_batch(n, max_tokens):
+            for name, endpoint in targets.items():
+                if (ttft := (await send(clients[name], endpoint, req)).ttft_s) is not None:
+                    out[name].append(ttft * 1000.0)
     return out
 
 

@@ -82,13 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if len(variants) != len(args.variant):
         raise SystemExit("genmesh-bench levers: variant names must differ")
     plan, codec = load_levels(args.concurrency, args.request_rates, args.rate_requests), TokenCodec(Path(args.model))
-    n_max, lengths = max(4, *(n for _, _, n in plan)), (args.input_len, args.output_len)
-    base = DATASETS[args.dataset_name](codec, n_max, *lengths, seed=0)
+    n_max, lengths = max([4, *(n for _, _, n in plan)]), (args.input_len, args.output_len)
     # --fresh-prompts: the prompts of (level i, round r) come from seed 1 + i * rounds + r, else all from seed 0
     fresh = partial(DATASETS[args.dataset_name], codec, n_max, *lengths)
+    base = fresh(seed=0)
     warmup = [RequestSpec(r.prompt, r.prompt_len, 8, r.system) for r in base[:2]]
-    rows: list[dict[str, Any]] = []
-    runs: list[Result] = []
+    rows, runs = list[dict[str, Any]](), list[Result]()
     argvs: dict[str, str] = {}  # each variant's engine command line, as it ran
     with ExitStack() as stack:
         servers: dict[str, tuple[Endpoint, int]] = {}

@@ -90,8 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def ratios(runs: Sequence[Result], baseline: str) -> list[tuple[float | None, float | None]]:
     """(throughput / the ``baseline`` line's, throughput / the best peer's) for each run, at its level."""
-    base: dict[str, float] = {}
-    best: dict[str, float] = {}
+    base, best = dict[str, float](), dict[str, float]()
     for run in (r for r in runs if r.get("output_throughput") and r.get("completed")):
         lv, tput = level(run), float(run["output_throughput"])
         if run.get("target") == baseline:
