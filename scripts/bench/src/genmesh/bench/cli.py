@@ -66,9 +66,8 @@ async def _sweep(args: argparse.Namespace, requests: list[RequestSpec]) -> list[
     url = args.base_url.rstrip("/")
     model = args.model or await served_model(url, args.path_prefix)
     endpoint = Endpoint(url, model, args.api, args.path_prefix, stream=args.stream, ignore_eos=args.ignore_eos)
-    warmup = [
-        RequestSpec(r.prompt, r.prompt_len, min(r.output_len, 8), r.system) for r in requests[: args.warmup_requests]
-    ]
+    first = requests[: args.warmup_requests]
+    warmup = [RequestSpec(r.prompt, r.prompt_len, min(r.output_len, 8), r.system) for r in first]
     load: dict[str, Any] = {"warmup": warmup, "slos": parse_goodput(args.goodput), "burstiness": args.burstiness}
     load |= {"settings": {"dataset": args.dataset_name, "target": args.label or url}, "seed": args.seed}
     load |= {"label": args.label or url, "progress": args.progress}

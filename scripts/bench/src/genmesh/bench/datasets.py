@@ -151,12 +151,10 @@ def parse_sharegpt(data: Any) -> list[tuple[str, str]]:
     """(first human turn, first model reply) of every conversation in a ShareGPT-format document."""
     if not isinstance(data, list):
         raise ValueError("a ShareGPT file is a JSON list of conversations")
-    turns = [t[:2] for e in data if isinstance(e, dict) and isinstance(t := e.get("conversations"), list)]
-    pairs = [(h, r) for h, r in (t for t in turns if len(t) == 2) if isinstance(h, dict) and isinstance(r, dict)]
-    ok = [(h, r) for h, r in pairs if h.get("from") in ("human", "user")]
-    return [
-        (h["value"], r["value"]) for h, r in ok if isinstance(h.get("value"), str) and isinstance(r.get("value"), str)
-    ]
+    turns = [e.get("conversations") for e in data if isinstance(e, dict)]
+    firsts = [t[:2] for t in turns if isinstance(t, list) and len(t) >= 2 and all(isinstance(x, dict) for x in t[:2])]
+    texts = [(h.get("value"), r.get("value")) for h, r in firsts if h.get("from") in ("human", "user")]
+    return [(h, r) for h, r in texts if isinstance(h, str) and isinstance(r, str)]
 
 
 def sharegpt_requests(
@@ -166,8 +164,11 @@ def sharegpt_requests(
     (or ``output_len``); filtered as vLLM does (under 4 tokens, a prompt over 1,024 or both over 2,048: skipped)."""
     pairs, out = parse_sharegpt(json.loads(path.read_text())), list[RequestSpec]()
     random.Random(seed).shuffle(pairs)
-    for prompt, reply in (p for p in pairs if len(out) < n):
-        prompt_len, reply_len = len(codec.encode(prompt)), output_len or len(codec.encode(reply))
+    for prompt, reply in pairs:
+        if len(out) == n:
+            break
+        prompt_len = len(codec.encode(prompt))
+        reply_len = len(codec.encode(reply)) if output_len is None else output_len
         if 4 <= prompt_len <= 1024 and reply_len >= 4 and prompt_len + reply_len <= 2048:
             out.append(RequestSpec(prompt, prompt_len, reply_len))
     if len(out) < n:
