@@ -68,7 +68,7 @@ async def pairs(args: argparse.Namespace, stamp: str) -> int:
     say(f"bench engine: {runs}, model {args.model}, {scheduler_text(settings)}")
     log, t0 = args.results_dir / f"engine-{stamp}-server.log", time.perf_counter()
     say(f"http: starting the engine server (log: {log})")
-    server = await asyncio.to_thread(start_engine, args.model, log, timeout_s=300.0, extra=args.engine_args)
+    server = await asyncio.to_thread(start_engine, args.model, log, extra=args.engine_args)
     say(f"http: server healthy at {server.url} after {time.perf_counter() - t0:.1f}s")
     with server:
         url = server.url
