@@ -39,6 +39,18 @@ def test_cli_overrides_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.plugin_config == {"KV_CACHE_PRECISION": "u8"}
 
 
+def test_prompt_lookup_by_flag_or_by_ovms_plugin_config() -> None:
+    off = parse_settings(["--plugin-config", '{"KV_CACHE_PRECISION":"u8"}'])
+    assert (off.uses_prompt_lookup, off.request_lookup) == (False, (0, 0))
+    assert off.device_config == {"KV_CACHE_PRECISION": "u8"}
+    flag = parse_settings(["--prompt-lookup", "--num-assistant-tokens", "4"])
+    assert (flag.uses_prompt_lookup, flag.request_lookup) == (True, (4, 3))
+    ovms = parse_settings(["--plugin-config", '{"prompt_lookup": true, "KV_CACHE_PRECISION":"u8"}'])
+    assert ovms.uses_prompt_lookup is True
+    assert ovms.device_config == {"KV_CACHE_PRECISION": "u8"}  # the device never sees the pipeline's key
+    assert parse_settings(["--plugin-config", '{"prompt_lookup": false}']).uses_prompt_lookup is False
+
+
 def test_false_in_environment_is_false(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GENMESH_ENGINE_DYNAMIC_SPLIT_FUSE", "False")
     assert parse_settings([]).dynamic_split_fuse is False

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from genmesh.engine import messages as m
 from genmesh.engine.core import CoreConfig
-from genmesh.engine.pipeline_config import SCHEDULER_FIELDS, generation_config, scheduler_config
+from genmesh.engine.pipeline_config import SCHEDULER_FIELDS, generation_config, pipeline_properties, scheduler_config
 
 
 class _Config:
@@ -38,3 +38,13 @@ def test_greedy_sampling_and_beam_search_configs() -> None:
     assert (sampled.do_sample, sampled.temperature, sampled.top_p, sampled.rng_seed) == (True, 0.5, 0.9, 3)
     beams = generation_config(FAKE_OV_GENAI, m.SamplingParams(max_new_tokens=5, num_beams=3, num_return_sequences=2))
     assert (beams.do_sample, beams.num_beams, beams.num_return_sequences) == (False, 3, 2)
+
+
+def test_prompt_lookup_reaches_the_pipeline_and_each_request() -> None:
+    assert pipeline_properties({"KV_CACHE_PRECISION": "u8"}, False) == {"KV_CACHE_PRECISION": "u8"}
+    assert pipeline_properties({}, True) == {"prompt_lookup": True}
+    plain = generation_config(FAKE_OV_GENAI, m.SamplingParams(max_new_tokens=5, temperature=0.0))
+    assert not hasattr(plain, "num_assistant_tokens")
+    params = m.SamplingParams(max_new_tokens=5, temperature=0.0, num_assistant_tokens=4, max_ngram_size=2)
+    looked = generation_config(FAKE_OV_GENAI, params)
+    assert (looked.num_assistant_tokens, looked.max_ngram_size, looked.do_sample) == (4, 2, False)

@@ -13,7 +13,7 @@ from typing import Any
 from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, prepare
 from genmesh.engine.messages import SamplingParams
 from genmesh.engine.pipeline_config import SCHEDULER_FIELDS as FIELDS
-from genmesh.engine.pipeline_config import generation_config, scheduler_config
+from genmesh.engine.pipeline_config import generation_config, pipeline_properties, scheduler_config
 from genmesh.engine.settings import EngineSettings, parse_settings
 
 from .render import say
@@ -32,18 +32,17 @@ def scheduler_text(settings: EngineSettings) -> str:
 _LOADED: dict[str, Any] = {}  # the worker process's pipeline, prompts and load time (see :class:`Pipeline`)
 
 
-def _greedy(ov_genai: Any, max_tokens: int) -> Any:
+def _greedy(ov_genai: Any, max_tokens: int, look: tuple[int, int]) -> Any:
     """The ``GenerationConfig`` the engine core makes of a greedy ``ignore_eos`` request (its own builder)."""
-    return generation_config(ov_genai, SamplingParams(max_new_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+    params = SamplingParams(max_tokens, 0.0, ignore_eos=True, num_assistant_tokens=look[0], max_ngram_size=look[1])
+    return generation_config(ov_genai, params)
 
 
 def served_file(model: str) -> str:
     """What the engine's core loads for ``model`` with its defaults: a GGUF's faithful re-encoding (the
     file OpenVINO GenAI reads as the GGUF means it, gguf_fidelity.py), an IR folder as it is. The
     baseline runs the served model, never the misread one."""
-    if Path(model).is_dir():
-        return model
-    return str(prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET))
+    return model if Path(model).is_dir() else str(prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET))
 
 
 def _load(model: str, flags: Sequence[str], prompts: list[str], warmup: int, warmup_tokens: int) -> None:
@@ -55,23 +54,23 @@ def _load(model: str, flags: Sequence[str], prompts: list[str], warmup: int, war
     say("in-process: loading the pipeline")
     t0, settings = time.perf_counter(), engine_settings(model, flags)
     config = scheduler_config(ov_genai, settings)  # the engine core's builder
-    pipe = ov_genai.ContinuousBatchingPipeline(served_file(model), config, "CPU", settings.plugin_config)
+    properties = pipeline_properties(settings.device_config, settings.uses_prompt_lookup)
+    pipe = ov_genai.ContinuousBatchingPipeline(served_file(model), config, "CPU", properties)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
-    inputs = []
-    for prompt in prompts:
-        text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
-        ids = tok.encode(text, add_special_tokens=False).input_ids.data
-        inputs.append(ov.Tensor(np.asarray(ids, dtype=np.int64).reshape(1, -1)))
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]
+    ids = [tok.encode(text, add_special_tokens=False).input_ids.data for text in texts]
+    inputs = [ov.Tensor(np.asarray(i, dtype=np.int64).reshape(1, -1)) for i in ids]
     say(f"in-process: loaded in {load_s:.1f}s; warm-up ({warmup} requests)")
-    pipe.generate(inputs[:warmup], [_greedy(ov_genai, warmup_tokens)] * len(inputs[:warmup]))
-    _LOADED.update(pipe=pipe, inputs=inputs, load_s=load_s)
+    pipe.generate(inputs[:warmup], [_greedy(ov_genai, warmup_tokens, settings.request_lookup)] * len(inputs[:warmup]))
+    _LOADED.update(pipe=pipe, inputs=inputs, load_s=load_s, look=settings.request_lookup)
 
 
 def _measure(label: str, n: int, max_tokens: int, concurrency: int | None, offset: int = 0) -> Result:
     """``n`` prompts from ``offset``: one ``generate()``, or a closed loop of ``concurrency`` in flight."""
     import openvino_genai as ov_genai
 
-    pipe, todo, gc = _LOADED["pipe"], list(_LOADED["inputs"][offset : offset + n]), _greedy(ov_genai, max_tokens)
+    pipe, todo = _LOADED["pipe"], list(_LOADED["inputs"][offset : offset + n])
+    gc = _greedy(ov_genai, max_tokens, _LOADED["look"])
     with StealMeter() as meter:
         start = time.perf_counter()
         if concurrency is None:

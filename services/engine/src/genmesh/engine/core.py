@@ -22,7 +22,7 @@ from genmesh.protocol.server.logs import configure_logging
 
 from . import messages as m
 from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
-from .pipeline_config import generation_config, scheduler_config
+from .pipeline_config import generation_config, pipeline_properties, scheduler_config
 from .scorer import Scorer
 from .served_model import prepare_model, start_scorer
 
@@ -41,7 +41,8 @@ class CoreConfig:
     dynamic_split_fuse: bool
     enable_prefix_caching: bool
     num_kv_blocks: int | None = None
-    plugin_config: dict[str, Any] = field(default_factory=dict)
+    plugin_config: dict[str, Any] = field(default_factory=dict)  # the device's (EngineSettings.device_config)
+    prompt_lookup: bool = False
     # Grammars compiled before the core reports ready (JSON mode's: seconds to compile, and a
     # compile holds up the step of every request in the batch).
     warmup_grammars: tuple[str, ...] = ()
@@ -56,13 +57,14 @@ class CoreConfig:
 WARMUP_REQUEST_ID = 2**62  # above any id the API process gives out
 
 
-def _warm_up(ov_genai: Any, ov: Any, np: Any, pipe: Any, grammars: tuple[str, ...]) -> None:
+def _warm_up(ov_genai: Any, ov: Any, np: Any, pipe: Any, grammars: tuple[str, ...], prompt_lookup: bool) -> None:
+    lookup = 1 if prompt_lookup else 0  # a prompt-lookup pipeline takes only prompt-lookup requests
     for i, grammar in enumerate(grammars):
-        gc = ov_genai.GenerationConfig()
-        gc.max_new_tokens = 1
-        gc.structured_output_config = ov_genai.StructuredOutputConfig(grammar=grammar)
+        constraint = m.Constraint(grammar=grammar)
+        params = m.SamplingParams(1, 0.0, constraint=constraint, num_assistant_tokens=lookup, max_ngram_size=lookup)
         # Keep the handle: OpenVINO drops a request whose handle is gone, grammar unused.
-        handle = pipe.add_request(WARMUP_REQUEST_ID + i, ov.Tensor(np.asarray([[1]], dtype=np.int64)), gc)
+        ids = ov.Tensor(np.asarray([[1]], dtype=np.int64))
+        handle = pipe.add_request(WARMUP_REQUEST_ID + i, ids, generation_config(ov_genai, params))
         while pipe.has_non_finished_requests():
             pipe.step()
         handle.read_all()
@@ -266,13 +268,13 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
 
         sc = scheduler_config(ov_genai, config, config.num_kv_blocks)
         served = prepare_model(config)
-        properties = dict(config.plugin_config)
+        properties = pipeline_properties(config.plugin_config, config.prompt_lookup)
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
         log.info("loading %s on %s", served.path, config.device)
         pipe = ov_genai.ContinuousBatchingPipeline(str(served.path), sc, config.device, properties)
         started = time.monotonic()
-        _warm_up(ov_genai, ov, np, pipe, config.warmup_grammars)
+        _warm_up(ov_genai, ov, np, pipe, config.warmup_grammars, config.prompt_lookup)
         if config.warmup_grammars:
             log.info("compiled %d grammar(s) in %.1f s", len(config.warmup_grammars), time.monotonic() - started)
         scorer = start_scorer(ov, np, config, served)

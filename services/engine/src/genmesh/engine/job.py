@@ -16,7 +16,7 @@ from genmesh.protocol import ChatCompletionRequest, CompletionRequest, invalid_r
 from . import tools
 from .generation import Generation
 from .messages import Constraint
-from .params import check_supported, completion_budget, prompt_limit, sampling_params, text_options
+from .params import check_supported, completion_budget, prompt_limit, prompt_lookup, sampling_params, text_options
 from .prefill import check_continue
 from .routes.responding import log_user
 from .scoring import check_logprob_request
@@ -73,7 +73,8 @@ def submit(
         st.settings.max_prompt_tokens,
     )
     engine_requests = 1 if (body.best_of or 1) > 1 else body.n or 1
-    choices = [sampling_params(body, budget, constraint, i) for i in range(engine_requests)]
+    lookup = prompt_lookup(body, st.settings)
+    choices = [sampling_params(body, budget, constraint, i, lookup) for i in range(engine_requests)]
     return st.generator.start(endpoint, ids, choices, text_options(body), arrival)
 
 

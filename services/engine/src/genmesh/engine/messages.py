@@ -53,6 +53,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
     num_return_sequences: int = 1
     length_penalty: float = 1.0
     constraint: Constraint | None = None
+    # Prompt-lookup decoding (0: off; the core's pipeline must have it on, and then every request does).
+    num_assistant_tokens: int = 0
+    max_ngram_size: int = 0
 
     @property
     def beam_search(self) -> bool:

@@ -21,6 +21,7 @@ from .messages import Constraint, SamplingParams
 from .output_processor import TextOptions
 
 if TYPE_CHECKING:
+    from .settings import EngineSettings
     from .state import EngineState
 
 # Parameters not honoured, with the value that means "not used".
@@ -35,7 +36,9 @@ _NEUTRAL: dict[str, Any] = {
     "prediction": None,
     "audio": None,
     "web_search_options": None,
+    "assistant_confidence_threshold": None,  # speculative decoding with a draft model: none here
 }
+_LOOKUP = ("num_assistant_tokens", "max_ngram_size")
 # Accepted and ignored on purpose: they do not change the generated text.
 _ACCEPTED_NOOP = {"user", "store", "metadata", "parallel_tool_calls", "add_generation_prompt"}
 
@@ -60,6 +63,25 @@ def check_supported(req: SamplingFields, best_of_limit: int) -> None:
             raise invalid_request(f"'best_of' ({req.best_of}) must be at least 'n' ({n})", param="best_of")
         if req.stream:
             raise invalid_request("'best_of' (beam search) cannot be used with streaming", param="best_of")
+
+
+def prompt_lookup(req: SamplingFields, settings: EngineSettings) -> tuple[int, int]:
+    """``num_assistant_tokens`` and ``max_ngram_size`` of one request: the request's, else the
+    engine's defaults, on an engine with prompt lookup; (0, 0) on one without (which refuses them)."""
+    asked = {name: getattr(req, name) for name in _LOOKUP if getattr(req, name) is not None}
+    if not settings.uses_prompt_lookup:
+        if asked:
+            name = next(iter(asked))
+            raise invalid_request(f"'{name}' needs an engine started with --prompt-lookup", param=name)
+        return 0, 0
+    if (req.best_of or 1) > 1:
+        raise invalid_request("'best_of' (beam search) cannot be used on an engine with prompt lookup", param="best_of")
+    for name, value in asked.items():
+        if value > settings.prompt_lookup_limit:
+            limit = settings.prompt_lookup_limit
+            raise invalid_request(f"'{name}' is {value}, above this server's limit of {limit}", param=name)
+    defaults = settings.request_lookup
+    return asked.get(_LOOKUP[0], defaults[0]), asked.get(_LOOKUP[1], defaults[1])
 
 
 def prompt_limit(st: EngineState) -> int:
@@ -125,6 +147,7 @@ def sampling_params(
     max_new_tokens: int,
     constraint: Constraint | None = None,
     choice: int = 0,
+    lookup: tuple[int, int] = (0, 0),
 ) -> SamplingParams:
     """The engine parameters of one choice (``choice`` shifts the seed so ``n`` samples differ)."""
     temperature = 1.0 if req.temperature is None else req.temperature
@@ -150,6 +173,8 @@ def sampling_params(
         num_return_sequences=(req.n or 1) if best_of > 1 else 1,
         length_penalty=1.0 if req.length_penalty is None else req.length_penalty,
         constraint=constraint,
+        num_assistant_tokens=lookup[0],
+        max_ngram_size=lookup[1],
     )
 
 

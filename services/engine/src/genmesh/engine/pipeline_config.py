@@ -43,6 +43,13 @@ def scheduler_config(ov_genai: Any, source: Any, num_kv_blocks: int | None = Non
     return sc
 
 
+def pipeline_properties(plugin_config: dict[str, Any], prompt_lookup: bool) -> dict[str, Any]:
+    """What ``ContinuousBatchingPipeline`` takes besides the scheduler config: the device's plugin
+    config, and ``prompt_lookup`` (which makes it a prompt-lookup pipeline: every request then
+    sets ``num_assistant_tokens`` and ``max_ngram_size``)."""
+    return {**plugin_config, "prompt_lookup": True} if prompt_lookup else dict(plugin_config)
+
+
 def _structured_output(ov_genai: Any, c: m.Constraint) -> Any:
     config = ov_genai.StructuredOutputConfig
     if c.grammar is not None:
@@ -73,6 +80,8 @@ def generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:
         gc.rng_seed = params.seed if params.seed is not None else random.getrandbits(31)
     else:
         gc.do_sample = False
+    if params.num_assistant_tokens:
+        _copied(gc, params, ("num_assistant_tokens", "max_ngram_size"))
     if params.constraint is not None:
         gc.structured_output_config = _structured_output(ov_genai, params.constraint)
     return gc

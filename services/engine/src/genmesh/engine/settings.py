@@ -18,6 +18,7 @@ from genmesh.protocol.server.settings import ServiceSettings
 from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPT_LOOKUP = "prompt_lookup"
 FREE = "schema-free JSON (json_object mode, values a schema leaves open)"
 
 
@@ -45,6 +46,21 @@ class EngineSettings(ServiceSettings):
     enable_prefix_caching: bool = Field(default=True, description="reuse KV blocks of repeated prompt prefixes")
     plugin_config: dict[str, Any] = Field(
         default_factory=dict, description='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}'
+    )
+    # Prompt-lookup decoding (OpenVINO GenAI's; OVMS turns it on with plugin_config {"prompt_lookup": true}).
+    prompt_lookup: bool = Field(
+        default=False,
+        description="prompt-lookup decoding: draft tokens copied from where the prompt's last n-gram recurs, "
+        "checked in one step (faster on replies that repeat their input; the same tokens); no beam search ('best_of')",
+    )
+    num_assistant_tokens: int = Field(
+        default=5, ge=1, description="with --prompt-lookup: draft tokens per step when a request does not say"
+    )
+    max_ngram_size: int = Field(
+        default=3, ge=1, description="with --prompt-lookup: longest n-gram looked up when a request does not say"
+    )
+    prompt_lookup_limit: int = Field(
+        default=16, ge=1, description="largest num_assistant_tokens or max_ngram_size a request may ask for"
     )
     max_tokens_limit: int | None = Field(default=None, ge=1, description="largest max_tokens a request may ask for")
     max_prompt_tokens: int | None = Field(
@@ -125,6 +141,21 @@ class EngineSettings(ServiceSettings):
         if isinstance(value, str):
             return json.loads(value) if value.strip() else {}
         return value
+
+    @property
+    def uses_prompt_lookup(self) -> bool:
+        """``--prompt-lookup``, or OVMS's way of saying it: ``prompt_lookup`` true in the plugin config."""
+        return self.prompt_lookup or str(self.plugin_config.get(PROMPT_LOOKUP, "")).lower() == "true"
+
+    @property
+    def request_lookup(self) -> tuple[int, int]:
+        """``num_assistant_tokens`` and ``max_ngram_size`` for a request that names neither (0: no prompt lookup)."""
+        return (self.num_assistant_tokens, self.max_ngram_size) if self.uses_prompt_lookup else (0, 0)
+
+    @property
+    def device_config(self) -> dict[str, Any]:
+        """The plugin config for OpenVINO's device (OVMS's ``prompt_lookup`` is the pipeline's, not the device's)."""
+        return {k: v for k, v in self.plugin_config.items() if k != PROMPT_LOOKUP}
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> EngineSettings:

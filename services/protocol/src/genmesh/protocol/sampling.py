@@ -41,6 +41,11 @@ class SamplingFields(GuidedFields):
     # vLLM: the log-probability of every prompt token, with this many most likely tokens at each position.
     prompt_logprobs: int | None = Field(default=None, ge=0)
     user: str | None = None
+    # OpenVINO Model Server: prompt-lookup decoding (draft tokens per step, longest n-gram matched in the
+    # prompt), and speculative decoding's acceptance threshold (with a draft model).
+    num_assistant_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    max_ngram_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    assistant_confidence_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

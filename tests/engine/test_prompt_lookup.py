@@ -1,0 +1,88 @@
+"""Prompt-lookup decoding (``--prompt-lookup``, or OVMS's ``plugin_config {"prompt_lookup": true}``) on
+the real engine: the same greedy text as the default engine, fewer steps than tokens on a reply
+that repeats its prompt (so several tokens arrive per chunk), the request parameters OVMS names,
+their limits, and what it cannot do (beam search)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from sse import chunks, events
+from support.servers import GENMESH_ENGINE_ONLY, Server, start_engine
+
+pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow]
+
+# A completion whose continuation is in its prompt: what prompt lookup is for (and robust on every
+# CPU: the model continues a counting pattern it has just seen twice).
+COUNTING = {"prompt": "one two three four five six seven eight nine ten. " * 2 + "one two three", "max_tokens": 24}
+GREEDY = {"temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def lookup_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # OVMS's way of turning it on; --prompt-lookup is the same switch (tests/engine/test_config.py).
+    server = start_engine(tmp_path_factory.mktemp("lookup"), "--plugin-config", json.dumps({"prompt_lookup": True}))
+    yield server
+    server.stop()
+
+
+def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(url + "/v1/completions", json=body, timeout=120)
+
+
+def test_greedy_text_is_the_default_engines(lookup_engine: Server, engine_url: str) -> None:
+    body = COUNTING | GREEDY
+    looked, plain = _post(lookup_engine.url, body), _post(engine_url, body)
+    assert looked.status_code == plain.status_code == 200, (looked.text, plain.text)
+    assert looked.json()["usage"] == plain.json()["usage"]
+    assert looked.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
+
+
+def test_a_reply_found_in_the_prompt_comes_several_tokens_a_step(lookup_engine: Server) -> None:
+    body = COUNTING | GREEDY | {"stream": True, "stream_options": {"include_usage": True}, "logprobs": 1}
+    with httpx.stream("POST", lookup_engine.url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        got = chunks(events(r))
+    texts = [c["choices"][0] for c in got if c["choices"] and c["choices"][0]["text"]]
+    tokens = got[-1]["usage"]["completion_tokens"]
+    assert tokens == 24
+    # One chunk per engine step: drafts accepted from the prompt mean fewer steps than tokens.
+    assert len(texts) < tokens, f"{len(texts)} chunks for {tokens} tokens: no draft was accepted"
+    assert sum(len(c["logprobs"]["tokens"]) for c in texts) == tokens  # a log-probability for every token
+
+
+def test_request_parameters_sampling_and_n(lookup_engine: Server) -> None:
+    body = COUNTING | {"num_assistant_tokens": 3, "max_ngram_size": 2, "temperature": 0.8, "seed": 7, "n": 2}
+    r = _post(lookup_engine.url, body)
+    assert r.status_code == 200, r.text
+    assert [c["index"] for c in r.json()["choices"]] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"num_assistant_tokens": 17}, "num_assistant_tokens"),  # above --prompt-lookup-limit (16)
+        ({"max_ngram_size": 100}, "max_ngram_size"),
+        ({"best_of": 2}, "best_of"),  # beam search cannot draft
+        ({"num_assistant_tokens": 0}, "num_assistant_tokens"),
+        ({"assistant_confidence_threshold": 0.4}, "assistant_confidence_threshold"),  # needs a draft model
+    ],
+)
+def test_what_it_refuses(lookup_engine: Server, extra: dict[str, Any], param: str) -> None:
+    r = _post(lookup_engine.url, COUNTING | extra)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert _post(lookup_engine.url, COUNTING | {"max_tokens": 2}).status_code == 200
+
+
+def test_an_engine_without_it_refuses_its_parameters(engine_url: str) -> None:
+    for name in ("num_assistant_tokens", "max_ngram_size"):
+        r = _post(engine_url, COUNTING | {name: 3})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == name
+        assert "--prompt-lookup" in r.json()["error"]["message"]
