@@ -67,3 +67,24 @@ def test_a_server_the_bench_started_is_not_charged_to_the_bench_client(busy_tree
     both = sample([os.getpid(), root])
     assert both[root].rss_mib > 200
     assert both[os.getpid()].rss_mib < sample([os.getpid()])[os.getpid()].rss_mib - 150  # without the tree below
+
+
+SPAWNING = "import multiprocessing as mp, time\nmp.get_context('spawn').Process(target=time.sleep, args=(600,)).start()"
+
+
+def test_a_servers_spawned_worker_is_measured_apart_as_its_core() -> None:
+    """The engine's core process (multiprocessing, spawn) is a tree of its own, named after its server, so
+    the report shows the API process's CPU apart from the model's; the bench client's own worker is not split."""
+    proc = subprocess.Popen([sys.executable, "-c", SPAWNING])
+    try:
+        wait_until(lambda: len(sample([proc.pid])) == 2, 60, what="the spawned worker measured apart")
+        trees = sample([proc.pid])
+        worker = next(pid for pid in trees if pid != proc.pid)
+        assert trees[worker].name == f"{trees[proc.pid].name} core"
+        assert psutil.Process(worker).ppid() == proc.pid
+        assert len(sample([os.getpid()])) == 1  # the bench client is never split
+    finally:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait(10)

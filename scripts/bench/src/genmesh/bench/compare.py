@@ -35,8 +35,7 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
 @dataclass(frozen=True)
 class Kept:
     rounds: list[int]  # those a comparison is judged on, 1-based
-    basis: str  # which, in words
-    quiet: bool  # False: fewer than two rounds were quiet, so every round is kept
+    basis: str  # which, in words ("all N rounds" when fewer than two were quiet)
 
     def of(self, results: Sequence[T]) -> list[T]:
         return [results[i - 1] for i in self.rounds]
@@ -51,8 +50,8 @@ def keep_quiet(
     quiet = [i + 1 for i in range(n) if all(s[i] is not None and s[i] <= max_steal_pct for s in steals)]
     rule = f"steal <= {max_steal_pct:g}%" + (" in every batch" if len(rounds) > 1 else "")
     if len(quiet) >= 2:
-        return Kept(quiet, f"{len(quiet)} quiet {noun} of {n} ({rule})", True)
-    return Kept(list(range(1, n + 1)), f"all {n} {noun} (fewer than 2 with {rule})", False)
+        return Kept(quiet, f"{len(quiet)} quiet {noun} of {n} ({rule})")
+    return Kept(list(range(1, n + 1)), f"all {n} {noun} (fewer than 2 with {rule})")
 
 
 async def alternate(measures: Mapping[str, Callable[[int], Awaitable[Result]]], rounds: int) -> dict[str, list[Result]]:
@@ -108,8 +107,7 @@ def compare_hop(
     out |= {"idle_ttft_ms_p50": {name: rounded(v) for name, v in p50.items()}, "added_idle_ttft_ms_p50": added_idle}
     out["cpu_steal_pct"] = rounded(statistics.fmean(steals), 1) if steals else None
     min_ratio, max_added = targets
-    out["targets"] = {"throughput_ratio": f">= {min_ratio}"}
-    out["targets_met"] = {"throughput_ratio": tput >= min_ratio}
+    out |= {"targets": {"throughput_ratio": f">= {min_ratio}"}, "targets_met": {"throughput_ratio": tput >= min_ratio}}
     if max_added is not None:
         out["targets"] |= dict.fromkeys(ADDED, f"<= {max_added:g}")
         out["targets_met"] |= {ADDED[0]: added is not None and added <= max_added}

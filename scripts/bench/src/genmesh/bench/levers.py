@@ -45,8 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-rates", type=float, nargs="*", default=[2.0, 8.0], help="Poisson req/s levels")
     p.add_argument("--rate-requests", type=int, default=32, help="requests per rate level")
     p.add_argument("--rounds", type=int, default=3, help="rounds per level, alternating which variant goes first")
-    fresh = "new prompts every round and level (seeded), so no variant's prefix cache has seen them"
-    p.add_argument("--fresh-prompts", action="store_true", help=fresh)
+    p.add_argument("--fresh-prompts", action="store_true", help="seeded new prompts each round and level (uncached)")
     p.add_argument("--result-dir", type=Path, default=Path("bench-results"), help="where the JSON goes")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/levers"), help="engine logs")
 
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     plan, codec = load_levels(args.concurrency, args.request_rates, args.rate_requests), TokenCodec(Path(args.model))
     n_max, lengths = max([4, *(n for _, _, n in plan)]), (args.input_len, args.output_len)
     # --fresh-prompts: the prompts of (level i, round r) come from seed 1 + i * rounds + r, else all from seed 0
-    fresh = partial(DATASETS[args.dataset_name], codec, n_max, *lengths)
+    fresh, k = partial(DATASETS[args.dataset_name], codec, n_max, *lengths), args.rounds
     base = fresh(seed=0)
     warmup = [RequestSpec(r.prompt, r.prompt_len, 8, r.system) for r in base[:2]]
     rows, runs = list[dict[str, Any]](), list[Result]()
@@ -99,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
             argvs[name] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
             asyncio.run(measure(servers[name][0], warmup))
         for i, (rate, conc, n) in enumerate(plan):
-            rounds = range(args.rounds)
-            sets = [(fresh(seed=1 + i * args.rounds + r) if args.fresh_prompts else base)[:n] for r in rounds]
+            sets = [(fresh(seed=1 + i * k + r) if args.fresh_prompts else base)[:n] for r in range(k)]
             by_variant = _level(servers, sets, args.dataset_name, request_rate=rate, max_concurrency=conc)
             rows += summarise(by_variant, next(iter(variants)))
             runs += [r for results in by_variant.values() for r in results]

@@ -63,7 +63,8 @@ fewer free cores than the others."""
 
 
 RESOURCES_NOTE = (
-    "Each process tree measured during the level (the engine with its core process; `bench client` is the "
+    "Each process tree measured during the level (`engine` is the engine's API process, `engine core` its "
+    "model process; on 2 cores every ms of the others is taken from the core; `bench client` is the "
     "load generator, and in (a) the pipeline itself): its CPU time over the level divided by the output tokens "
     "of the level, and its resident memory at the level's end (summed over the tree, so pages two processes "
     "share count twice). In the (b) and (c) rows the hops not in the path idle beside the engine."

@@ -61,7 +61,7 @@ class Load:
 
 
 # What each measured process tree spends in a run, for the report's "CPU ms per output token" and "RSS" of
-# every process (the engine counts with its core process).
+# every process (the engine's API process and its core process apart).
 BENCH_CLIENT = "bench client"
 
 
@@ -79,6 +79,8 @@ def tree_name(proc: psutil.Process) -> str:
         return BENCH_CLIENT
     with contextlib.suppress(psutil.Error):
         argv = proc.cmdline()
+        if "multiprocessing.spawn" in " ".join(argv[:4]) and (up := proc.parent()):  # a server's worker
+            return f"{tree_name(up)} core"
         if "-m" in argv[:-1]:
             module = argv[argv.index("-m") + 1]
             return module.removeprefix("genmesh.")
@@ -87,12 +89,14 @@ def tree_name(proc: psutil.Process) -> str:
 
 
 def sample(roots: Sequence[int]) -> dict[int, TreeSample]:
-    """Each root's tree now (a root that is gone is left out). A root below another (the servers the
-    load generator started) is its own tree, not part of its parent's."""
+    """Each root's tree now (a root that is gone is left out). A root below another (the servers the load
+    generator started), and a server's spawned worker (the engine's core), is a tree of its own."""
     trees: dict[int, list[psutil.Process]] = {}
     for root in roots:
         with contextlib.suppress(psutil.Error):
-            trees[root] = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+            top = psutil.Process(root)
+            trees[root] = [top, *top.children(recursive=True)]
+            trees |= {c.pid: [c] for c in top.children() if root != os.getpid() and tree_name(c).endswith(" core")}
     out: dict[int, TreeSample] = {}
     for root, tree in trees.items():
         inner, cpu, rss = {p.pid for r in tree[1:] if r.pid in trees for p in trees[r.pid]}, 0.0, 0.0
