@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from . import engine, hops, levers, report
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # the load generator's CPU is the servers' loss
     return int(args.run(args))
 
 

@@ -1,13 +1,12 @@
-"""The load generator: OpenAI-compatible requests timed as vLLM's ``benchmark_serving`` times them,
-tokens counted from the final ``usage`` chunk (each engine's own count of the same work). aiohttp, as
-vLLM's: 32 streams cost httpx with httpx-sse 2.9 s of CPU for 4,096 chunks on the cores the server
-needs, aiohttp 0.96 s. Every server measured sends an event as one ``data:`` line, so lines are read."""
+"""The load generator: OpenAI-compatible requests timed as vLLM's ``benchmark_serving`` times them, tokens
+counted from the final ``usage`` chunk (each engine's own count). aiohttp, as vLLM's: 32 streams cost httpx with
+httpx-sse 2.9 s of CPU for 4,096 chunks on the cores the server needs, aiohttp 0.96 s, and on uvloop with orjson
+11 % less again. Every server measured sends an event as one ``data:`` line, so lines are read."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import time
@@ -18,6 +17,7 @@ from typing import Any, Literal
 import aiohttp
 import httpx
 import numpy as np
+import orjson
 from tqdm import tqdm
 
 from .datasets import RequestSpec
@@ -66,7 +66,7 @@ async def _stream(resp: aiohttp.ClientResponse, start: float, out: RequestOutput
             continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
         if (data := line[5:].strip()) == b"[DONE]":
             break
-        chunk = json.loads(data)
+        chunk = orjson.loads(data)
         if "error" in chunk:
             raise RuntimeError(f"stream error: {chunk['error']}")
         now = time.perf_counter()
@@ -94,7 +94,7 @@ async def send(client: aiohttp.ClientSession, endpoint: Endpoint, req: RequestSp
                 raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
             if endpoint.stream:
                 await _stream(resp, start, out)
-            elif not out.usage(json.loads(await resp.text()).get("usage")):
+            elif not out.usage(orjson.loads(await resp.read()).get("usage")):
                 raise RuntimeError("the response carried no usage")
 
     try:
@@ -208,9 +208,8 @@ async def measure(
             health = await poller if poller is not None else Load(0.0, [])
     bar.close()
     run: dict[str, Any] = {"base_url": endpoint.base_url, "api": endpoint.api, "num_prompts": len(requests)}
-    run["model_id"] = endpoint.model
     run |= {"request_rate": None if math.isinf(request_rate) else request_rate, "burstiness": burstiness}
-    run |= {"max_concurrency": max_concurrency, "ignore_eos": endpoint.ignore_eos}
+    run |= {"max_concurrency": max_concurrency, "ignore_eos": endpoint.ignore_eos, "model_id": endpoint.model}
     run |= {"max_tokens": sorted({r.output_len for r in requests}), **(settings or {})}
     load = Load(duration, list(outputs), health.health_s, health.health_failures)
     return make_result(label, load, meter, slos=slos, settings=run)

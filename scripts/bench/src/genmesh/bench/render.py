@@ -22,9 +22,7 @@ def say(message: str) -> None:
 
 
 def fmt(value: Any, spec: str = ".1f") -> str:
-    if value is None:
-        return "-"
-    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+    return "-" if value is None else format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, markdown: bool = False) -> str:
