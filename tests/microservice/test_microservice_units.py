@@ -250,6 +250,24 @@ async def test_request_id_and_api_key_reach_the_engine() -> None:
     assert json.loads(sent.body) == {"model": "m1", "prompt": "hello", "max_tokens": 4}
 
 
+async def test_ovms_prompt_lookup_parameters_reach_the_engine() -> None:
+    seen: list[Seen] = []
+
+    async def engine(request: web.Request) -> web.Response:
+        seen.append(await Seen.of(request))
+        return web.json_response({"object": "chat.completion", "choices": []})
+
+    lookup = {"num_assistant_tokens": 4, "max_ngram_size": 2}
+    async with app_client(engine) as client:
+        r = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], **lookup})
+        refused = await client.post("/v1/chat/completions", json={"messages": "hi", "num_assistant_tokens": 0})
+    assert r.status_code == 200, r.text
+    assert json.loads(seen[0].body).items() >= lookup.items()
+    assert refused.status_code == 400  # checked against the shared wire model before the engine sees it
+    assert refused.json()["error"]["param"] == "num_assistant_tokens"
+    assert len(seen) == 1
+
+
 async def test_no_authorization_header_without_a_key() -> None:
     seen: list[Seen] = []
 
