@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from genmesh.bench.render import level, plot_all, table
-from genmesh.bench.report import high_steal_note, ratios, resources_table, results_table, top_functions
+from genmesh.bench.report import (
+    Report,
+    add_arguments,
+    high_steal_note,
+    ratios,
+    resources_table,
+    results_table,
+    top_functions,
+)
 
 
 def run(
@@ -121,3 +130,16 @@ def test_profile_top_functions_from_collapsed_stacks() -> None:
     top = top_functions(collapsed, 2)
     assert top == [("step (core.py:10)", pytest.approx(0.6)), ("recv (zmq.py:3)", pytest.approx(0.3))]
     assert top_functions("") == []
+
+
+def test_the_report_carries_its_hand_written_notes(tmp_path: Path) -> None:
+    """``docs/benchmarks-notes.md`` (levers tried, why a gap remains) goes into the generated report as it is."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "benchmarks.md"
+    report = Report(parser.parse_args(["--out", str(out)]))
+    assert "Levers tried" not in report.markdown([], out)
+    (tmp_path / "benchmarks-notes.md").write_text("## Levers tried\n\n| lever | c=1 |\n")
+    text = report.markdown([], out)
+    assert "## Levers tried\n\n| lever | c=1 |" in text
+    assert text.index("## Results") < text.index("## Levers tried")

@@ -145,8 +145,7 @@ class Report:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.runs, self.notes = args, list[Result](), list[str]()
         self.settings: list[tuple[str, str, str]] = []  # (label, version, settings)
-        self.profile: list[tuple[str, float]] = []
-        self.profile_note, self.elapsed_s = "", 0.0
+        self.profile_note, self.elapsed_s, self.profile = "", 0.0, list[tuple[str, float]]()
         self.plan = load_levels(args.concurrency, args.request_rates, args.rate_requests)
         self.levels = [(c, n) for _, c, n in self.plan if c]  # the closed loops, which (a) runs too
         n, self.defaults = max(n for _, _, n in self.plan), scheduler_text(engine_settings(args.model))
@@ -299,6 +298,7 @@ class Report:
             if r.get("target") == "engine" and vs is not None and vs < 1.0
         ]
         blocks += ["### Where the engine loses to a peer", "\n".join(losses)] if losses else []
+        blocks += [n.read_text().strip()] if (n := out.with_name(f"{out.stem}-notes.md")).is_file() else []  # by hand
         rel = [c.relative_to(out.parent) if c.is_relative_to(out.parent) else c for c in charts]
         blocks += ["## Charts", "\n".join(f"![{c.stem}]({c.as_posix()})" for c in rel)] if charts else []
         if self.profile or self.profile_note:
