@@ -70,9 +70,31 @@ async def test_a_stop_string_across_steps_ends_the_request_and_asks_for_an_abort
     end = await drain(handle.outputs)
     assert held.text + end.text == "Hello world"
     assert end.finish_reason == "stop"
-    assert end.completion_tokens == 4
+    assert end.completion_tokens == 3  # " and", after the stop string in the same step, is not counted
     assert len(p) == 1  # request 5 goes on
     assert (await drain(other.outputs)).text == "Hello,"
+
+
+async def test_a_stop_string_inside_a_multi_token_step_ends_text_usage_and_logprobs_at_its_token() -> None:
+    # Prompt lookup hands several tokens over in one step; " END" is the second of four here, so the
+    # request ends as if the tokens had come one step each: two tokens counted, two log-probabilities.
+    p = processor()
+    handle = p.add_request(1, 3, TextOptions(stops=[" END"]))
+    assert p.process([out(1, [0, 4, 7, 8], logprobs=[-0.1, -0.2, -0.3, -0.4])]) == [1]
+    got = await drain(handle.outputs)
+    assert (got.text, got.finish_reason, got.completion_tokens) == ("Hello", "stop", 2)
+    assert (got.token_ids, got.logprobs) == ([0, 4], [-0.1, -0.2])
+    assert len(p) == 0
+    # The same when the core had also ended the request in that step (by length): nothing after the stop.
+    handle = p.add_request(2, 3, TextOptions(stops=[","]))
+    assert p.process([out(2, [0, 1, 2], "length")]) == [2]
+    got = await drain(handle.outputs)
+    assert (got.text, got.finish_reason, got.completion_tokens) == ("Hello", "stop", 2)
+    # Without a stop string in it, the step is one delta, as before.
+    handle = p.add_request(3, 3, TextOptions(stops=["zzz"]))
+    p.process([out(3, [0, 1, 2])])
+    got = await drain(handle.outputs)
+    assert (got.text, got.num_tokens, got.finish_reason) == ("Hello, wor", 3, None)  # len("zzz") - 1 held back
 
 
 async def test_include_stop_str_in_output_keeps_the_stop_string() -> None:

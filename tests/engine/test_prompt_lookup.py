@@ -43,6 +43,34 @@ def test_greedy_text_is_the_default_engines(lookup_engine: Server, engine_url: s
     assert looked.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_inside_a_draft_ends_the_text_where_the_default_engine_does(
+    lookup_engine: Server, engine_url: str, stream: bool
+) -> None:
+    # "seven" comes in the middle of the tokens a step accepts from the prompt: the text, the reason
+    # and the usage must still be the default engine's.
+    body = COUNTING | {"temperature": 0, "stop": ["seven"], "stream": stream, "stream_options": {"include_usage": True}}
+    body = body if stream else {k: v for k, v in body.items() if k != "stream_options"}
+
+    def answer(url: str) -> tuple[str, str | None, dict[str, int]]:
+        if not stream:
+            r = _post(url, body)
+            assert r.status_code == 200, r.text
+            choice = r.json()["choices"][0]
+            return choice["text"], choice["finish_reason"], r.json()["usage"]
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+            assert r.status_code == 200
+            got = chunks(events(r))
+        text = "".join(c["choices"][0]["text"] for c in got if c["choices"])
+        reasons = [c["choices"][0]["finish_reason"] for c in got if c["choices"] and c["choices"][0]["finish_reason"]]
+        return text, reasons[-1] if reasons else None, got[-1]["usage"]
+
+    looked, plain = answer(lookup_engine.url), answer(engine_url)
+    assert looked == plain
+    assert looked[1] == "stop"
+    assert "seven" not in looked[0]
+
+
 def test_a_reply_found_in_the_prompt_comes_several_tokens_a_step(lookup_engine: Server) -> None:
     body = COUNTING | GREEDY | {"stream": True, "stream_options": {"include_usage": True}, "logprobs": 1}
     with httpx.stream("POST", lookup_engine.url + "/v1/completions", json=body, timeout=120) as r:

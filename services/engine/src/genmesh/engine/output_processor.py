@@ -129,6 +129,7 @@ class OutputProcessor:
         """One step's outputs to their requests; returns the ids the core must abort (stop strings)."""
         work: list[tuple[Any, Sequence[int], bool]] = []
         targets: list[tuple[RequestState, m.RequestOutput]] = []
+        singles: list[tuple[RequestState, m.RequestOutput]] = []
         for out in outputs:
             state = self.requests.get(out.request_id)
             if state is None:
@@ -139,6 +140,8 @@ class OutputProcessor:
                 state.outputs.put(RequestDelta(prompt_tokens=state.prompt_tokens, error=out.error))
             elif out.sequences is not None:
                 state.outputs.put(self._beams(state, out.sequences))
+            elif len(out.token_ids) > 1 and state.stop.stops:
+                singles.append((state, out))  # several tokens in one step (prompt lookup) and stop strings
             else:
                 work.append((state.detok, out.token_ids, out.finished))
                 targets.append((state, out))
@@ -146,7 +149,21 @@ class OutputProcessor:
         for (state, out), text in zip(targets, self.decoder.step(work), strict=True):
             if self._deliver(state, out, text):
                 stopped.append(state.request_id)
+        stopped += [state.request_id for state, out in singles if self._token_by_token(state, out)]
         return stopped
+
+    def _token_by_token(self, state: RequestState, out: m.RequestOutput) -> bool:
+        """A step's tokens one at a time, as one-token steps would have brought them: a stop string
+        completed inside the step then ends the text, the usage and the log-probabilities at the same
+        token as without prompt lookup. True when a stop string ended the request."""
+        last = len(out.token_ids) - 1
+        for i, token in enumerate(out.token_ids):
+            lps = None if out.logprobs is None else out.logprobs[i : i + 1]
+            one = m.RequestOutput(out.request_id, [token], out.finish_reason if i == last else None, None, lps)
+            (text,) = self.decoder.step([(state.detok, one.token_ids, one.finished)])
+            if self._deliver(state, one, text):
+                return True
+        return False
 
     def _deliver(self, state: RequestState, out: m.RequestOutput, text: str) -> bool:
         """Hand over one request's step; True when a stop string ended it before the core did."""
@@ -170,7 +187,7 @@ class OutputProcessor:
             )
         )
         if stopped and not final:
-            del self.requests[state.request_id]
+            self.requests.pop(state.request_id, None)  # gone already when the core ended it in this step
             return True
         return False
 
