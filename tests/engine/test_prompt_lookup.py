@@ -114,3 +114,11 @@ def test_an_engine_without_it_refuses_its_parameters(engine_url: str) -> None:
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == name
         assert "--prompt-lookup" in r.json()["error"]["message"]
+
+
+def test_its_parameters_are_checked_before_the_prompt_is_tokenised(engine_url: str) -> None:
+    # A prompt past the context would be refused while tokenising; the parameter check comes first, as
+    # the other parameter checks do, so a bad request costs no tokenising and no grammar compile.
+    r = _post(engine_url, {"prompt": "word " * 9000, "max_tokens": 4, "num_assistant_tokens": 3})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "num_assistant_tokens"

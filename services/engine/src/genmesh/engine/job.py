@@ -16,7 +16,15 @@ from genmesh.protocol import ChatCompletionRequest, CompletionRequest, invalid_r
 from . import tools
 from .generation import Generation
 from .messages import Constraint
-from .params import check_supported, completion_budget, prompt_limit, prompt_lookup, sampling_params, text_options
+from .params import (
+    check_prompt_lookup,
+    check_supported,
+    completion_budget,
+    prompt_limit,
+    prompt_lookup,
+    sampling_params,
+    text_options,
+)
 from .prefill import check_continue
 from .routes.responding import log_user
 from .scoring import check_logprob_request
@@ -40,6 +48,7 @@ def admit(st: EngineState, body: Body, endpoint: str) -> str:
     model = st.check_model(body.model)
     log_user(body.user, endpoint, model)
     check_supported(body, st.settings.best_of_limit)
+    check_prompt_lookup(body, st.settings)
     check_logprob_request(body, st.settings.max_logprobs)
     return model
 

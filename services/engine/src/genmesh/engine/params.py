@@ -65,23 +65,30 @@ def check_supported(req: SamplingFields, best_of_limit: int) -> None:
             raise invalid_request("'best_of' (beam search) cannot be used with streaming", param="best_of")
 
 
-def prompt_lookup(req: SamplingFields, settings: EngineSettings) -> tuple[int, int]:
-    """``num_assistant_tokens`` and ``max_ngram_size`` of one request: the request's, else the
-    engine's defaults, on an engine with prompt lookup; (0, 0) on one without (which refuses them)."""
-    asked = {name: getattr(req, name) for name in _LOOKUP if getattr(req, name) is not None}
+def check_prompt_lookup(req: SamplingFields, settings: EngineSettings) -> None:
+    """A 400 for prompt-lookup parameters this engine cannot take: either one on an engine without prompt
+    lookup; on one with it, beam search, or a value above ``--prompt-lookup-limit``."""
+    asked = {name: value for name in _LOOKUP if (value := getattr(req, name)) is not None}
     if not settings.uses_prompt_lookup:
         if asked:
             name = next(iter(asked))
             raise invalid_request(f"'{name}' needs an engine started with --prompt-lookup", param=name)
-        return 0, 0
+        return
     if (req.best_of or 1) > 1:
         raise invalid_request("'best_of' (beam search) cannot be used on an engine with prompt lookup", param="best_of")
     for name, value in asked.items():
         if value > settings.prompt_lookup_limit:
             limit = settings.prompt_lookup_limit
             raise invalid_request(f"'{name}' is {value}, above this server's limit of {limit}", param=name)
+
+
+def prompt_lookup(req: SamplingFields, settings: EngineSettings) -> tuple[int, int]:
+    """``num_assistant_tokens`` and ``max_ngram_size`` of one checked request (:func:`check_prompt_lookup`):
+    the request's, else the engine's defaults; (0, 0) on an engine without prompt lookup."""
+    if not settings.uses_prompt_lookup:
+        return 0, 0
     defaults = settings.request_lookup
-    return asked.get(_LOOKUP[0], defaults[0]), asked.get(_LOOKUP[1], defaults[1])
+    return req.num_assistant_tokens or defaults[0], req.max_ngram_size or defaults[1]
 
 
 def prompt_limit(st: EngineState) -> int:
