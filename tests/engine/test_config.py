@@ -49,6 +49,10 @@ def test_prompt_lookup_by_flag_or_by_ovms_plugin_config() -> None:
     assert ovms.uses_prompt_lookup is True
     assert ovms.device_config == {"KV_CACHE_PRECISION": "u8"}  # the device never sees the pipeline's key
     assert parse_settings(["--plugin-config", '{"prompt_lookup": false}']).uses_prompt_lookup is False
+    # The request defaults may not exceed the limit a request is held to.
+    assert "--prompt-lookup-limit" in refusal(parse_settings, ["--prompt-lookup-limit", "4"])
+    assert "--prompt-lookup-limit" in refusal(parse_settings, ["--max-ngram-size", "9", "--prompt-lookup-limit", "8"])
+    assert parse_settings(["--num-assistant-tokens", "4", "--prompt-lookup-limit", "4"]).prompt_lookup_limit == 4
 
 
 def test_false_in_environment_is_false(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from genmesh.protocol.server.settings import ServiceSettings
@@ -141,6 +141,15 @@ class EngineSettings(ServiceSettings):
         if isinstance(value, str):
             return json.loads(value) if value.strip() else {}
         return value
+
+    @field_validator("prompt_lookup_limit")
+    @classmethod
+    def _lookup_defaults_within_limit(cls, limit: int, info: ValidationInfo) -> int:
+        """The request defaults are bound by the limit too (fields checked in order: both are known here)."""
+        for name in ("num_assistant_tokens", "max_ngram_size"):
+            if (default := info.data.get(name, 0)) > limit:
+                raise ValueError(f"below --{name.replace('_', '-')} ({default}): requests that send none get that")
+        return limit
 
     @property
     def uses_prompt_lookup(self) -> bool:
