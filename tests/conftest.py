@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from genmesh.engine.tokenizer import PromptTokenizer
+from genmesh.engine.openai.prompts import PromptTokenizer
 from support.exports import GGUF_NAME, IR_NAME, run_export
 from support.servers import DEFAULT_MODEL, EXTERNAL_ENGINE_URL, Server, start_engine, start_repository_engine
 

@@ -7,8 +7,8 @@ import dataclasses
 from pathlib import Path
 
 from genmesh.bench.inprocess import served_file
-from genmesh.engine.core import CoreConfig
-from genmesh.engine.served_model import prepare_model
+from genmesh.engine.core.config import CoreConfig
+from genmesh.engine.core.model_loading import prepare_model
 from genmesh.engine.settings import parse_settings
 from support.servers import DEFAULT_MODEL
 

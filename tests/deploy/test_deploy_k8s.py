@@ -17,7 +17,7 @@ import yaml
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
-from genmesh.engine.routes.system import router as engine_system
+from genmesh.engine.openai.routes.system import router as engine_system
 from genmesh.engine.settings import EngineSettings
 from genmesh.gateway.config import RoutingConfig
 from genmesh.gateway.routes.system import router as gateway_system

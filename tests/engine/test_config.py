@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from genmesh.engine.model_source import ModelSourceError, resolve
+from genmesh.engine.models.source import ModelSourceError, resolve
 from genmesh.engine.settings import EngineSettings, parse_settings
 from support.servers import DEFAULT_MODEL
 from support.service_cli import ENGINE_FLAGS, check_flags, refusal

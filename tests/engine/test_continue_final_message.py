@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from genmesh.engine.tokenizer import PromptTokenizer
+from genmesh.engine.openai.prompts import PromptTokenizer
 from genmesh.protocol import ChatMessage
 from support.servers import GENMESH_ENGINE_ONLY
 

@@ -15,9 +15,9 @@ import time
 import pytest
 import zmq
 
-from genmesh.engine import messages as m
-from genmesh.engine.core import CoreConfig
-from genmesh.engine.core_client import CoreClient, EngineDeadError
+from genmesh.engine.client.core_client import CoreClient, EngineDeadError
+from genmesh.engine.core import ipc as m
+from genmesh.engine.core.config import CoreConfig
 
 
 def failing_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from genmesh.engine.core_client import has_pending
+from genmesh.engine.client.core_client import has_pending
 
 N = 2000
 

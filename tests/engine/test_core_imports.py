@@ -2,7 +2,7 @@
 but step, so FastAPI, uvicorn and the HTTP client libraries have no business there.
 
 The core is spawned (multiprocessing's ``spawn``): the child imports the target's module,
-``genmesh.engine.core``, and runs the parent's ``__main__`` again, which for the console script
+``genmesh.engine.core.step_loop``, and runs the parent's ``__main__`` again, which for the console script
 ``genmesh-engine`` imports ``genmesh.engine.cli``. Each is imported here in a fresh interpreter.
 """
 
@@ -30,7 +30,7 @@ def loaded_after_import(module: str) -> set[str]:
     return set(json.loads(done.stdout))
 
 
-@pytest.mark.parametrize("module", ["genmesh.engine.core", "genmesh.engine.cli"])
+@pytest.mark.parametrize("module", ["genmesh.engine.core.step_loop", "genmesh.engine.cli"])
 def test_the_core_process_imports_no_web_framework(module: str) -> None:
     loaded = loaded_after_import(module)
     assert module in loaded
@@ -47,4 +47,4 @@ def test_the_wire_models_import_no_web_framework() -> None:
 
 def test_the_probe_sees_a_web_import() -> None:
     # The check itself can fail: the API process's app does load FastAPI.
-    assert "fastapi" in loaded_after_import("genmesh.engine.app")
+    assert "fastapi" in loaded_after_import("genmesh.engine.openai.app")

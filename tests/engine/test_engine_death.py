@@ -145,8 +145,8 @@ def test_a_failed_step_ends_every_request_and_the_core_loop(tmp_path: Path) -> N
     import openvino as ov
     import openvino_genai as ov_genai
 
-    from genmesh.engine import messages as m
-    from genmesh.engine.core import _Loop
+    from genmesh.engine.core import ipc as m
+    from genmesh.engine.core.step_loop import _Loop
 
     sc = ov_genai.SchedulerConfig()
     sc.cache_size = 1

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.engine.tokenizer import PromptTokenizer
+from genmesh.engine.openai.prompts import PromptTokenizer
 from sse import chunks, events
 from support.servers import MODEL_NAME
 

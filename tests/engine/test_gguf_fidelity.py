@@ -1,4 +1,4 @@
-"""GGUF re-encoding (genmesh.engine.gguf_fidelity) on small files written here: values, metadata, cache."""
+"""GGUF re-encoding (genmesh.engine.core.gguf_reencode) on small files written here: values, metadata, cache."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType, quants
 
-from genmesh.engine.gguf_fidelity import misread, plan, prepare, reencode
+from genmesh.engine.core.gguf_reencode import misread, plan, prepare, reencode
 from support.servers import DEFAULT_MODEL
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
-from genmesh.engine import messages as m
-from genmesh.engine.collector import Collector
-from genmesh.engine.detokenizer import TableDecoder
-from genmesh.engine.output_processor import OutputProcessor, RequestDelta, TextOptions
-from genmesh.engine.token_table import TokenTable
+from genmesh.engine.client.collector import Collector
+from genmesh.engine.client.detokenizer import TableDecoder
+from genmesh.engine.client.output_processor import OutputProcessor, RequestDelta, TextOptions
+from genmesh.engine.client.token_table import TokenTable
+from genmesh.engine.core import ipc as m
 
 # id: bytes. 5 and 6 are the two halves of "é" (UTF-8 C3 A9); 9 is a special token.
 PIECES = [b"Hello", b",", b" world", b"!", b" END", b"\xc3", b"\xa9", b" and", b" more", b"<eos>"]

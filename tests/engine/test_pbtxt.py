@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from genmesh.engine import pbtxt
-from genmesh.engine.graph import GraphError, LLMNodeOptions, llm_node_options, render
+from genmesh.engine.models import pbtxt
+from genmesh.engine.models.ovms_graph import GraphError, LLMNodeOptions, llm_node_options, render
 
 # The graph of the OVMS LLM calculator reference (seed 003), verbatim apart from indentation.
 REFERENCE_GRAPH = """

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from genmesh.engine import messages as m
-from genmesh.engine.core import CoreConfig
-from genmesh.engine.pipeline_config import SCHEDULER_FIELDS, generation_config, pipeline_properties, scheduler_config
+from genmesh.engine.core import ipc as m
+from genmesh.engine.core.config import CoreConfig
+from genmesh.engine.core.pipeline_config import (
+    SCHEDULER_FIELDS,
+    generation_config,
+    pipeline_properties,
+    scheduler_config,
+)
 
 
 class _Config:

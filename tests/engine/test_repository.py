@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.engine.registry import ModelRegistry
-from genmesh.engine.repository import RepositoryError, from_config, load
+from genmesh.engine.models.ovms_config import RepositoryError, from_config, load
+from genmesh.engine.openai.registry import ModelRegistry
 from genmesh.engine.settings import EngineSettings, parse_settings
 from genmesh.protocol import OpenAIError
 from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, start_repository_engine

@@ -11,8 +11,8 @@ import jsonschema
 import openai
 import pytest
 
-from genmesh.engine import tools
 from genmesh.engine.grammar import GrammarLimits, parse_ebnf
+from genmesh.engine.openai import tools
 from genmesh.protocol import ChatCompletionRequest
 from support.grammar_walk import matches
 from support.servers import GENMESH_ENGINE_ONLY

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from genmesh.engine.detokenizer import BatchDetokenizer, StepDecoder, TableDecoder
-from genmesh.engine.stop import StopMatcher
-from genmesh.engine.tokenizer import PromptTokenizer
+from genmesh.engine.client.detokenizer import BatchDetokenizer, StepDecoder, TableDecoder
+from genmesh.engine.client.stop_strings import StopMatcher
+from genmesh.engine.openai.prompts import PromptTokenizer
 from support.servers import DEFAULT_MODEL
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.engine.tokenizer import PromptTokenizer
+from genmesh.engine.openai.prompts import PromptTokenizer
 from genmesh.protocol import ChatMessage
 from support.servers import GENMESH_ENGINE_ONLY, MODEL_NAME
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from genmesh.engine.supervisor import RestartPolicy
-from genmesh.engine.watchdog import ProgressWatch, Sample
+from genmesh.engine.client.supervisor import RestartPolicy
+from genmesh.engine.client.watchdog import ProgressWatch, Sample
 
 
 def sample(steps: int, tokens: int, in_flight: int, silent_s: float = 0.0, unread: bool = False) -> Sample:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from genmesh.engine.choices import Reply
+from genmesh.engine.client.n_choices import Reply
 from genmesh.protocol import (
     ChatChunkChoice,
     ChatCompletionChunk,

@@ -12,8 +12,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from genmesh.engine.graph import llm_node_options
-from genmesh.engine.repository import from_config
+from genmesh.engine.models.ovms_config import from_config
+from genmesh.engine.models.ovms_graph import llm_node_options
 from genmesh.engine.settings import EngineSettings
 from support.exports import EXPORT_VENV, run_export
 from support.servers import DEFAULT_MODEL, ROOT

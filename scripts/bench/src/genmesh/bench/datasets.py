@@ -36,7 +36,7 @@ class TokenCodec:
     """The served model's tokens, as the engine loads them; no special tokens added (tests use a stand-in)."""
 
     def __init__(self, model_path: Path) -> None:
-        from genmesh.engine.tokenizer import PromptTokenizer
+        from genmesh.engine.openai.prompts import PromptTokenizer
 
         self._tok = PromptTokenizer(model_path)
         if self._tok.vocab_size is None:

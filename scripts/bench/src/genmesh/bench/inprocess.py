@@ -10,10 +10,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, prepare
-from genmesh.engine.messages import SamplingParams
-from genmesh.engine.pipeline_config import SCHEDULER_FIELDS as FIELDS
-from genmesh.engine.pipeline_config import generation_config, pipeline_properties, scheduler_config
+from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, prepare
+from genmesh.engine.core.ipc import SamplingParams
+from genmesh.engine.core.pipeline_config import SCHEDULER_FIELDS as FIELDS
+from genmesh.engine.core.pipeline_config import generation_config, pipeline_properties, scheduler_config
 from genmesh.engine.settings import EngineSettings, parse_settings
 
 from .render import say
@@ -40,7 +40,7 @@ def _greedy(ov_genai: Any, max_tokens: int, look: tuple[int, int]) -> Any:
 
 def served_file(model: str) -> str:
     """What the engine's core loads for ``model`` with its defaults: a GGUF's faithful re-encoding (the
-    file OpenVINO GenAI reads as the GGUF means it, gguf_fidelity.py), an IR folder as it is. The
+    file OpenVINO GenAI reads as the GGUF means it, core/gguf_reencode.py), an IR folder as it is. The
     baseline runs the served model, never the misread one."""
     return model if Path(model).is_dir() else str(prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET))
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from genmesh.engine.gguf_fidelity import DEFAULT_CACHE_DIR
-from genmesh.engine.graph import LLMNodeOptions
-from genmesh.engine.model_source import default_served_name
+from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR
+from genmesh.engine.models.ovms_graph import LLMNodeOptions
+from genmesh.engine.models.source import default_served_name
 
 from .compress import COMPRESSION_VERSION, WEIGHT_FORMATS, WeightFormat, compressed
 from .repository_files import IR_FILES, add_to_config, existing_export, install_folder, write_graph

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from genmesh.engine.model_source import IR_MODEL_FILE
+from genmesh.engine.models.source import IR_MODEL_FILE
 
 from .steps import Steps
 

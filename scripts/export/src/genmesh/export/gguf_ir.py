@@ -4,7 +4,7 @@ OpenVINO GenAI builds an OpenVINO model from a GGUF when it loads one, and write
 tokenizer and detokenizer it builds from the GGUF's vocabulary, with the chat template in their
 ``rt_info``) beside the file when asked to (``enable_save_ov_model``). It misreads Q4_1 and
 K-quants, so the model is built from the engine's faithful F16 re-encoding of the file
-(``genmesh.engine.gguf_fidelity``), the very IR the engine serves for that GGUF. Everything is
+(``genmesh.engine.core.gguf_reencode``), the very IR the engine serves for that GGUF. Everything is
 kept in the engine's GGUF cache folder, so a second export (or an engine that already served
 the GGUF) does not build it again.
 """
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from genmesh.engine.gguf_fidelity import prepare
-from genmesh.engine.model_source import IR_MODEL_FILE, IR_TOKENIZER_FILES, resolve
+from genmesh.engine.core.gguf_reencode import prepare
+from genmesh.engine.models.source import IR_MODEL_FILE, IR_TOKENIZER_FILES, resolve
 
 from .steps import Steps
 

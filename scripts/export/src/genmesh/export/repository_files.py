@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from genmesh.engine.graph import GRAPH_FILE, LLMNodeOptions, render
-from genmesh.engine.model_source import IR_MODEL_FILE, IR_TOKENIZER_FILES
-from genmesh.engine.repository import LISTS
+from genmesh.engine.models.ovms_config import LISTS
+from genmesh.engine.models.ovms_graph import GRAPH_FILE, LLMNodeOptions, render
+from genmesh.engine.models.source import IR_MODEL_FILE, IR_TOKENIZER_FILES
 
 from .steps import ExportError
 

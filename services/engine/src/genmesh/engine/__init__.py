@@ -1,6 +1,6 @@
 """genmesh engine: an OpenAI-compatible server over OpenVINO GenAI continuous batching.
 
-The package imports nothing on its own: the engine core process (``core.py``) loads only what
-it needs, and no web framework (``tests/engine/test_core_imports.py``). The API process starts
-from ``cli.py``; its app is ``app.create_app``.
+The package imports nothing on its own: the engine core process (``core/``) loads only what
+it needs, and no web framework (``.importlinter``). The API process starts
+from ``cli.py``; its app is ``openai.app.create_app``.
 """

@@ -12,21 +12,21 @@ from collections.abc import Sequence
 
 from genmesh.protocol.server.logs import configure_logging
 
-from . import repository
-from .model_source import ModelSourceError
+from .models import ovms_config
+from .models.source import ModelSourceError
 from .settings import parse_settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from genmesh.protocol.server.asgi import ShutdownSwitch, serve
 
-    from .app import create_app
+    from .openai.app import create_app
 
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
     try:
-        models = repository.load(settings)
-    except (ModelSourceError, repository.RepositoryError) as exc:
+        models = ovms_config.load(settings)
+    except (ModelSourceError, ovms_config.RepositoryError) as exc:
         print(f"genmesh-engine: {exc}", file=sys.stderr)
         return 2
     switch = ShutdownSwitch()

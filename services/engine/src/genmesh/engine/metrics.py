@@ -10,7 +10,7 @@ from prometheus_client import Counter
 
 from genmesh.protocol.server.metrics import Metrics, counter, gauge, histogram
 
-from .messages import Stats
+from .core.ipc import Stats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)

@@ -15,7 +15,7 @@ from pydantic_settings import SettingsConfigDict
 
 from genmesh.protocol.server.settings import ServiceSettings
 
-from .gguf_fidelity import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
+from .core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT_LOOKUP = "prompt_lookup"
@@ -99,7 +99,7 @@ class EngineSettings(ServiceSettings):
         default=16, ge=1, le=10_000, description=f"{FREE}: most members or items per container"
     )
     structured_free_json_max_depth: int = Field(default=4, ge=1, le=32, description=f"{FREE}: deepest nesting")
-    # Supervision of each model's engine core (supervisor.py): a core that dies, or hangs, is replaced.
+    # Supervision of each model's engine core (client/supervisor.py): a core that dies, or hangs, is replaced.
     watchdog_timeout_s: float = Field(
         default=30.0,
         ge=0,
@@ -113,7 +113,7 @@ class EngineSettings(ServiceSettings):
         default=5, ge=0, description="core restarts allowed per window; one more and the server exits with status 75"
     )
     core_restart_window_s: float = Field(default=600.0, gt=0, description="the window of --core-restart-limit")
-    # The served model is the GGUF's (gguf_fidelity.py), and scoring runs it too (scorer.py).
+    # The served model is the GGUF's (core/gguf_reencode.py), and scoring runs it too (core/scorer.py).
     gguf_reencode: bool = Field(
         default=True, description="re-encode GGUFs holding tensors OpenVINO GenAI misreads (Q4_1, Q4_K, ...), once"
     )

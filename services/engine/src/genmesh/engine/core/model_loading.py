@@ -1,0 +1,68 @@
+"""What the engine core loads for a model path, and the scorer that runs the same model.
+
+A GGUF is served from its folder under the GGUF cache (``gguf_reencode.prepare``): its faithful
+re-encoding, or a link to it. OpenVINO GenAI builds an OpenVINO model from it at every load;
+the first load also writes that model (``openvino_model.xml``) into the folder, and the scorer
+compiles it from there, so scoring and generation run one and the same graph. An OpenVINO IR
+folder is served as it is and scored from its own ``openvino_model.xml``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .gguf_reencode import prepare
+
+if TYPE_CHECKING:
+    from .config import CoreConfig
+    from .scorer import Scorer
+
+log = logging.getLogger("genmesh.engine.core.model_loading")
+
+IR_XML = "openvino_model.xml"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    path: Path  # what ContinuousBatchingPipeline loads
+    ir: Path  # the OpenVINO model the scorer compiles
+    save_ir: bool  # the pipeline must write ``ir`` while it loads (first load of a GGUF)
+
+
+def _has_ir(xml: Path) -> bool:
+    return xml.is_file() and xml.with_suffix(".bin").is_file()
+
+
+def prepare_model(config: CoreConfig) -> ServedModel:
+    path = Path(config.model_path)
+    if path.is_dir():
+        return ServedModel(path, path / IR_XML, False)
+    served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
+    ir = served.parent / IR_XML
+    return ServedModel(served, ir, config.max_num_scoring_seqs > 0 and not _has_ir(ir))
+
+
+def start_scorer(ov: Any, np: Any, config: CoreConfig, served: ServedModel) -> Scorer | None:
+    """The scorer, compiled like the pipeline's model (same device and plugin configuration)."""
+    from .scorer import load_scorer
+
+    if config.max_num_scoring_seqs <= 0:
+        log.info("scoring is off (--max-num-scoring-seqs 0)")
+        return None
+    if not _has_ir(served.ir):
+        log.warning("no OpenVINO model at %s: prompt logprobs and top_logprobs are off", served.ir)
+        return None
+    scorer = load_scorer(
+        ov,
+        np,
+        served.ir,
+        config.device,
+        config.plugin_config,
+        config.max_num_scoring_seqs,
+        config.scoring_chunk_tokens,
+    )
+    log.info("scorer set up (%s, compiled on first use; %d sessions)", served.ir, config.max_num_scoring_seqs)
+    return scorer

@@ -1,0 +1,132 @@
+"""Which models one engine serves: the one ``--model``, or every entry of an OVMS ``config.json``.
+
+An OVMS model repository is a ``config.json``::
+
+    {"model_config_list": [{"config": {"name": "a", "base_path": "a"}}],
+     "mediapipe_config_list": [{"name": "b", "base_path": "b"}]}
+
+Each entry names a folder (``base_path``, relative paths against the config file's folder;
+default: the entry's name). A ``graph.pbtxt`` there (or at the entry's ``graph_path``) sets
+the model's pipeline options and ``models_path`` (relative to ``base_path``); without one
+the folder itself is the model (an OpenVINO IR export, or a folder with one GGUF) served with
+the server-wide flags. Whatever can be checked without loading a model is checked before the
+server starts, and any fault is fatal with a message naming the file: an unreadable
+``config.json``, a name used twice, a missing path, a bad ``graph.pbtxt``, an IR folder short of
+a file. A model that then fails to load (a device that does not exist, say) is reported by
+``/v1/config`` while the others serve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .ovms_graph import GRAPH_FILE, llm_node_options
+from .source import ModelSource, resolve
+from ..settings import EngineSettings
+
+log = logging.getLogger("genmesh.engine.models.ovms_config")
+
+LISTS = ("model_config_list", "mediapipe_config_list")
+
+
+class RepositoryError(ValueError):
+    """The config.json itself cannot be used (missing, not JSON, wrong shape, duplicate names)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model to serve: its own settings (server-wide flags and its graph's options) and source."""
+
+    name: str
+    settings: EngineSettings
+    source: ModelSource
+    aliases: tuple[str, ...] = ()  # other values of ``model`` that mean this one
+
+
+@dataclass(frozen=True)
+class Repository:
+    models: tuple[ModelSpec, ...]
+    config_path: Path | None = None  # None: the single ``--model``
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+
+def single_model(settings: EngineSettings) -> Repository:
+    """``--model``: one model under its served name (``ModelSourceError`` if it cannot be found)."""
+    source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
+    aliases = (str(source.path), settings.model)
+    return Repository((ModelSpec(source.served_name, settings, source, aliases=aliases),))
+
+
+def load(settings: EngineSettings) -> Repository:
+    """The models ``settings`` ask for: the config.json's entries, else the one ``--model``."""
+    if settings.config_path is None:
+        return single_model(settings)
+    if {"model", "served_model_name"} & settings.model_fields_set:
+        log.warning("--config-path is set: --model and --served-model-name are ignored")
+    return from_config(Path(settings.config_path).expanduser(), settings)
+
+
+def from_config(path: Path, settings: EngineSettings) -> Repository:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RepositoryError(f"cannot read config file {str(path)!r}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise RepositoryError(f"config file {str(path)!r} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RepositoryError(f"config file {str(path)!r} must hold a JSON object")
+    entries: list[dict[str, Any]] = []
+    for key in LISTS:
+        items = data.get(key, [])
+        if not isinstance(items, list):
+            raise RepositoryError(f"{path}: '{key}' must be a list")
+        for i, item in enumerate(items):
+            # model_config_list wraps each entry in {"config": {...}}; mediapipe_config_list does not
+            entry = item.get("config", item) if isinstance(item, dict) else None
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+                raise RepositoryError(f"{path}: {key}[{i}] needs a 'name' (a non-empty string)")
+            entries.append(entry)
+    if not entries:
+        raise RepositoryError(f"{path}: no models in {' or '.join(LISTS)}")
+    names = [e["name"] for e in entries]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise RepositoryError(f"{path}: model names must be unique, repeated: {', '.join(duplicates)}")
+    specs = tuple(_entry(e, path, settings) for e in entries)
+    return Repository(specs, path)
+
+
+def _relative_to(base: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -> ModelSpec:
+    name: str = entry["name"]
+    try:
+        base = _relative_to(config_path.parent, str(entry.get("base_path") or name))
+        if not base.is_dir():
+            raise ValueError(f"base_path {str(base)!r} is not a folder")
+        graph_path = entry.get("graph_path")
+        graph = _relative_to(base, str(graph_path)) if graph_path else base / GRAPH_FILE
+        model_path, overrides = base, {}
+        if graph.is_file():
+            options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
+            if options.ignored:
+                log.warning("model %s: %s options not used by genmesh: %s", name, graph, ", ".join(options.ignored))
+            model_path = _relative_to(base, options.models_path)
+            overrides = options.settings_overrides()
+        elif graph_path:
+            raise ValueError(f"graph_path {str(graph)!r} does not exist")
+        own = settings.model_copy(update={"model": str(model_path), "served_model_name": name, **overrides})
+        source = resolve(str(model_path), name, own.max_model_len)
+    except (ValueError, OSError) as exc:  # ModelSourceError and GraphError are ValueErrors
+        raise RepositoryError(f"{config_path}: model {name!r} cannot be served: {exc}") from exc
+    return ModelSpec(name, own, source)

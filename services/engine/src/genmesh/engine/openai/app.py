@@ -1,0 +1,40 @@
+"""The engine's ASGI application."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from genmesh.protocol.server.app import package_version, service_app, state_lifespan
+from genmesh.protocol.server.asgi import ShutdownSwitch
+
+from ..models.ovms_config import Repository
+from ..settings import EngineSettings
+from .registry import ModelRegistry
+from .routes import chat, completions, responses, system, tokenize
+
+
+def create_app(settings: EngineSettings, repository: Repository, switch: ShutdownSwitch | None = None) -> FastAPI:
+    """One model (``--model``): the server starts answering once it is loaded, and a load
+    failure stops the server. A model repository (``--config-path``): the server answers at
+    once, the models load concurrently, and each one's state shows in ``/v1/config``.
+    ``switch`` stops the server when a model's engine core keeps dying."""
+
+    async def start() -> ModelRegistry:
+        models = ModelRegistry(repository, switch.stop if switch is not None else None)
+        try:
+            await models.start(wait=repository.config_path is None)
+        except BaseException:
+            await models.close()
+            raise
+        return models
+
+    engine_version = package_version("genmesh-engine", "unknown")
+    app = service_app(
+        "genmesh engine",
+        engine_version,
+        settings.http_limits(),
+        state_lifespan("registry", start),
+        [chat.router, completions.router, responses.router, tokenize.router, system.router],
+    )
+    app.state.versions = {"version": engine_version, "openvino_genai": package_version("openvino-genai", "unknown")}
+    return app

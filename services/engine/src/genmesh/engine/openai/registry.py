@@ -1,0 +1,143 @@
+"""The set of models one engine serves, each with its own engine-core process and status.
+
+Models load concurrently. A model that fails to load is reported in ``/v1/config`` and
+``/health`` and answers 503, while the others keep serving. Each loaded model's core is
+supervised: while it is being replaced the model shows ``LOADING`` with the reason, and its
+requests get 503 ``engine_restarting``. Requests find their model by ``model`` (404
+``model_not_found`` for a name not served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from genmesh.protocol import invalid_request, model_not_found, service_unavailable
+
+from ..metrics import EngineMetrics, MetricFamilies
+from ..models.ovms_config import ModelSpec, Repository
+from .loaded_model import EngineState
+
+log = logging.getLogger("genmesh.engine.openai.registry")
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """OVMS's model version status: ``state`` and ``error_code`` as ``/v1/config`` shows them."""
+
+    state: str
+    error_code: str
+    message: str
+
+    @property
+    def available(self) -> bool:
+        return self.state == "AVAILABLE"
+
+
+LOADING = ModelStatus("LOADING", "OK", "OK")
+AVAILABLE = ModelStatus("AVAILABLE", "OK", "OK")
+LOADING_RETRY_AFTER_S = 5  # a model loads in seconds to minutes
+
+
+class ServedModel:
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.state: EngineState | None = None
+        self.error: str | None = None  # why it failed to load
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def status(self) -> ModelStatus:
+        if self.error is not None:  # as OVMS reports a graph that failed to load
+            return ModelStatus("LOADING", "FAILED_PRECONDITION", self.error)
+        if self.state is None:
+            return LOADING
+        core = self.state.core
+        if core.alive:
+            return AVAILABLE
+        if core.restarting:  # as OVMS reports a model version being reloaded
+            return ModelStatus("LOADING", "UNAVAILABLE", core.unavailable_reason())
+        return ModelStatus("UNKNOWN", "UNAVAILABLE", core.unavailable_reason())
+
+    def unavailable_reason(self) -> str:
+        status = self.status()
+        if status.state == "LOADING" and status.error_code == "OK":
+            return "engine is loading the model"
+        return status.message
+
+    async def load(self, families: MetricFamilies, on_fatal: Callable[[int], None] | None = None) -> None:
+        spec = self.spec
+        try:
+            metrics = EngineMetrics(spec.name, families)
+            self.state = await EngineState.start(spec.settings, spec.source, metrics, on_fatal)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            self.error = f"model did not load within {spec.settings.startup_timeout_s:.0f} s"
+            raise
+        except Exception as exc:
+            self.error = str(exc) or type(exc).__name__
+            raise
+
+
+class ModelRegistry:
+    def __init__(self, repository: Repository, on_fatal: Callable[[int], None] | None = None) -> None:
+        """``on_fatal(exit status)``: a model's core keeps dying; the server should exit."""
+        self.repository = repository
+        self.on_fatal = on_fatal
+        self.families = MetricFamilies()
+        self.models = {spec.name: ServedModel(spec) for spec in repository.models}
+        self._aliases = {alias: m for m in self.models.values() for alias in m.spec.aliases}
+
+    def all(self) -> list[ServedModel]:
+        return list(self.models.values())
+
+    async def start(self, wait: bool) -> None:
+        """Start every model's load at once. ``wait``: return when all are loaded and raise the
+        first failure (single-model mode: a model that cannot load stops the server, as before);
+        otherwise return at once and let each load finish, or fail, on its own."""
+        for model in self.models.values():
+            model.task = asyncio.create_task(self._load(model, quiet=wait), name=f"load-{model.name}")
+        if wait:
+            await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None))
+
+    async def _load(self, model: ServedModel, quiet: bool) -> None:
+        try:
+            await model.load(self.families, self.on_fatal)
+        except Exception:
+            if quiet:
+                raise
+            log.error("model %s failed to load: %s", model.name, model.error)
+
+    def lookup(self, model: str | None) -> ServedModel:
+        if model is None:
+            if len(self.models) == 1:
+                return next(iter(self.models.values()))
+            raise invalid_request("you must provide a model parameter", param="model")
+        found = self.models.get(model) or self._aliases.get(model)
+        if found is None:
+            raise model_not_found(model)
+        return found
+
+    def serving(self, model: str | None) -> EngineState:
+        """The loaded engine for ``model``; 404 for an unknown name, 503 while it cannot serve."""
+        found = self.lookup(model)
+        if found.state is None:
+            raise service_unavailable(
+                f"model '{found.name}' is not available: {found.unavailable_reason()}",
+                "engine_unavailable",
+                LOADING_RETRY_AFTER_S,
+            )
+        return found.state
+
+    async def close(self) -> None:
+        for model in self.models.values():
+            if model.task is not None and not model.task.done():
+                model.task.cancel()
+        await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None), return_exceptions=True)
+        await asyncio.gather(*(m.state.close() for m in self.models.values() if m.state is not None))

@@ -1,0 +1,109 @@
+"""Helpers shared by the generation endpoints: disconnect-aware unary replies and SSE streams."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
+from sse_starlette import ServerSentEvent
+
+from genmesh.protocol import OpenAIError, internal_error
+from genmesh.protocol.server.asgi import unless_disconnected
+
+from ...client.generation import Collected, Event, Generation
+from ..loaded_model import EngineState
+from ..prompt_logprobs import Prompts, ScoringPlan, scored_results, scored_stream
+from ..registry import ModelRegistry
+
+T = TypeVar("T")
+log = logging.getLogger("genmesh.engine.http")
+
+# OpenAI's path prefix and OpenVINO Model Server's aliases of it.
+API_PREFIXES = ("/v1", "/v3", "/v3/v1")
+
+
+def add_api_route(router: APIRouter, name: str, handler: Callable[..., Any], method: str = "POST") -> None:
+    """Route ``/v1/<name>`` and its OVMS aliases (``/v3/<name>``, ``/v3/v1/<name>``) to ``handler``."""
+    for prefix in API_PREFIXES:
+        router.add_api_route(f"{prefix}/{name}", handler, methods=[method], response_model=None)
+
+
+def registry(request: Request) -> ModelRegistry:
+    models: ModelRegistry = request.app.state.registry
+    return models
+
+
+def engine(request: Request, model: str | None) -> EngineState:
+    """The loaded engine serving ``model`` (404 unknown, 503 loading or failed)."""
+    return registry(request).serving(model)
+
+
+def arrival_time() -> float:
+    return time.perf_counter()
+
+
+def event(data: str) -> bytes:
+    """One SSE event, framed by sse-starlette (``data: ...`` and a blank line)."""
+    return ServerSentEvent(data=data, sep="\n").encode()
+
+
+def error_event(err: OpenAIError) -> bytes:
+    return event(err.to_response().model_dump_json())
+
+
+DONE = event("[DONE]")
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def sse(events: AsyncIterator[bytes]) -> StreamingResponse:
+    """Stream pre-encoded events. One response-level task, no per-event machinery: with one
+    event per token per stream this path is hot. A client that leaves ends the body iterator
+    (and so aborts the generation)."""
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def guarded(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+    """Serialise chunks; an error mid-stream becomes a final error event, then ``[DONE]``."""
+    try:
+        async for item in events:
+            yield event(item.model_dump_json(exclude_none=False))
+    except OpenAIError as err:
+        yield error_event(err)
+    except Exception as exc:
+        log.exception("stream failed")
+        yield error_event(internal_error(f"stream failed: {type(exc).__name__}"))
+    yield DONE
+
+
+def json_reply(body: BaseModel) -> Response:
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+class ReplyWriter(Protocol):
+    """How one endpoint kind writes its reply: stream chunks as events come, or the whole reply."""
+
+    def chunks(self, events: AsyncIterator[tuple[int, Event]], prompts: Prompts) -> AsyncIterator[BaseModel]: ...
+
+    def whole(self, results: list[Collected], prompts: Prompts) -> BaseModel: ...
+
+
+async def generated_reply(
+    request: Request,
+    st: EngineState,
+    ids: list[int],
+    scoring: ScoringPlan,
+    gens: Sequence[Generation],
+    stream: bool,
+    writer: ReplyWriter,
+) -> Response:
+    """The reply of submitted generations: an SSE stream, or the whole reply once every choice ends
+    (abandoned if the client disconnects first)."""
+    if stream:
+        return sse(guarded(scored_stream(st, ids, scoring, gens, writer.chunks)))
+    results, prompts = await unless_disconnected(request, scored_results(st, ids, scoring, gens))
+    return json_reply(writer.whole(results, prompts))

@@ -1,0 +1,250 @@
+"""Tool calling: prompt the model with the tools, constrain its calls, parse them back.
+
+Two formats, picked from the model's chat template:
+
+- ``llama3_json`` (Llama 3.x templates): the template renders the tools itself; a call is
+  ``{"name": ..., "parameters": {...}}`` and OpenVINO GenAI's ``Llama3JsonToolParser`` reads it.
+- ``hermes`` (everything else, also the fallback for templates that know nothing of tools,
+  such as SmolLM2's): calls are ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+  When the template cannot render tools, they are described in a system message.
+
+The engine's grammar support keeps calls valid: with ``tool_choice`` ``required`` or a named
+function the whole reply is one call that must match the tool's JSON schema; with ``auto`` the
+reply is free text until the model opens ``<tool_call>``, after which the call must match
+(structural tags).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from genmesh.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    FunctionCall,
+    NamedToolChoice,
+    ToolCall,
+    ToolDefinition,
+    invalid_request,
+)
+
+from ..core.ipc import Constraint, StructuralTag
+from ..grammar import GrammarLimits
+from .structured_output import schema_constraint_text
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_CALL_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
+Format = Literal["hermes", "llama3_json"]
+
+
+def template_format(template: str) -> tuple[Format, bool]:
+    """The call format a chat template expects, and whether it renders ``tools`` itself."""
+    native = "tools" in template
+    if native and "<|start_header_id|>" in template:
+        return "llama3_json", True
+    return "hermes", native
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    mode: Literal["auto", "required", "named"]
+    tools: list[ToolDefinition]
+    format: Format
+    native: bool
+    constraint: Constraint | None
+
+    @property
+    def args_key(self) -> str:
+        return _args_key(self.format)
+
+    def template_tools(self) -> list[dict[str, Any]]:
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+
+def _args_key(fmt: Format) -> str:
+    """Where a call's arguments go: Llama 3 writes ``parameters``, Hermes ``arguments``."""
+    return "parameters" if fmt == "llama3_json" else "arguments"
+
+
+def _call_schema(tool: ToolDefinition, args_key: str) -> dict[str, Any]:
+    # No parameters: the function takes no arguments (OpenAI), so its arguments are "{}".
+    params = tool.function.parameters or {"type": "object", "properties": {}}
+    return {
+        "type": "object",
+        "properties": {"name": {"type": "string", "enum": [tool.function.name]}, args_key: params},
+        "required": ["name", args_key],
+        "additionalProperties": False,
+    }
+
+
+def plan_tools(req: ChatCompletionRequest, template: str, limits: GrammarLimits) -> ToolPlan | None:
+    """How this request uses its tools; None when it does not (no tools, or ``tool_choice: none``)."""
+    tools = req.tools or []
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        named = [t for t in tools if t.function.name == choice.function.name]
+        if not named:
+            raise invalid_request(
+                f"tool_choice names function '{choice.function.name}', which is not among 'tools'",
+                param="tool_choice",
+            )
+        tools_for_call, mode = named, "named"
+    elif choice == "required":
+        if not tools:
+            raise invalid_request("tool_choice 'required' needs at least one tool in 'tools'", param="tool_choice")
+        tools_for_call, mode = tools, "required"
+    elif choice == "none" or not tools:
+        return None
+    else:
+        tools_for_call, mode = tools, "auto"
+    for i, tool in enumerate(tools):
+        if tool.function.parameters is not None:  # checked alone first, so a 400 names the tool's own field
+            schema_constraint_text(tool.function.parameters, f"tools[{i}].function.parameters", limits)
+    fmt, native = template_format(template)
+    schemas = [_call_schema(t, _args_key(fmt)) for t in tools_for_call]
+    constraint: Constraint | None
+    if mode != "auto":
+        schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+        constraint = Constraint(grammar=schema_constraint_text(schema, "tools", limits))
+    elif fmt == "hermes":
+        tags = [StructuralTag(OPEN, schema_constraint_text(s, "tools", limits), CLOSE) for s in schemas]
+        constraint = Constraint(tags=tags, triggers=[OPEN])
+    else:
+        constraint = None  # the model's own format; the library's parser reads it
+    return ToolPlan(mode, tools, fmt, native, constraint)  # type: ignore[arg-type]
+
+
+def system_prompt(plan: ToolPlan) -> str:
+    """Tool instructions for templates that cannot render tools (Hermes style)."""
+    listing = "\n".join(json.dumps(t.model_dump(exclude_none=True)) for t in plan.tools)
+    if plan.mode == "auto":
+        how = (
+            "If a function helps, reply with one or more calls, each as\n"
+            f'{OPEN}{{"name": <function-name>, "arguments": <arguments-object>}}{CLOSE}\n'
+            "Otherwise answer normally."
+        )
+    else:
+        how = 'Reply with exactly one function call as a JSON object {"name": ..., "arguments": {...}}.'
+    return f"You may call functions. Available functions:\n{listing}\n{how}"
+
+
+def history(messages: list[ChatMessage], plan: ToolPlan | None) -> list[dict[str, Any]]:
+    """Chat history for the template, with earlier tool calls and tool results in a form it renders."""
+    native = plan is not None and plan.native
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        role = "system" if msg.role == "developer" else msg.role
+        entry: dict[str, Any] = {"role": role, "content": msg.text()}
+        if msg.tool_calls:
+            calls = [_history_call(c) for c in msg.tool_calls]
+            if native:
+                entry["tool_calls"] = [{"type": "function", "function": c} for c in calls]
+            else:
+                text = "".join(f"{OPEN}{json.dumps(c)}{CLOSE}" for c in calls)
+                entry["content"] = (entry["content"] + "\n" if entry["content"] else "") + text
+        if msg.tool_call_id is not None:
+            entry["tool_call_id"] = msg.tool_call_id
+        if role == "function":
+            entry["role"] = "tool"
+        out.append(entry)
+    if plan is not None and not plan.native:
+        prompt = system_prompt(plan)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{prompt}"}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def _history_call(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function") or {}
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            args = json.loads(args) if args.strip() else {}
+    return {"name": fn.get("name", ""), "arguments": args}
+
+
+def _tool_call(name: str, arguments: Any) -> ToolCall:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(name=name, arguments=args))
+
+
+def _from_object(obj: Any, args_key: str) -> ToolCall | None:
+    if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+        return _tool_call(obj["name"], obj.get(args_key, obj.get("arguments", {})))
+    return None
+
+
+def parse(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
+    """Split a finished reply into its content (None when it is only calls) and its tool calls."""
+    if plan.mode != "auto":
+        try:
+            call = _from_object(json.loads(text), plan.args_key)
+        except json.JSONDecodeError:
+            call = None
+        return (None, [call]) if call is not None else (text, [])
+    if plan.format == "llama3_json":
+        return _parse_llama3(text)
+    calls: list[ToolCall] = []
+    for block in _CALL_BLOCK.findall(text):
+        try:
+            call = _from_object(json.loads(block.strip()), plan.args_key)
+        except json.JSONDecodeError:
+            call = None
+        if call is not None:
+            calls.append(call)
+    if not calls:
+        return text, []
+    content = _CALL_BLOCK.sub("", text).strip()
+    return content or None, calls
+
+
+def _parse_llama3(text: str) -> tuple[str | None, list[ToolCall]]:
+    import openvino_genai as ov_genai
+
+    message: dict[str, Any] = {"content": text}
+    ov_genai.Llama3JsonToolParser().parse(message)
+    found = message.get("tool_calls") or []
+    calls = [c for c in (_from_object(f, "parameters") for f in found) if c is not None]
+    return (None, calls) if calls else (text, [])
+
+
+class CallSplitter:
+    """Streaming with ``auto``: pass text through until a call opens, then keep the rest for ``parse``."""
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self.in_call = False
+
+    def feed(self, text: str, final: bool) -> str:
+        if self.in_call:
+            self._buf += text
+            return ""
+        self._buf += text
+        at = self._buf.find(OPEN)
+        if at != -1:
+            out, self._buf = self._buf[:at], self._buf[at:]
+            self.in_call = True
+            return out
+        keep = 0 if final else _partial_suffix(self._buf, OPEN)
+        out = self._buf[: len(self._buf) - keep]
+        self._buf = self._buf[len(self._buf) - keep :]
+        return out
+
+    @property
+    def rest(self) -> str:
+        return self._buf
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest end of ``text`` that is a proper start of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
