@@ -50,7 +50,7 @@ def test_admin_endpoints_need_the_admin_key(gw: Any, helpers: Any) -> None:
 
 def test_keys_cli_create_list_revoke(gw: Any, helpers: Any, redis_server: Any) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "genmesh.gateway.keys_cli", "--redis-url", redis_server.url, *args]
+        argv = [sys.executable, "-m", "genmesh.gateway.api_keys_cli", "--redis-url", redis_server.url, *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
 
     made = cli("create", "--tenant", "cli-co", "--priority", "7", "--rpm", "100")

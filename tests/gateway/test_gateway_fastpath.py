@@ -11,7 +11,7 @@ import httpx
 import redis.asyncio
 
 from genmesh.gateway.auth import KeyStore
-from genmesh.gateway.keys import KeySpace
+from genmesh.gateway.redis_keys import KeySpace
 from support.polling import until
 
 

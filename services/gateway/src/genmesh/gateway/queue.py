@@ -8,7 +8,7 @@ request's state from Redis in case a message was lost (listener reconnecting, Re
 Leases and queue heartbeats of this process's requests are renewed every lease/3; a killed
 gateway's leases expire and any replica's sweep hands them on. When Redis loses the state (a
 restart without persistence) the scripts start a new epoch, and this gateway re-registers the
-leases of its running requests before it admits another (``scripts.py``).
+leases of its running requests before it admits another (``lua_scripts.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 
 from .config import ModelRoute, RoutingConfig
 from .grants import RECHECK, GrantListener
-from .keys import ModelKeys
+from .redis_keys import ModelKeys
 from .settings import GatewaySettings
 from .store import Store, StoreUnavailable, text
 from .tickets import NoUpstream, QueueFull, QueueTimeout, Ticket

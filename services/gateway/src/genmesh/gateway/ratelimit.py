@@ -16,8 +16,8 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError
 
 from .auth import ApiKey
-from .keys import USAGE_TTL_S
-from .proxy import too_many_requests, with_retry_after
+from .redis_keys import USAGE_TTL_S
+from .replies import too_many_requests, with_retry_after
 from .store import Store, text
 
 _LIMIT_MESSAGES = {

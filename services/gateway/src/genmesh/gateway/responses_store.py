@@ -22,8 +22,8 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
-from .keys import KeySpace
 from .metrics import GatewayMetrics
+from .redis_keys import KeySpace
 
 _SAVE = """
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'record', ARGV[2])

@@ -17,12 +17,12 @@ from genmesh.relay import RelayClient
 
 from .auth import KeyStore
 from .config import RoutingConfig
-from .keys import KeySpace
+from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
 from .queue import Admission
 from .ratelimit import Limiter
+from .redis_keys import KeySpace
 from .responses_store import ResponseStore
-from .scripts import Scripts
 from .settings import GatewaySettings
 from .store import Store
 from .upstreams import Pool

@@ -13,9 +13,9 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .keys import KeySpace
+from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
-from .scripts import Scripts
+from .redis_keys import KeySpace
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError, service_unavailable
 
 from ..auth import ApiKey
-from ..proxy import too_many_requests, with_retry_after
+from ..replies import too_many_requests, with_retry_after
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import NoUpstream, QueueFull, QueueTimeout

@@ -35,7 +35,7 @@ from .. import failover
 from ..affinity import prefix_of
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
-from ..proxy import bad_gateway, prepare_body, response_headers
+from ..replies import bad_gateway, prepare_body, response_headers
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import Ticket

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..config import ModelRoute
-from ..proxy import bad_gateway, failures, upstream_timeout, with_retry_after
+from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from redis.exceptions import RedisError
 
 from .auth import KeyStore
-from .keys import API_KEY_TTL_S, KeySpace
+from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
 from .ratelimit import Limiter
-from .scripts import Scripts
+from .redis_keys import API_KEY_TTL_S, KeySpace
 from .settings import GatewaySettings
 from .state import connect_redis
 from .store import Store
