@@ -18,7 +18,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
-	@echo "make test          set up, lint (ruff, mypy) and run the test suite"
+	@echo "make test          set up, lint (ruff, mypy, lint-imports) and run the test suite"
 	@echo "make test-structured  structured output's property test at every hop, SEEDS seeds per case (default 50)"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
@@ -73,6 +73,8 @@ lint: $(STAMP)
 	@echo "==> mypy"
 	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src scripts/eval/src services/llm-microservice/src services/gateway/src \
 		scripts/export/src scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py
+	@echo "==> lint-imports (the engine's layering: contracts in pyproject.toml)"
+	$(BIN)/lint-imports
 
 test-only: $(STAMP) model redis tools $(EXPORT_STAMP)
 	$(BIN)/python -m pytest tests
