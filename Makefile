@@ -83,7 +83,7 @@ test: lint test-only
 
 # Structured output's property test at every hop with many seeds (SEEDS, default 50): each case's valid count.
 SEEDS ?= 50
-PROPERTY_TESTS := tests/engine/test_structured_and_tools.py::test_every_sampled_structured_reply_parses_and_validates \
+PROPERTY_TESTS := tests/engine/server/test_structured_and_tools.py::test_every_sampled_structured_reply_parses_and_validates \
 	tests/microservice/test_microservice_structured.py::test_every_structured_reply_through_the_microservice_parses \
 	tests/gateway/test_gateway_structured.py::test_every_structured_reply_through_the_gateway_parses
 test-structured: $(STAMP) model redis

@@ -13,6 +13,10 @@ from genmesh.engine.openai.prompts import PromptTokenizer
 from support.exports import GGUF_NAME, IR_NAME, run_export
 from support.servers import DEFAULT_MODEL, EXTERNAL_ENGINE_URL, Server, start_engine, start_repository_engine
 
+# Fixtures shared across packages, registered once for the whole suite: Redis, the fake upstream and
+# gateway processes (tests/gateway, tests/e2e, tests/hostile).
+pytest_plugins = ["support.gateway_helpers"]
+
 
 @pytest.fixture(scope="session")
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -1,6 +1,6 @@
 """genmesh-export on the default GGUF: the files OVMS's export_model.py writes, int8 weights, the
 graph options as given, config.json entries kept, and no other model ever overwritten without
---overwrite_models. (Serving the export: tests/engine/test_ir_serving.py.)"""
+--overwrite_models. (Serving the export: tests/engine/server/test_ir_serving.py.)"""
 
 from __future__ import annotations
 

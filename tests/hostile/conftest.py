@@ -18,13 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.gateway_helpers import (
-    ADMIN_KEY,
-    launch_gateway,
-    redis_server,
-)
-
-__all__ = ["redis_server"]
+from support.gateway_helpers import ADMIN_KEY, launch_gateway
 from support.hostile import COUNTS, FIGURES, FULL, STARTED, Hop, route_to, start_microservice
 from support.servers import ROOT, Server, start_engine
 

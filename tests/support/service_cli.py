@@ -2,7 +2,7 @@
 
 The flag lists are those of the argparse parsers (``--help``) of main at 80eeba5. ``check_flags`` gives
 each a valid value and checks that the service's parser still takes it, sets the same field, and lists
-it in ``--help`` (tests/engine/test_config.py, tests/gateway/test_gateway_settings.py,
+it in ``--help`` (tests/engine/unit/test_config.py, tests/gateway/test_gateway_settings.py,
 tests/microservice/test_microservice_units.py).
 """
 

@@ -78,6 +78,19 @@ WEATHER_TOOL = {
     },
 }
 
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 20}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+
 
 def _user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]

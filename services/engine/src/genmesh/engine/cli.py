@@ -2,7 +2,7 @@
 
 The web parts (FastAPI, uvicorn) are imported in ``main``, not here: the engine core process is
 spawned, and a spawned child runs the parent's ``__main__`` again, which for the console script
-imports this module. The core process stays free of web code (tests/engine/test_core_imports.py).
+imports this module. The core process stays free of web code (tests/engine/unit/test_core_imports.py).
 """
 
 from __future__ import annotations

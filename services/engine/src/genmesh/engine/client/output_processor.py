@@ -12,7 +12,7 @@ produced anything, the processor
 
 Errors from the core arrive typed (``messages.RequestError``) and are handed over as such. The
 processor also routes the scorer's outputs to their sessions. It does no I/O and holds no
-event loop of its own: its unit tests feed it fake core outputs (tests/engine/test_output_processor.py).
+event loop of its own: its unit tests feed it fake core outputs (tests/engine/unit/test_output_processor.py).
 """
 
 from __future__ import annotations

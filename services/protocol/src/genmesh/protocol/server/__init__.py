@@ -11,5 +11,5 @@
   web framework).
 
 Nothing here is imported by ``genmesh.protocol`` itself: the wire models load without FastAPI
-or uvicorn, and so does the engine core process (``tests/engine/test_core_imports.py``).
+or uvicorn, and so does the engine core process (``tests/engine/unit/test_core_imports.py``).
 """

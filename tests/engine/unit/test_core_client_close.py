@@ -3,7 +3,7 @@
 A core whose model fails to load sends ``LoadFailed``, closes its inbox and then takes its time
 to exit (OpenVINO's teardown). The API closes its client as soon as it reads the failure; a
 Shutdown handed to a PUSH socket with no peer left used to wait for ever, and the model stayed
-"LOADING" (seen in CI: tests/engine/test_repository.py's fixture timed out). The core here is a
+"LOADING" (seen in CI: tests/engine/server/test_repository.py's fixture timed out). The core here is a
 real spawned process doing exactly that, without a model.
 """
 

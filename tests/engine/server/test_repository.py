@@ -4,7 +4,7 @@ The live tests share one engine serving a repository of four entries: two names 
 default GGUF (``limited`` with a graph.pbtxt, ``templated`` without one but with a
 template.jinja), and one whose graph asks for a device that does not exist (its load fails in
 the core while the others serve). An entry that can be seen to be wrong without loading it (a
-missing path, a bad graph) stops the server before it starts: tests/engine/test_ir_serving.py.
+missing path, a bad graph) stops the server before it starts: tests/engine/server/test_ir_serving.py.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sse import chunks, events
 from support.servers import GENMESH_ENGINE_ONLY, Server, start_engine
+from support.sse import chunks, events
 
 pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ GREEDY = {"temperature": 0, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def lookup_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    # OVMS's way of turning it on; --prompt-lookup is the same switch (tests/engine/test_config.py).
+    # OVMS's way of turning it on; --prompt-lookup is the same switch (tests/engine/unit/test_config.py).
     server = start_engine(tmp_path_factory.mktemp("lookup"), "--plugin-config", json.dumps({"prompt_lookup": True}))
     yield server
     server.stop()

@@ -6,9 +6,9 @@ import statistics
 from typing import Any
 
 import httpx
+from test_parameters import post, stream
 
 from support.servers import GENMESH_ENGINE_ONLY
-from test_parameters import post, stream
 
 pytestmark = GENMESH_ENGINE_ONLY
 

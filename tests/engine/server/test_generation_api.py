@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from genmesh.engine.openai.prompts import PromptTokenizer
-from sse import chunks, events
 from support.servers import MODEL_NAME
+from support.sse import chunks, events
 
 CHAT = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What is OpenVINO?"}]
 
