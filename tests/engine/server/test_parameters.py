@@ -189,7 +189,7 @@ def test_max_completion_tokens_wins_over_max_tokens(engine_url: str) -> None:
 
 
 def test_user_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    from genmesh.engine.openai.routes.responding import log_user
+    from genmesh.engine.openai.intake import log_user
 
     with caplog.at_level("INFO", logger="genmesh.engine.http"):
         log_user("alice", "chat", "m")
