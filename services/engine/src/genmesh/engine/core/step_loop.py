@@ -30,7 +30,6 @@ log = logging.getLogger("genmesh.engine.core.step_loop")
 
 IDLE_POLL_MS = 1000  # while idle, wake this often to notice an orphaned core
 
-
 WARMUP_REQUEST_ID = 2**62  # above any id the API process gives out
 
 
