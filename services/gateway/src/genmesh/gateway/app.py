@@ -12,7 +12,7 @@ from genmesh.protocol.server.asgi import error_response
 
 from .auth import check_admin
 from .config import RoutingConfig
-from .routes import admin, completions, openai, responses, stored_responses, system
+from .routes import admin, completions, console, openai, responses, stored_responses, system
 from .routes.common import authenticate
 from .settings import GatewaySettings
 from .state import GatewayState
@@ -73,7 +73,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         "0.1.0",
         settings.http_limits(),
         state_lifespan("gateway", lambda: GatewayState.start(settings, config)),
-        [openai.router, stored_responses.router, admin.router, system.router],
+        [openai.router, stored_responses.router, admin.router, system.router, console.router],
         documented,
     )
 

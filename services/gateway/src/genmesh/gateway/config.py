@@ -34,6 +34,9 @@ class UpstreamConfig(BaseModel):
     name: str = ""
     max_concurrency: int = Field(default=8, ge=1)
     health_path: str = "/health"
+    # the engine's Prometheus metrics behind this upstream (KV cache, running/waiting) for the console;
+    # empty: the upstream's own /metrics (a microservice in front of an engine has none of them)
+    metrics_url: str = ""
 
     @field_validator("url")
     @classmethod

@@ -318,6 +318,23 @@ redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[1]) * 3, 60000))
 return 0
 """
 
+# KEYS = console history series (tag {console}); ARGV = interval_ms, horizon_ms, value per key.
+# Appends one sample per interval across all replicas: the first replica in an interval writes it,
+# the others find it and add nothing. -> 1 when sampled, 0 when this interval already had one.
+SAMPLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local interval, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] and now - tonumber(last[2]) < interval then return 0 end
+for k = 1, #KEYS do
+  redis.call('ZADD', KEYS[k], now, now .. ':' .. ARGV[k + 2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now - horizon)
+  redis.call('PEXPIRE', KEYS[k], horizon)
+end
+return 1
+"""
+
 
 @dataclass(frozen=True)
 class Scripts:
@@ -329,6 +346,7 @@ class Scripts:
     account: AsyncScript
     renew_concurrent: AsyncScript
     remember: AsyncScript
+    sample: AsyncScript
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
@@ -341,4 +359,5 @@ class Scripts:
             account=redis.register_script(ACCOUNT),
             renew_concurrent=redis.register_script(RENEW_CONCURRENT),
             remember=redis.register_script(REMEMBER),
+            sample=redis.register_script(SAMPLE),
         )

@@ -250,6 +250,11 @@ class Admission:
         for raw in lost or []:
             self.grants.resolve(text(raw), RECHECK)
 
+    @property
+    def tracked(self) -> dict[str, dict[str, Ticket]]:
+        """This process's requests per model, queued or running (read by the console)."""
+        return self._tracked
+
     def peers(self, model: str) -> int:
         """Other gateways with requests of ``model``, as of our last renewal."""
         return self._others[model]

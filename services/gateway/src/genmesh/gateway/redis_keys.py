@@ -12,6 +12,7 @@ API_KEY_TTL_S = 365 * 24 * 3600
 REVOKED_TOMBSTONE_TTL_S = 7 * 24 * 3600
 RATE_WINDOW_TTL_S = 120
 USAGE_TTL_S = 400 * 24 * 3600
+CONSOLE_HISTORY_SERIES = ("queue_depth", "tokens_per_s", "ttft_p50_s", "ttft_p99_s", "rate_429", "rate_5xx")
 
 
 def _tag(value: str) -> str:
@@ -83,6 +84,15 @@ class KeySpace:
     def response(self, response_id: str) -> str:
         """HASH of one stored response (``owner``, ``record``), with the stored-responses TTL."""
         return f"{self.prefix}:resp:{response_id}"
+
+    def console_replicas(self) -> str:
+        """HASH gateway id -> JSON of that replica's recent activity (console), TTL a few intervals."""
+        return f"{self.prefix}:{{console}}:replicas"
+
+    def console_history(self) -> list[str]:
+        """One ZSET per chart series (CONSOLE_HISTORY_SERIES): score = sample time ms, member "ms:value";
+        trimmed to and expiring after ``console_history_s``. All tagged ``{console}`` for one Lua script."""
+        return [f"{self.prefix}:{{console}}:history:{name}" for name in CONSOLE_HISTORY_SERIES]
 
     def api_key_index(self) -> str:
         """HASH key id -> digest, for listing and revoking."""

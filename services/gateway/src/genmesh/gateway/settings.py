@@ -71,6 +71,18 @@ class GatewaySettings(ServiceSettings):
         default=1024 * 1024, ge=1024, description="size cap of one stored response (its conversation and output)"
     )
 
+    console_interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="console: status computed (and a history sample taken) this often"
+    )
+    console_window_s: float = Field(
+        default=300.0, gt=0, le=3600, description="console: queue wait and TTFT percentiles over this recent window"
+    )
+    console_history_s: float = Field(
+        default=900.0, gt=0, le=86400, description="console: chart history kept in Redis (TTL and trim horizon)"
+    )
+    console_max_keys: int = Field(default=200, ge=0, le=10000, description="console: API keys shown (0: none)")
+    console_session_s: float = Field(default=12 * 3600.0, gt=0, description="console: lifetime of a login cookie")
+
     def admin_secret(self) -> str | None:
         """The admin key (the file's first line when ``admin_key_file`` is set); None: admin endpoints off."""
         if self.admin_key_file is not None:

@@ -17,6 +17,8 @@ from genmesh.relay import RelayClient
 
 from .auth import KeyStore
 from .config import RoutingConfig
+from .console.activity import Activity
+from .console.status import StatusBoard
 from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
 from .queue import Admission
@@ -65,6 +67,8 @@ class GatewayState:
             timeout=httpx.Timeout(None, connect=settings.connect_timeout_s),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
+        self.activity = Activity()
+        self.console = StatusBoard(self)
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -78,6 +82,7 @@ class GatewayState:
             st.admission.reclaim_forever(),
             st.limiter.renew_forever(),
             st.pool.probe_forever(st.http),
+            st.console.run_forever(),
         ):
             st._tasks.append(asyncio.create_task(work))
         if not st.auth_required:

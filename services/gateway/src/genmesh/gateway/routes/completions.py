@@ -98,6 +98,7 @@ class _Exchange:
         self.rid = rid
         self.rid_header = (b"x-request-id", rid.encode("latin-1"))
         self.started = time.monotonic()
+        self.first_output: float | None = None  # a stream's first relayed chunk: its time to first token
         self.response_started = False
         self.finished = False  # the last body message is about to go: a disconnect now is the normal end
         self.gone = False
@@ -132,12 +133,14 @@ class _Exchange:
             await self._serve(key, route, priority, raw, body, stream)
         except OpenAIError as err:
             st.metrics.requests.labels(route_name, str(err.status)).inc()
+            st.activity.finished(route_name, err.status)
             await self.send_error(err)
         except ClientGone:
             st.metrics.requests.labels(route_name, "499").inc()
         except Exception as exc:
             log.exception("unhandled error", exc_info=exc)
             st.metrics.requests.labels(route_name, "500").inc()
+            st.activity.finished(route_name, 500)
             await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
 
     async def _read_body(self) -> bytes:
@@ -236,6 +239,8 @@ class _Exchange:
             ]
             await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
             async for chunk in relay:
+                if stream and self.first_output is None:
+                    self.first_output = time.monotonic()
                 if stream and self.leg[1] is not None:
                     self.leg[1].stream_output()
                 await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -318,6 +323,8 @@ class _Exchange:
         await self._give_back(key, ticket)
         status = str(resp.status) if completed and out.error is None else ("499" if not completed else "502")
         st.metrics.requests.labels(route.name, status).inc()
+        ttft = None if self.first_output is None else self.first_output - self.started
+        st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
         if out.prompt_tokens or out.completion_tokens:
             await st.limiter.account(key, out.prompt_tokens, out.completion_tokens)
         if log.isEnabledFor(logging.INFO):

@@ -1,0 +1,319 @@
+"""The console's status: computed once per interval per replica, shared by every viewer.
+
+Each interval this replica publishes its own activity (``activity.py``) and reads the shared
+picture from Redis: every live replica's activity, the queues by priority, the slot leases per
+upstream, the API keys' windows, and the charts' history, to which it appends one sample unless
+another replica already did in this interval (``SAMPLE`` in ``lua_scripts.py``). The engines'
+metrics are read over HTTP. Viewers get the last snapshot, so a hundred open consoles cost what
+one does. Redis away: the snapshot says so (``redis.ok`` false) and keeps what this replica knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from ..redis_keys import CONSOLE_HISTORY_SERIES
+from ..store import text
+from . import engine_metrics
+
+if TYPE_CHECKING:
+    from ..state import GatewayState
+
+log = logging.getLogger("genmesh.gateway.console")
+
+SCHEMA_VERSION = 1
+MAX_WAITING_LISTED = 200  # per replica: waiting requests published with tenant and age
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class StatusBoard:
+    def __init__(self, st: GatewayState) -> None:
+        self.st = st
+        self.settings = st.settings
+        self.snapshot: dict[str, Any] = {"schema": SCHEMA_VERSION, "computed_at": None, "seq": 0}
+        self.computations = 0
+
+    async def run_forever(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.refresh()
+            except Exception:  # the console must never take the gateway down
+                log.exception("console status failed")
+            await asyncio.sleep(max(0.05, self.settings.console_interval_s - (time.monotonic() - started)))
+
+    async def refresh(self) -> None:
+        self.computations += 1
+        st = self.st
+        snap: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "seq": self.computations,
+            "computed_at": time.time(),
+            "interval_s": self.settings.console_interval_s,
+            "window_s": self.settings.console_window_s,
+            "gateway_id": st.admission.gateway_id,
+            "auth_required": st.auth_required,
+        }
+        engines = await self._engines()
+        redis_ok, error, shared = True, None, {}
+        try:
+            shared = await self._shared()
+        except (RedisError, OSError) as exc:
+            redis_ok, error = False, f"Redis unavailable: {type(exc).__name__}"
+        snap["redis"] = {"ok": redis_ok, "error": error, "location": self.settings.redis_location()}
+        snap["replicas"] = shared.get("replicas", 1)
+        snap["models"] = self._models(shared)
+        snap["upstreams"] = self._upstreams(shared, engines)
+        snap["keys"] = shared.get("keys", [])
+        snap["batches"] = []
+        snap["history"] = shared.get("history", {name: [] for name in CONSOLE_HISTORY_SERIES})
+        self.snapshot = snap
+
+    # -- what this replica knows ----------------------------------------------------------------
+
+    def _waiting_here(self) -> list[list[Any]]:
+        now = time.monotonic()
+        out = []
+        for model, tickets in self.st.admission.tracked.items():
+            for t in list(tickets.values()):
+                if t.upstream is None and t.granted_at is None:
+                    out.append([model, t.priority, t.tenant, round(now - t.arrived, 3)])
+        return out[:MAX_WAITING_LISTED]
+
+    async def _engines(self) -> dict[tuple[str, str], dict[str, Any]]:
+        pairs = [(m, u) for m, pool in self.st.pool.models.items() for u in pool]
+        timeout = min(self.settings.health_timeout_s, self.settings.console_interval_s)
+        results = await asyncio.gather(
+            *(
+                engine_metrics.scrape(self.st.http, u.config.metrics_url or u.url + "/metrics", timeout)
+                for _, u in pairs
+            )
+        )
+        return {(m, u.name): r for (m, u), r in zip(pairs, results, strict=True)}
+
+    # -- the shared picture, from Redis -------------------------------------------------------------
+
+    async def _shared(self) -> dict[str, Any]:
+        st = self.st
+        ks = st.keyspace
+        interval_ms = int(self.settings.console_interval_s * 1000)
+        mine = {
+            "at": time.time(),
+            "models": st.activity.snapshot(self.settings.console_window_s),
+            "waiting": self._waiting_here(),
+        }
+        replicas_key = ks.console_replicas()
+        stale_s = 3 * self.settings.console_interval_s + 2
+        async with st.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(replicas_key, st.admission.gateway_id, orjson.dumps(mine))
+            pipe.pexpire(replicas_key, int(stale_s * 1000) * 10)
+            pipe.hgetall(replicas_key)
+            await_results = await pipe.execute()
+        raw_replicas: dict[Any, Any] = await_results[2]
+        replicas: list[dict[str, Any]] = []
+        gone = []
+        for rid, blob in raw_replicas.items():
+            with contextlib.suppress(ValueError):
+                rec = orjson.loads(blob)
+                if rec.get("at", 0) >= time.time() - stale_s:
+                    replicas.append(rec)
+                    continue
+            gone.append(rid)
+        if gone:
+            await st.redis.hdel(replicas_key, *gone)
+        depths = await st.admission.depths()
+        in_flight = await st.admission.in_flight()
+        keys = await self._keys()
+        totals = self._aggregate(replicas)
+        depth_all = sum(depths.values())
+        sample = [
+            depth_all,
+            round(sum(m["tokens_per_s"] for m in totals.values()), 3),
+            _arg(percentile([x for m in totals.values() for x in m["ttfts"]], 0.5)),
+            _arg(percentile([x for m in totals.values() for x in m["ttfts"]], 0.99)),
+            round(sum(m["rate_429"] for m in totals.values()), 3),
+            round(sum(m["rate_5xx"] for m in totals.values()), 3),
+        ]
+        history_keys = ks.console_history()
+        horizon_ms = int(self.settings.console_history_s * 1000)
+        await st.scripts.sample(keys=history_keys, args=[int(interval_ms * 0.8), horizon_ms, *sample])
+        async with st.redis.pipeline(transaction=False) as pipe:
+            for key in history_keys:
+                pipe.zrange(key, 0, -1)
+            series = await pipe.execute()
+        history = {
+            name: [_point(m) for m in members] for name, members in zip(CONSOLE_HISTORY_SERIES, series, strict=True)
+        }
+        return {
+            "replicas": len(replicas),
+            "totals": totals,
+            "waiting": [w for r in replicas for w in r.get("waiting", [])],
+            "depths": depths,
+            "in_flight": in_flight,
+            "keys": keys,
+            "history": history,
+        }
+
+    @staticmethod
+    def _aggregate(replicas: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        totals: dict[str, dict[str, Any]] = {}
+        for rec in replicas:
+            for model, m in rec.get("models", {}).items():
+                t = totals.setdefault(
+                    model,
+                    {
+                        "tokens_per_s": 0.0,
+                        "requests_per_s": 0.0,
+                        "rate_429": 0.0,
+                        "rate_5xx": 0.0,
+                        "waits": [],
+                        "ttfts": [],
+                    },
+                )
+                for k in ("tokens_per_s", "requests_per_s", "rate_429", "rate_5xx"):
+                    t[k] += float(m.get(k, 0.0))
+                t["waits"] += m.get("waits", [])
+                t["ttfts"] += m.get("ttfts", [])
+        return totals
+
+    async def _keys(self) -> list[dict[str, Any]]:
+        st = self.st
+        if not st.auth_required and self.settings.console_max_keys == 0:
+            return []
+        listed = (await st.keys.list())[: self.settings.console_max_keys]
+        now_ms = int(time.time() * 1000)
+        window = str(int(time.time()) // 60)
+        async with st.redis.pipeline(transaction=False) as pipe:
+            for k in listed:
+                kk = st.keyspace.key_id(k.key_id)
+                pipe.hgetall(kk.rate)
+                pipe.zcount(kk.concurrent, now_ms, "+inf")
+            raw = await pipe.execute()
+        out = []
+        for i, k in enumerate(listed):
+            rate = {text(a): text(b) for a, b in raw[2 * i].items()}
+            current = rate.get("w") == window
+            out.append(
+                {
+                    "key_id": k.key_id,
+                    "tenant": k.tenant,
+                    "name": k.name,
+                    "revoked": k.revoked,
+                    "requests": int(rate.get("req", 0)) if current else 0,
+                    "rpm": k.rpm,
+                    "tokens": int(rate.get("tok", 0)) if current else 0,
+                    "tpm": k.tpm,
+                    "concurrent": int(raw[2 * i + 1]),
+                    "max_concurrent": k.max_concurrent,
+                }
+            )
+        return out
+
+    # -- the snapshot's sections --------------------------------------------------------------------
+
+    def _models(self, shared: dict[str, Any]) -> list[dict[str, Any]]:
+        waiting = shared.get("waiting", self._waiting_here())
+        depths: dict[tuple[str, int], int] = shared.get("depths", {})
+        in_flight: dict[tuple[str, str], int] = shared.get("in_flight", {})
+        totals: dict[str, dict[str, Any]] = shared.get("totals", {})
+        out = []
+        for name, route in self.st.config.models.items():
+            mine = [w for w in waiting if w[0] == name]
+            tenants: dict[str, dict[str, Any]] = {}
+            for _, _prio, tenant, age in mine:
+                t = tenants.setdefault(tenant, {"tenant": tenant, "waiting": 0, "oldest_wait_s": 0.0})
+                t["waiting"] += 1
+                t["oldest_wait_s"] = max(t["oldest_wait_s"], age)
+            by_prio = {str(p): n for (m, p), n in depths.items() if m == name and n}
+            if not depths:  # Redis away: what this replica holds
+                for _, prio, _, _ in mine:
+                    by_prio[str(prio)] = by_prio.get(str(prio), 0) + 1
+            t = totals.get(name, {})
+            out.append(
+                {
+                    "model": name,
+                    "waiting": sum(by_prio.values()),
+                    "waiting_by_priority": by_prio,
+                    "waiting_by_tenant": sorted(tenants.values(), key=lambda x: (-x["waiting"], x["tenant"])),
+                    "oldest_wait_s": max((w[3] for w in mine), default=0.0),
+                    "running": [
+                        {"upstream": u.name, "running": in_flight.get((name, u.name)), "capacity": u.max_concurrency}
+                        for u in route.upstreams
+                    ],
+                    "tokens_per_s": round(t.get("tokens_per_s", 0.0), 3),
+                    "requests_per_s": round(t.get("requests_per_s", 0.0), 3),
+                    "queue_wait_p50_s": _num(percentile(t.get("waits", []), 0.5)),
+                    "queue_wait_p99_s": _num(percentile(t.get("waits", []), 0.99)),
+                    "ttft_p50_s": _num(percentile(t.get("ttfts", []), 0.5)),
+                    "ttft_p99_s": _num(percentile(t.get("ttfts", []), 0.99)),
+                }
+            )
+        return out
+
+    def _upstreams(
+        self, shared: dict[str, Any], engines: dict[tuple[str, str], dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        in_flight: dict[tuple[str, str], int] = shared.get("in_flight", {})
+        now = time.monotonic()
+        out = []
+        for model, pool in self.st.pool.models.items():
+            for u in pool:
+                if now < u.open_until:
+                    circuit = "open"
+                elif u.failures:
+                    circuit = "half-open" if not u.probed_ok else "closed"
+                else:
+                    circuit = "closed"
+                engine = engines.get((model, u.name), {"ok": False})
+                out.append(
+                    {
+                        "model": model,
+                        "upstream": u.name,
+                        "url": u.url,
+                        "healthy": u.available(),
+                        "circuit": circuit,
+                        "failures": u.failures,
+                        "circuit_opened": u.opened,
+                        "in_flight": in_flight.get((model, u.name)),
+                        "capacity": u.config.max_concurrency,
+                        "engine": {
+                            "reachable": bool(engine.get("ok")),
+                            "kv_cache_usage": engine.get("kv_cache_usage"),
+                            "running": _int(engine.get("running")),
+                            "waiting": _int(engine.get("waiting")),
+                            "restarts": _int(engine.get("restarts")),
+                        },
+                    }
+                )
+        return out
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _arg(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def _point(member: bytes | str) -> list[float | None]:
+    ms, _, value = text(member).partition(":")
+    return [int(ms) / 1000, float(value) if value else None]

@@ -1,0 +1,124 @@
+"""The console's routes: the page, its login, its static files and the JSON status behind it.
+
+With auth on, the page and ``/console/status`` need the admin key: a form posts it once and gets a
+signed HttpOnly, SameSite=Strict cookie (``console/session.py``); scripts may send it as a Bearer
+token to ``/console/status`` instead. A key never travels in a URL. Every response carries a strict
+Content-Security-Policy: the page runs only its own script and style, and renders data as text.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+from urllib.parse import parse_qs
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from genmesh.protocol import OpenAIError
+
+from ..auth import check_admin
+from ..console import session
+from .common import gateway
+
+router = APIRouter(prefix="/console")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",  # not no-referrer: that makes a browser send "Origin: null" on the login
+    "Cache-Control": "no-store",
+}
+STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+MAX_LOGIN_BYTES = 4096
+LOGIN_ERROR = '<p class="error" role="alert">That is not the admin key.</p>'
+
+
+@cache
+def _asset(name: str) -> bytes:
+    return files("genmesh.gateway.console").joinpath("static", name).read_bytes()
+
+
+def _page(name: str, status: int = 200, error: str = "", headers: dict[str, str] | None = None) -> Response:
+    body = _asset(name).replace(b"<!--error-->", error.encode())
+    return Response(body, status, {**SECURITY_HEADERS, **(headers or {})}, media_type="text/html; charset=utf-8")
+
+
+def _redirect(to: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=303, headers={**SECURITY_HEADERS, "Location": to, **(headers or {})})
+
+
+def _signed_in(request: Request) -> bool:
+    st = gateway(request)
+    return not st.auth_required or session.valid(request.cookies.get(session.COOKIE), st.admin_key)
+
+
+@router.get("", include_in_schema=False)
+async def console_page(request: Request) -> Response:
+    if not _signed_in(request):
+        return _redirect("/console/login")
+    return _page("console.html")
+
+
+@router.get("/login", include_in_schema=False)
+async def login_page(request: Request) -> Response:
+    if not gateway(request).auth_required:
+        return _redirect("/console")
+    return _page("login.html")
+
+
+@router.post("/login", include_in_schema=False)
+async def login(request: Request) -> Response:
+    st = gateway(request)
+    origin = request.headers.get("origin")
+    cross = request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
+    if cross or (origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}"):
+        return _page("login.html", 403, '<p class="error" role="alert">Cross-site login refused.</p>')
+    if not st.auth_required:
+        return _redirect("/console")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LOGIN_BYTES:
+            return _page("login.html", 413, LOGIN_ERROR)
+    key = (parse_qs(body.decode("utf-8", "replace")).get("key") or [""])[0].strip()
+    try:
+        check_admin(f"Bearer {key}", st.admin_key)
+    except OpenAIError as err:
+        return _page("login.html", err.status, LOGIN_ERROR)
+    assert st.admin_key is not None
+    lifetime = int(st.settings.console_session_s)
+    cookie = session.set_cookie_header(
+        session.issue(st.admin_key, lifetime), lifetime, secure=request.url.scheme == "https"
+    )
+    return _redirect("/console", {"Set-Cookie": cookie})
+
+
+@router.post("/logout", include_in_schema=False)
+async def logout(request: Request) -> Response:
+    return _redirect("/console/login", {"Set-Cookie": session.set_cookie_header("", 0, request.url.scheme == "https")})
+
+
+@router.get("/static/{name}", include_in_schema=False)
+async def static(name: str) -> Response:
+    if name not in STATIC:
+        return Response(status_code=404, headers=SECURITY_HEADERS)
+    return Response(_asset(name), headers={**SECURITY_HEADERS, "Cache-Control": "no-cache"}, media_type=STATIC[name])
+
+
+@router.get("/status")
+async def console_status(request: Request) -> Response:
+    """The console's data (docs/console.md): the last snapshot, computed once per interval."""
+    st = gateway(request)
+    if st.auth_required and not _signed_in(request):
+        try:
+            check_admin(request.headers.get("authorization"), st.admin_key)
+        except OpenAIError as err:
+            return JSONResponse(err.body(), err.status, headers=SECURITY_HEADERS)
+    return Response(orjson.dumps(st.console.snapshot), headers=SECURITY_HEADERS, media_type="application/json")

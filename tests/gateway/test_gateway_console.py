@@ -1,0 +1,308 @@
+"""The console (GET /console) in a real headless Chromium, over a real gateway, Redis and engine.
+
+One gateway serves the real model through two upstreams of one slot each: the engine itself, and a
+microservice of this test's own in front of it (killed to watch the page turn it unhealthy).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from support.browser import browser
+from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config
+from support.polling import wait_until
+from support.servers import MODEL_NAME, Server, free_port, start_server
+
+__all__ = ["browser"]
+
+XSS_TENANT = "<img src=x onerror=alert(1)>"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+NOTES_SCREENSHOT = Path("/work/notes/console.png")
+SCHEMA = json.loads(files("genmesh.gateway.console").joinpath("status.schema.json").read_text())
+CSP_PARTS = (
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "connect-src 'self'",
+    "frame-ancestors 'none'",
+)
+
+
+@pytest.fixture
+def own_microservice(engine_url: str, tmp_path: Path) -> Iterator[Server]:
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
+    server = start_server(
+        "microservice",
+        [*argv, "--model-id", MODEL_NAME],
+        port,
+        tmp_path,
+        health_path="/v1/health_check",
+        env={"OPENAI_API_KEY": ""},
+    )
+    yield server
+    server.stop()
+
+
+def status(url: str) -> dict[str, Any]:
+    r = httpx.get(url + "/console/status", headers=ADMIN, timeout=10)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def new_key(url: str, tenant: str, **limits: int) -> str:
+    r = httpx.post(url + "/admin/keys", json={"tenant": tenant, **limits}, headers=ADMIN, timeout=10)
+    assert r.status_code == 201, r.text
+    secret: str = r.json()["api_key"]
+    return secret
+
+
+def cells(driver: WebDriver, table: str) -> list[list[str]]:
+    """A table's cells as text, read in one script (the page redraws every second)."""
+    script = "return [...document.querySelectorAll(arguments[0])].map(r => [...r.cells].map(c => c.textContent))"
+    rows: list[list[str]] = driver.execute_script(script, f"#{table} tbody tr")
+    return rows
+
+
+def log_in(driver: WebDriver, url: str, key: str) -> None:
+    driver.get(url + "/console")
+    field = driver.find_element(By.ID, "key")
+    field.send_keys(key)
+    field.submit()
+
+
+def stream(url: str, key: str, max_tokens: int, results: list[int]) -> None:
+    body = {
+        "model": MODEL_NAME,
+        "messages": [{"role": "user", "content": "Count from one to one hundred in words."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=auth(key), timeout=120) as r:
+        for _ in r.iter_bytes():
+            pass
+        results.append(r.status_code)
+
+
+def test_console_live_in_chromium(
+    browser: WebDriver, start_gateway: StartGateway, engine_url: str, own_microservice: Server, tmp_path: Path
+) -> None:
+    models = {
+        MODEL_NAME: {
+            "upstreams": [
+                {"url": engine_url, "name": "engine", "max_concurrency": 1},
+                {
+                    "url": own_microservice.url,
+                    "name": "micro",
+                    "max_concurrency": 1,
+                    "health_path": "/v1/health_check",
+                    "metrics_url": engine_url + "/metrics",
+                },
+            ],
+            "max_queue_length": 64,
+            "max_queue_wait_s": 120,
+        }
+    }
+    gw = start_gateway(models, "--auth", "on")
+    alice = new_key(gw.url, "alice", rpm=1000, tpm=100000, max_concurrent=8)
+    xss = new_key(gw.url, XSS_TENANT)
+
+    # a wrong key: an error, no cookie, and nothing of the key on the page or in the URL
+    log_in(browser, gw.url, "wrong-key-do-not-echo")
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, ".error"), 10, what="the login error")
+    assert "not the admin key" in browser.find_element(By.CSS_SELECTOR, ".error").text
+    assert "wrong-key-do-not-echo" not in browser.page_source
+    assert "key" not in browser.current_url.split("/console")[-1].replace("login", "")
+    assert browser.get_cookies() == []
+
+    log_in(browser, gw.url, ADMIN_KEY)
+    wait_until(lambda: cells(browser, "upstreams") and len(cells(browser, "upstreams")[0]) > 2, 20, what="the console")
+    assert ADMIN_KEY not in browser.current_url
+    (cookie,) = browser.get_cookies()
+    assert cookie["httpOnly"]
+    assert cookie["sameSite"] == "Strict"
+    assert ADMIN_KEY not in cookie["value"]
+
+    # traffic: two slots, twelve streams from two tenants; some must wait
+    results: list[int] = []
+    threads = [
+        threading.Thread(target=stream, args=(gw.url, alice if i % 2 else xss, 48, results), daemon=True)
+        for i in range(12)
+    ]
+    for t in threads:
+        t.start()
+
+    def queued_on_page() -> bool:
+        rows = cells(browser, "models")
+        return bool(rows) and rows[0][1].isdigit() and int(rows[0][1]) > 0
+
+    wait_until(queued_on_page, 60, what="a queued request on the page")
+    tenants = [row[1] for row in cells(browser, "tenants")]
+    assert {"alice", XSS_TENANT} & set(tenants), tenants
+
+    def charts_have_data() -> bool:
+        s = status(gw.url)
+        return len(s["history"]["queue_depth"]) >= 5 and s["models"][0]["tokens_per_s"] > 0
+
+    wait_until(charts_have_data, 60, what="chart samples and tokens/s for the screenshot")
+    shot = tmp_path / "console.png"
+    assert browser.save_screenshot(str(shot))
+    if NOTES_SCREENSHOT.parent.is_dir():
+        shutil.copy(shot, NOTES_SCREENSHOT)
+
+    for t in threads:
+        t.join(180)
+    assert results.count(200) == 12, results
+    wait_until(lambda: cells(browser, "models")[0][1] == "0", 20, what="the queue drained on the page")
+
+    # the numbers on the page are the status endpoint's (quiet now: poll until one snapshot is on both)
+    def mismatches() -> list[tuple[str, str, str]]:
+        """(what, on the page, in the status) for each number that differs."""
+        s = status(gw.url)
+        model = s["models"][0]
+        row = cells(browser, "models")[0]
+        alice_status = next(k for k in s["keys"] if k["tenant"] == "alice")
+        alice_row = next(r for r in cells(browser, "keys") if r[0] == "alice")
+        up_rows = {r[1]: r for r in cells(browser, "upstreams")}
+        kv = s["upstreams"][0]["engine"]["kv_cache_usage"]
+        pairs = [
+            ("model", row[0], model["model"]),
+            ("waiting", row[1], str(model["waiting"])),
+            ("running", row[4], "  ".join(f"{r['upstream']} {r['running']}/{r['capacity']}" for r in model["running"])),
+            ("alice requests", alice_row[2], f"{alice_status['requests']} / 1000"),
+            ("alice tokens", alice_row[3], f"{alice_status['tokens']} / 100000"),
+            ("alice concurrent", alice_row[4], f"{alice_status['concurrent']} / 8"),
+            ("kv cache", f"{float(up_rows['engine'][5].rstrip('%')):.0f}", f"{kv * 100:.0f}"),
+        ]
+        pairs += [
+            (f"{u['upstream']} health", up_rows[u["upstream"]][2], "healthy" if u["healthy"] else "unhealthy")
+            for u in s["upstreams"]
+        ]
+        return [p for p in pairs if p[1] != p[2]]
+
+    last: list[list[tuple[str, str, str]]] = [[]]
+
+    def page_matches_status() -> bool:
+        last[0] = mismatches()
+        return not last[0]
+
+    try:
+        wait_until(page_matches_status, 20, what="the page to show the status endpoint's numbers")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; (what, page, status): {last[0]}") from None
+    s = status(gw.url)
+    jsonschema.validate(s, SCHEMA)
+    assert s["models"][0]["ttft_p50_s"] is not None
+    assert s["models"][0]["queue_wait_p99_s"] is not None
+    assert s["upstreams"][0]["engine"]["reachable"]
+    assert s["upstreams"][0]["engine"]["kv_cache_usage"] is not None
+
+    # the XSS tenant is text, never markup: no <img> in the page, no alert
+    key_rows = {r[0]: r for r in cells(browser, "keys")}
+    assert XSS_TENANT in key_rows
+    assert browser.find_elements(By.TAG_NAME, "img") == []
+    with pytest.raises(NoAlertPresentException):
+        _ = browser.switch_to.alert.text
+
+    # a killed upstream turns unhealthy on the page within seconds
+    own_microservice.proc.kill()
+    killed = time.monotonic()
+    wait_until(
+        lambda: {r[1]: r[2] for r in cells(browser, "upstreams")}.get("micro") == "unhealthy",
+        10,
+        what="the killed upstream shown unhealthy",
+    )
+    print(f"\n[killed upstream unhealthy on the page after {time.monotonic() - killed:.1f} s]")
+    assert {r[1]: r[2] for r in cells(browser, "upstreams")}["engine"] == "healthy"
+
+
+def test_console_headers_and_auth(start_gateway: StartGateway, fake_upstream: Server) -> None:
+    gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "on")
+    with httpx.Client(base_url=gw.url, timeout=10, follow_redirects=False) as client:
+        assert client.get("/console").headers["location"] == "/console/login"
+        denied = client.get("/console/status")
+        assert denied.status_code == 401
+        assert denied.json()["error"]["code"] == "invalid_admin_key"
+        wrong = client.post("/console/login", data={"key": "nope-secret"})
+        assert wrong.status_code == 401
+        assert "nope-secret" not in wrong.text
+        assert "set-cookie" not in wrong.headers
+        cross = client.post("/console/login", data={"key": ADMIN_KEY}, headers={"Origin": "http://evil.example"})
+        assert cross.status_code == 403
+        assert "set-cookie" not in cross.headers
+        ok = client.post("/console/login", data={"key": ADMIN_KEY})
+        assert ok.status_code == 303
+        set_cookie = ok.headers["set-cookie"]
+        for attr in ("HttpOnly", "SameSite=Strict", "Path=/console"):
+            assert attr in set_cookie
+        assert ADMIN_KEY not in set_cookie
+        for path in ("/console", "/console/status", "/console/static/console.js", "/console/login"):
+            r = client.get(path)
+            assert r.status_code == 200, (path, r.status_code)
+            csp = r.headers["content-security-policy"]
+            assert all(part in csp for part in CSP_PARTS)
+            assert "unsafe" not in csp
+            assert r.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/console/static/../settings.py").status_code == 404
+        client.cookies.clear()
+        client.cookies.set("genmesh_console", "9999999999.forged", path="/console")
+        assert client.get("/console/status").status_code == 401
+
+
+def test_status_schema_and_computed_once_per_interval(start_gateway: StartGateway, fake_upstream: Server) -> None:
+    gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "on", "--console-interval-s", "2")
+    wait_until(lambda: status(gw.url)["seq"] >= 1, 10, what="a first status")
+    jsonschema.validate(status(gw.url), SCHEMA)
+    # forty viewers polling at once get one snapshot, computed once: at most two in one second
+    seen: list[tuple[int, float]] = []
+
+    def viewer() -> None:
+        for _ in range(4):
+            s = status(gw.url)
+            seen.append((s["seq"], s["computed_at"]))
+
+    started = time.monotonic()
+    viewers = [threading.Thread(target=viewer) for _ in range(10)]
+    for v in viewers:
+        v.start()
+    for v in viewers:
+        v.join(30)
+    elapsed = time.monotonic() - started
+    assert len(seen) == 40
+    seqs = {seq for seq, _ in seen}
+    assert len(seqs) <= 1 + int(elapsed / 2) + 1, (seqs, elapsed)
+    assert len({(seq, at) for seq, at in seen}) == len(seqs)  # one computation per seq, shared
+    # and it is live: a later interval gives a new one
+    first = max(seqs)
+    wait_until(lambda: status(gw.url)["seq"] > first, 10, what="the next interval's status")
+
+
+def test_open_without_auth_and_redis_outage_banner(
+    browser: WebDriver, start_gateway: StartGateway, fake_upstream: Server, redis_server: RedisServer
+) -> None:
+    dead_redis = f"redis://127.0.0.1:{free_port()}/0"
+    gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "off", redis_url=dead_redis)
+    r = httpx.get(gw.url + "/console/status", timeout=10)
+    assert r.status_code == 200
+    assert r.json()["redis"]["ok"] is False
+    browser.get(gw.url + "/console")
+    wait_until(lambda: browser.find_element(By.ID, "banner").is_displayed(), 15, what="the Redis banner")
+    assert "Redis is unreachable" in browser.find_element(By.ID, "banner").text
+    wait_until(lambda: cells(browser, "upstreams") and cells(browser, "upstreams")[0][1] != "", 10, what="upstreams")
+    assert cells(browser, "models")[0][0] == "m"
