@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..settings import EngineSettings
 from .ovms_graph import GRAPH_FILE, llm_node_options
 from .source import ModelSource, resolve
-from ..settings import EngineSettings
 
 log = logging.getLogger("genmesh.engine.models.ovms_config")
 
