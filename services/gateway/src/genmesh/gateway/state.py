@@ -16,6 +16,8 @@ from redis.backoff import ExponentialBackoff
 from genmesh.relay import RelayClient
 
 from .auth import KeyStore
+from .batch.batches import BatchStore
+from .batch.files import FileStore
 from .config import RoutingConfig
 from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
@@ -56,6 +58,8 @@ class GatewayState:
         store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
         self.limiter = Limiter(store, settings.lease_ttl_s)
+        self.files = FileStore(store, settings.files_ttl_s)
+        self.batches = BatchStore(store, self.files, settings)
         self.responses = ResponseStore(
             self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
         )
@@ -83,6 +87,10 @@ class GatewayState:
         if not st.auth_required:
             log.warning("API keys are NOT required (bound to %s); use --auth on to require them", settings.host)
         return st
+
+    def add_task(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run background work until the gateway stops (cancelled in ``close``)."""
+        self._tasks.append(asyncio.create_task(work))
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run clean-up work that must finish even when the request's task is cancelled."""
