@@ -209,13 +209,13 @@ def build_redis(args: argparse.Namespace) -> list[Component]:
             conf.touch(mode=0o600)
             conf.write_text(f"requirepass {urllib.parse.unquote(password)}\n")
             argv.insert(1, str(conf))
-        if args.redis_dir:  # the append-only file keeps API keys, limits and usage across restarts
+        if args.redis_dir:  # the append-only file keeps API keys, limits, usage, files and batches across restarts
             argv += ["--appendonly", "yes", "--appendfsync", "everysec"]
             say(f"the private Redis keeps its data in {data} (append-only file)")
         else:
             argv += ["--appendonly", "no"]
             say(
-                "the private Redis is ephemeral: API keys, limits and usage are lost when it stops "
+                "the private Redis is ephemeral: API keys, limits, usage, files and batches are lost when it stops "
                 "(--redis-dir DIR keeps them)"
             )
         comps.append(Component("redis", argv, args.redis_url, lambda: redis_answers(args.redis_url)))
