@@ -3,6 +3,7 @@ on a real Redis."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ def gateway(start_gateway: Any, engine_url: str) -> Any:
     return start_gateway(_models(engine_url), "--auth", "on", *BATCH_FLAGS, "--batch-slot-share", "1")
 
 
+def _metrics(url: str) -> str:
+    return httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10).text
+
+
+def until_metric(url: str, name: str, at_least: float, timeout_s: float = 60) -> float:
+    """Poll one model-labelled gauge until it reaches ``at_least``; its value then."""
+    deadline = time.monotonic() + timeout_s
+    while (value := counter(_metrics(url), name, model=MODEL_NAME)) < at_least:
+        assert time.monotonic() < deadline, f"{name} stayed below {at_least}"
+        time.sleep(0.05)
+    return value
+
+
 def test_sdk_batch_of_200_chat_lines(gateway: Any) -> None:
     secret, key_id = create_key(gateway.url, "batcher")
     other, _ = create_key(gateway.url, "other")
@@ -43,6 +57,9 @@ def test_sdk_batch_of_200_chat_lines(gateway: Any) -> None:
     assert batch.request_counts is not None
     assert batch.request_counts.total == 200
     assert batch.metadata == {"job": "t"}
+    assert until_metric(gateway.url, "genmesh_gateway_batch_lines_queued", 1) <= 200
+    running = until_metric(gateway.url, "genmesh_gateway_batch_lines_running", 1)
+    assert 1 <= running <= 8  # at most the model's slots (share 1)
     mid = wait_done(sdk, batch.id, 1, 120)
     assert mid.status in ("in_progress", "finalizing", "completed")
     done = wait_for(sdk, batch.id, 300)
@@ -71,9 +88,11 @@ def test_sdk_batch_of_200_chat_lines(gateway: Any) -> None:
     used = usage(gateway.url, key_id)
     assert used["requests"] == 200
     assert used["completion_tokens"] == sum(o["response"]["body"]["usage"]["completion_tokens"] for o in out)
-    metrics = httpx.get(gateway.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10).text
+    metrics = _metrics(gateway.url)
     assert counter(metrics, "genmesh_gateway_batch_lines_total", model=MODEL_NAME, outcome="completed") == 200
-    assert "genmesh_gateway_queue_depth_by_kind" in metrics
+    for kind in ("interactive", "batch"):
+        assert f'genmesh_gateway_queue_depth_by_kind{{kind="{kind}",model="{MODEL_NAME}"}} 0.0' in metrics
+    assert f'genmesh_gateway_batch_lines_queued{{model="{MODEL_NAME}"}} 0.0' in metrics
 
     # another key sees none of it
     stranger = client(gateway.url, other)
@@ -310,3 +329,22 @@ def test_a_key_at_its_rate_limit_has_its_lines_wait(gateway: Any) -> None:
     assert (done.request_counts.completed, done.request_counts.failed) == (5, 0)
     _exactly_once(read_lines(sdk, done.output_file_id), ids)
     assert usage(gateway.url, key_id)["requests"] == 5
+
+
+def test_a_responses_batch_and_a_completions_batch(gateway: Any) -> None:
+    secret, _ = create_key(gateway.url, "endpoints")
+    sdk = client(gateway.url, secret)
+    bodies = {
+        "/v1/responses": {"model": MODEL_NAME, "input": "Say hi.", "max_output_tokens": 4},
+        "/v1/completions": {"model": MODEL_NAME, "prompt": "The capital of France is", "max_tokens": 4},
+    }
+    for endpoint, body in bodies.items():
+        lines = [{"custom_id": f"x{i}", "method": "POST", "url": endpoint, "body": body} for i in range(3)]
+        f = sdk.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+        batch = sdk.batches.create(input_file_id=f.id, endpoint=endpoint, completion_window="24h")  # type: ignore[arg-type]
+        done = wait_for(sdk, batch.id, 120)
+        assert done.status == "completed", done
+        out = read_lines(sdk, done.output_file_id)
+        assert sorted(o["custom_id"] for o in out) == ["x0", "x1", "x2"]
+        kinds = {o["response"]["body"]["object"] for o in out}
+        assert kinds == ({"response"} if endpoint == "/v1/responses" else {"text_completion"})

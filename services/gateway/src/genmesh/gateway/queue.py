@@ -313,6 +313,13 @@ class Admission:
             out[(name, "batch")] = int(results[2 * i + 1])
         return out
 
+    async def batch_running(self) -> dict[str, int]:
+        """Batch lines holding one of each model's batch slots (all replicas)."""
+        now_ms = int(time.time() * 1000)
+        return {
+            name: int(await self.store.redis.zcount(keys.batch, now_ms, "+inf")) for name, keys in self.keys.items()
+        }
+
     async def in_flight(self) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}
         now_ms = int(time.time() * 1000)

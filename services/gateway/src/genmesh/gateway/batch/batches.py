@@ -206,6 +206,21 @@ class BatchStore:
             )
         return await self.get(owner, batch_id)
 
+    async def unfinished(self) -> dict[str, int]:
+        """Lines of running batches not finished yet, per model (all replicas; for the metrics)."""
+        entries: Any = await self.store.call(self.store.redis.zrange(self.keyspace.active_batches(), 0, -1))
+        out: dict[str, int] = {}
+        for raw in entries:
+            owner, _, batch_id = text(raw).rpartition("|")
+            meta = await self.meta(owner, batch_id)
+            if meta.get("status") not in ("in_progress", "cancelling") or meta.get("closing"):
+                continue
+            for k, v in meta.items():
+                if k.startswith("m:"):
+                    model = k[2:]
+                    out[model] = out.get(model, 0) + int(v) - int(meta.get(f"d:{model}", 0))
+        return out
+
     # -- the runner's side -------------------------------------------------------------------------
 
     async def claim(self, owner: str, batch_id: str) -> list[Any]:
