@@ -41,7 +41,15 @@ def until_metric(url: str, name: str, at_least: float, timeout_s: float = 60) ->
     return value
 
 
-def test_sdk_batch_of_200_chat_lines(gateway: Any) -> None:
+def _every_batch_key_has_a_ttl(redis: Any) -> None:
+    keys = [k.decode() for k in redis.scan_iter("genmesh:gw:*", count=1000)]
+    ours = [k for k in keys if any(part in k for part in (":file", ":batch"))]
+    assert any(k.endswith(":results") for k in ours)
+    assert any(k.endswith(":leases") for k in ours)
+    assert [k for k in ours if redis.pttl(k) < 0] == []
+
+
+def test_sdk_batch_of_200_chat_lines(gateway: Any, redis_server: Any) -> None:
     secret, key_id = create_key(gateway.url, "batcher")
     other, _ = create_key(gateway.url, "other")
     sdk = client(gateway.url, secret)
@@ -62,6 +70,7 @@ def test_sdk_batch_of_200_chat_lines(gateway: Any) -> None:
     assert 1 <= running <= 8  # at most the model's slots (share 1)
     mid = wait_done(sdk, batch.id, 1, 120)
     assert mid.status in ("in_progress", "finalizing", "completed")
+    _every_batch_key_has_a_ttl(redis_server.client())
     done = wait_for(sdk, batch.id, 300)
     assert done.status == "completed", done
     assert done.request_counts.completed == 200

@@ -373,6 +373,8 @@ if #dead > 0 then redis.call('HINCRBY', M, 'reclaimed', #dead) end
 local idx = redis.call('LPOP', P)
 if not idx then return {'empty', redis.call('ZCARD', L)} end
 redis.call('ZADD', L, now + tonumber(ARGV[1]), idx)
+local ttl = redis.call('PTTL', M)
+if ttl > 0 then redis.call('PEXPIRE', L, ttl) end  -- created here: it lives as long as the batch
 return {'ok', idx, redis.call('HGET', I, idx)}
 """
 )
@@ -387,6 +389,8 @@ if redis.call('HEXISTS', M, 'closing') == 0 and redis.call('HSETNX', R, ARGV[1],
   written = 1
   redis.call('HINCRBY', M, ARGV[2] == 'o' and 'completed' or 'failed', 1)
   redis.call('HINCRBY', M, 'd:' .. ARGV[4], 1)
+  local ttl = redis.call('PTTL', M)
+  if ttl > 0 then redis.call('PEXPIRE', R, ttl) end  -- created here: it lives as long as the batch
 end
 redis.call('ZREM', L, ARGV[1])
 return {written, redis.call('LLEN', P), redis.call('ZCARD', L)}
