@@ -111,9 +111,13 @@ class GatewayState:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:  # bounded: a task that does not end in time must not hold the shutdown
+            done, stuck = await asyncio.wait(self._tasks, timeout=5)
+            for task in done:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    task.result()
+            if stuck:
+                log.warning("%d background task(s) still running at shutdown: %s", len(stuck), stuck)
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
         await self.upstream.aclose()

@@ -82,8 +82,13 @@ class BatchRunner:
                 except Exception:
                     log.exception("batch runner pass failed")
                 self.wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), self.settings.batch_poll_interval_s)
+                # asyncio.wait, not wait_for: on 3.11 wait_for can swallow a cancellation that
+                # arrives as its timeout fires, and the gateway's shutdown would wait for ever
+                woken = asyncio.ensure_future(self.wake.wait())
+                try:
+                    await asyncio.wait({woken}, timeout=self.settings.batch_poll_interval_s)
+                finally:
+                    woken.cancel()
         finally:
             renew.cancel()
             for task in list(self._tasks):
@@ -96,10 +101,11 @@ class BatchRunner:
         entries: Any = await self.batches.store.call(redis.zrange(active, 0, -1, withscores=True))
         lendable: list[tuple[str, str]] = []
         now = time.time()
+        seen: dict[tuple[str, str], str] = {}
         for raw, score in entries:
             owner, _, batch_id = text(raw).rpartition("|")
             meta = await self.batches.meta(owner, batch_id)
-            status = meta.get("status", "")
+            status = seen[(owner, batch_id)] = meta.get("status", "")
             self.status[(owner, batch_id)] = status
             if not meta:
                 if now - score / 1000 > ORPHAN_GRACE_S:  # its creation never finished
@@ -115,6 +121,7 @@ class BatchRunner:
                 await self._close(owner, batch_id, "cancelled")
             elif status == "in_progress":
                 lendable.append((owner, batch_id))
+        self.status = seen  # batches no longer active are forgotten
         await self._lend(lendable)
 
     async def _lend(self, batches: list[tuple[str, str]]) -> None:
@@ -173,9 +180,12 @@ class BatchRunner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.batches.give_back(line.owner, line.batch_id, line.idx))
             raise
-        except Exception:
+        except StoreUnavailable as exc:  # its lease lapses and the line runs again once Redis is back
+            log.warning("batch %s line %d: Redis unavailable (%s)", line.batch_id, line.idx, exc)
+            return
+        except Exception:  # not given back at once: the lease lapses first, so a failing line never spins
             log.exception("batch %s line %d failed in the gateway", line.batch_id, line.idx)
-            result = None
+            return
         finally:
             if line.has_slot:
                 self._drop_slot(line)
@@ -193,14 +203,9 @@ class BatchRunner:
         line.model = model_of(body)
         path = str(req["url"])
         key = await self._key(line.owner)
-        if key is None:
-            status, err = (
-                401,
-                {"error": {"message": "the batch's API key no longer exists", "type": "authentication_error"}},
-            )
-            return "e", output_line(custom_id, status, "", orjson.dumps(err))
-        if key.revoked:
-            err = {"error": {"message": "this API key has been revoked", "type": "authentication_error"}}
+        if key is None or key.revoked:
+            message = "the batch's API key no longer exists" if key is None else "this API key has been revoked"
+            err = {"error": {"message": message, "type": "authentication_error", "param": None, "code": None}}
             return "e", output_line(custom_id, 401, "", orjson.dumps(err))
         if not await self._take_slot(line):
             return None
