@@ -139,7 +139,7 @@ class BatchStore:
             active = self.keyspace.active_batches()
             await self.store.call(self.store.redis.zadd(active, {f"{owner}|{batch_id}": now * 1000}))
             await self.store.call(self.store.redis.pexpire(active, self.ttl_ms))
-        args: list[Any] = [self.ttl_ms, ""]
+        args: list[Any] = [self.ttl_ms]
         for k, v in fields.items():
             args += [k, v]
         await self.store.call(
