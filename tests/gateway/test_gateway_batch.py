@@ -12,6 +12,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from support.aof_redis import AofRedis
 from support.batches import chat_line, client, create_key, jsonl, read_lines, submit, usage, wait_done, wait_for
 from support.gateway_helpers import ADMIN_KEY, counter
 from support.servers import MODEL_NAME
@@ -262,50 +263,21 @@ def test_a_replica_killed_mid_batch_loses_nothing(start_gateway: Any, engine_url
 
 
 def test_a_redis_restart_mid_batch_loses_nothing(start_gateway: Any, engine_url: str, tmp_path: Path) -> None:
-    import shutil
-    import subprocess
-
-    from support.polling import wait_until
-    from support.servers import free_port
-
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
-
-    def start_redis() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([*argv, "--appendfsync", "everysec"], cwd=tmp_path, stdout=subprocess.DEVNULL)
-        wait_until(lambda: _pings(port), 10, what="redis-server to answer")
-        return proc
-
-    proc = start_redis()
+    redis = AofRedis(tmp_path)
+    redis.start()
     try:
-        gw = start_gateway(
-            _models(engine_url), *BATCH_FLAGS, "--batch-slot-share", "1", redis_url=f"redis://127.0.0.1:{port}/0"
-        )
+        gw = start_gateway(_models(engine_url), *BATCH_FLAGS, "--batch-slot-share", "1", redis_url=redis.url)
         sdk = client(gw.url)
         ids = [f"r{i}" for i in range(60)]
         batch = submit(sdk, [chat_line(i, max_tokens=16, ignore_eos=True) for i in ids])
         wait_done(sdk, batch.id, 5, 120)
-        proc.terminate()  # a clean stop writes the AOF out
-        proc.wait(10)
-        proc = start_redis()
+        redis.restart()
         done = wait_for(sdk, batch.id, 300)
         assert done.status == "completed", done
         assert (done.request_counts.completed, done.request_counts.failed) == (60, 0)
         _exactly_once(read_lines(sdk, done.output_file_id), ids)
     finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _pings(port: int) -> bool:
-    import redis
-
-    try:
-        return bool(redis.Redis(port=port, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
+        redis.stop()
 
 
 def test_an_expired_batch_sends_the_rest_to_the_error_file(start_gateway: Any, engine_url: str) -> None:
