@@ -7,7 +7,8 @@ In one mesh (engine, microservice, Redis, gateway), in this order:
    drains (TTFT p50 / p99, and the batch's lines per second meanwhile);
 3. the batch alone for ``--batch-alone-s`` (its lines per second with the engine to itself);
 then the batch is cancelled, and a ``--validate-lines`` file is uploaded and turned into a batch
-(cancelled at once) while the gateway's peak RSS (VmHWM) is read: the memory validation costs.
+(cancelled at once), and the gateway's RSS before and its peak RSS after (VmHWM: the process's
+peak so far, so it also bounds what the phases before cost) show the memory validation costs.
 Ratios are within this one run; the CPU is named in the output.
 """
 
