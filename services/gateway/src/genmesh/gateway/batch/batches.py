@@ -1,7 +1,7 @@
 """Batches (``/v1/batches``) in Redis: the batch object, its lines and their results.
 
 A batch lives in its owner's hash slot (``KeySpace.batch``) beside the owner's files, so each
-change is one Lua script (``scripts.py``): creation, claiming a line (``CLAIM_LINE``, which
+change is one Lua script (``lua_scripts.py``): creation, claiming a line (``CLAIM_LINE``, which
 first puts lapsed leases back in front), writing a line's result once (``LINE_DONE``: HSETNX per
 line index, with the counts), cancelling, deciding how it ends (``CLOSE_BATCH``: after that no
 result is written) and ending it with its output and error files (``FINISH_BATCH``). The
@@ -32,7 +32,7 @@ from genmesh.protocol.batches import (
     FileObject,
 )
 
-from ..keys import BatchKeys
+from ..redis_keys import BatchKeys
 from ..settings import GatewaySettings
 from ..store import Store, StoreUnavailable, start_after, text
 from .files import FileStore
