@@ -30,15 +30,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from mesh_supervision import Supervisor
+from mesh_supervision import Supervisor, describe_exit, reason_in_log
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+TAIL_LINES = 200  # output lines kept per child, to say why it stopped
+READER_GRACE_S = 2.0  # a child that died: wait this long for the rest of its output
 
 
 def say(msg: str) -> None:
@@ -53,8 +56,18 @@ class Component:
     ready: Callable[[], bool]
     env: dict[str, str] = field(default_factory=dict)
     cpus: frozenset[int] = frozenset()  # pinned to these cores (empty: not pinned)
+    replica: int = 0  # 1, 2, ... with --replicas 2 or more (0: the only one)
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # its latest output lines
+    reader: threading.Thread | None = None  # copies its output to the log and the tail
+
+    def describe(self) -> str:
+        """Its name, and which replica on which cores when there are several."""
+        if not self.replica:
+            return self.name
+        where = f", CPU{'s' if len(self.cpus) > 1 else ''} {','.join(map(str, sorted(self.cpus)))}" if self.cpus else ""
+        return f"{self.name} (replica {self.replica}{where})"
 
 
 def redis_answers(url: str) -> bool:
@@ -75,13 +88,24 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def pump(name: str, stream: IO[bytes], log_path: Path) -> None:
+def pump(name: str, stream: IO[bytes], log_path: Path, tail: deque[str]) -> None:
     with log_path.open("ab") as log:
         for raw in iter(stream.readline, b""):
             log.write(raw)
             log.flush()
-            sys.stdout.write(f"[{name}] {raw.decode(errors='replace')}")
+            line = raw.decode(errors="replace")
+            tail.append(line)
+            sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
+
+
+def startup_failure(c: Component, code: int) -> str:
+    """What the launcher says when ``c`` exits before it is ready: which one, how, and its own reason."""
+    if c.reader is not None:
+        c.reader.join(READER_GRACE_S)  # its last lines (the reason) are read to the end first
+    text = f"{c.describe()} exited with {describe_exit(code)} during start-up"
+    reason = reason_in_log(c.tail)
+    return f"{text}: {reason}" if reason else f"{text} (its log: {c.name}.log)"
 
 
 class Mesh:
@@ -103,7 +127,9 @@ class Mesh:
         )
         assert c.proc.stdout is not None
         log_path = self.log_dir / f"{c.name}.log"
-        threading.Thread(target=pump, args=(c.name, c.proc.stdout, log_path), daemon=True).start()
+        c.tail.clear()
+        c.reader = threading.Thread(target=pump, args=(c.name, c.proc.stdout, log_path, c.tail), daemon=True)
+        c.reader.start()
 
     def start(self, c: Component, timeout_s: float) -> None:
         say(f"starting {c.name}: {' '.join(c.argv)}")
@@ -114,7 +140,7 @@ class Mesh:
         next_note = started + 5
         while True:
             if c.proc.poll() is not None:
-                raise RuntimeError(f"{c.name} exited with code {c.proc.returncode} during start-up")
+                raise RuntimeError(startup_failure(c, c.proc.wait()))
             if self.stopping.is_set():
                 raise KeyboardInterrupt
             if c.ready():
@@ -209,13 +235,13 @@ def build_redis(args: argparse.Namespace) -> list[Component]:
             conf.touch(mode=0o600)
             conf.write_text(f"requirepass {urllib.parse.unquote(password)}\n")
             argv.insert(1, str(conf))
-        if args.redis_dir:  # the append-only file keeps API keys, limits and usage across restarts
+        if args.redis_dir:  # the append-only file keeps API keys, limits, usage, files and batches across restarts
             argv += ["--appendonly", "yes", "--appendfsync", "everysec"]
             say(f"the private Redis keeps its data in {data} (append-only file)")
         else:
             argv += ["--appendonly", "no"]
             say(
-                "the private Redis is ephemeral: API keys, limits and usage are lost when it stops "
+                "the private Redis is ephemeral: API keys, limits, usage, files and batches are lost when it stops "
                 "(--redis-dir DIR keeps them)"
             )
         comps.append(Component("redis", argv, args.redis_url, lambda: redis_answers(args.redis_url)))
@@ -271,6 +297,8 @@ def build_replica(args: argparse.Namespace, wanted: set[str], k: int, cpus: froz
                 },
             )
         )
+    for c in comps if args.replicas > 1 else ():
+        c.replica = k + 1
     if cpus and comps and comps[0].name.startswith(("engine", "vllm-cpu")):
         comps[0].cpus = cpus
         if args.engine == "openvino":

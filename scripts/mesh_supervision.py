@@ -9,11 +9,12 @@ Standard library only, like the launcher.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -55,6 +56,28 @@ def describe_exit(code: int) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
+
+
+def reason_in_log(lines: Iterable[str]) -> str | None:
+    """Why a genmesh service stopped, from its last lines of output: its last error logged by a
+    genmesh logger (the services log JSON lines), else its last line naming the program
+    (``genmesh-engine: ...``, what a refused start-up prints); None when neither is there."""
+    for line in reversed(list(lines)):
+        text = line.strip()
+        if text.startswith("{"):
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue
+            if (
+                isinstance(record, dict)
+                and record.get("level") in ("ERROR", "CRITICAL")
+                and str(record.get("name", "")).startswith("genmesh")
+            ):
+                return str(record.get("message", "")).strip() or None
+        elif text.startswith("genmesh-"):
+            return text
+    return None
 
 
 def clock() -> str:

@@ -18,7 +18,8 @@ from support.mesh import Mesh, launch, wait_up
 from support.servers import MODEL_NAME, ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from launch_mesh import core_shares
+from launch_mesh import Component, core_shares
+from launch_mesh import Mesh as Launcher
 
 
 def test_core_shares_split_the_cores_or_leave_them_shared() -> None:
@@ -26,6 +27,21 @@ def test_core_shares_split_the_cores_or_leave_them_shared() -> None:
     assert core_shares(2, [0, 1]) == [frozenset({0}), frozenset({1})]  # 2 cores: one each
     assert core_shares(2, [0, 1, 2, 3, 4]) == [frozenset({0, 1}), frozenset({2, 3})]
     assert core_shares(3, [0, 1]) == [frozenset()] * 3  # fewer cores than replicas: shared
+
+
+def test_an_engine_that_dies_during_start_up_is_named_with_its_reason(tmp_path: Path) -> None:
+    """The launcher's message names the replica, its cores, how it exited and the engine's own reason
+    (a child that logs as the engine does and exits as its failed start-up does)."""
+    died = "engine core process exited: killed by SIGFPE (Floating point exception; exit code -8) while loading"
+    record = {"level": "ERROR", "name": "genmesh.engine.client.core_client", "message": died}
+    code = f"import json, sys; print(json.dumps({record!r}), flush=True); sys.exit(3)"
+    child = Component("engine-2", [sys.executable, "-c", code], "", lambda: False, cpus=frozenset({1}), replica=2)
+    launcher = Launcher(tmp_path)
+    (tmp_path / "logs").mkdir()
+    with pytest.raises(RuntimeError) as err:
+        launcher.start(child, timeout_s=60)
+    assert str(err.value) == f"engine-2 (replica 2, CPU 1) exited with exit code 3 during start-up: {died}"
+    assert died in (tmp_path / "logs" / "engine-2.log").read_text()
 
 
 @pytest.fixture

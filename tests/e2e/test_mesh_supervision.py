@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mesh_supervision import RestartPolicy, Supervisor, describe_exit
+from mesh_supervision import RestartPolicy, Supervisor, describe_exit, reason_in_log
 from support.polling import wait_until
 
 
@@ -94,3 +95,20 @@ def test_exit_descriptions() -> None:
     assert describe_exit(0) == "exit code 0"
     assert describe_exit(75) == "exit code 75"
     assert describe_exit(-9) == "signal SIGKILL"
+
+
+def test_a_services_reason_is_its_last_genmesh_error_or_its_refusal() -> None:
+    def line(level: str, name: str, message: str) -> str:
+        return json.dumps({"time": "t", "level": level, "name": name, "request_id": "-", "message": message}) + "\n"
+
+    died = "engine core process exited: killed by SIGFPE (Floating point exception; exit code -8) while loading"
+    lines = [
+        line("INFO", "genmesh.engine", "starting engine core"),
+        line("ERROR", "genmesh.engine.client.core_client", died),
+        line("ERROR", "uvicorn.error", "Traceback (most recent call last): ..."),
+        line("ERROR", "uvicorn.error", "Application startup failed. Exiting."),
+    ]
+    assert reason_in_log(lines) == died
+    refused = "genmesh-engine: model 'm' cannot be served: plugin config INFERENCE_PRECISION_HINT=bf16 ..."
+    assert reason_in_log([line("INFO", "genmesh.engine", "x"), refused + "\n"]) == refused
+    assert reason_in_log([line("INFO", "genmesh.engine", "x"), "plain text\n", "{not json\n"]) is None

@@ -23,6 +23,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from support.batches import chat_line, client, submit
 from support.browser import browser
 from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config
 from support.polling import wait_until
@@ -119,7 +120,7 @@ def test_console_live_in_chromium(
             "max_queue_wait_s": 120,
         }
     }
-    gw = start_gateway(models, "--auth", "on")
+    gw = start_gateway(models, "--auth", "on", "--batch-poll-interval-s", "0.2")
     alice = new_key(gw.url, "alice", rpm=1000, tpm=100000, max_concurrent=8)
     xss = new_key(gw.url, XSS_TENANT)
 
@@ -147,6 +148,7 @@ def test_console_live_in_chromium(
     ]
     for t in threads:
         t.start()
+    batch = submit(client(gw.url, alice), [chat_line(f"c{i}", max_tokens=8) for i in range(6)])
 
     def queued_on_page() -> bool:
         rows = cells(browser, "models")
@@ -212,6 +214,14 @@ def test_console_live_in_chromium(
     assert s["models"][0]["queue_wait_p99_s"] is not None
     assert s["upstreams"][0]["engine"]["reachable"]
     assert s["upstreams"][0]["engine"]["kv_cache_usage"] is not None
+
+    # the batch, on the page with its progress, to the end
+    def batch_row() -> list[str]:
+        return next((r for r in cells(browser, "batches") if r[0] == batch.id), [])
+
+    wait_until(lambda: batch_row()[3:4] == ["completed"], 120, what="the batch completed on the page")
+    assert batch_row()[1:3] == ["alice", "/v1/chat/completions"]
+    assert batch_row()[4:] == ["100%", "6 / 0 / 6"]
 
     # the XSS tenant is text, never markup: no <img> in the page, no alert
     key_rows = {r[0]: r for r in cells(browser, "keys")}

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from support.aof_redis import AofRedis
 from support.gateway_helpers import ADMIN_KEY, RedisServer
 from support.polling import wait_until
 from support.responses import TOOL_RESULT, assert_event_sequence, run_forced_tool_agent
@@ -156,44 +157,20 @@ def test_stored_responses_survive_a_restart_of_a_persistent_redis(
     start_gateway: Any, responses_microservice: Server, tmp_path: Path
 ) -> None:
     """Redis as compose runs it (AOF on): a stored conversation outlives a Redis restart."""
-    import shutil
-    import subprocess
-
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
-
-    def start_redis() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([*argv, "--appendfsync", "everysec"], cwd=tmp_path, stdout=subprocess.DEVNULL)
-        wait_until(lambda: _pings(port), 10, what="redis-server to answer")
-        return proc
-
-    proc = start_redis()
+    redis = AofRedis(tmp_path)
+    redis.start()
     try:
-        gw = start_gateway(models(responses_microservice), redis_url=f"redis://127.0.0.1:{port}/0")
+        gw = start_gateway(models(responses_microservice), redis_url=redis.url)
         client = sdk(gw, "unused")
         first = client.responses.create(model=MODEL_NAME, input="Remember the number 7.", max_output_tokens=4)
-        proc.terminate()  # a clean stop writes the AOF out
-        proc.wait(10)
-        proc = start_redis()
+        redis.restart()
         wait_until(lambda: _retrievable(gw, first.id), 20, interval_s=0.2, what="the stored response after restart")
         follow = client.responses.create(
             model=MODEL_NAME, input="Which number?", previous_response_id=first.id, max_output_tokens=4
         )
         assert follow.previous_response_id == first.id
     finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _pings(port: int) -> bool:
-    import redis
-
-    try:
-        return bool(redis.Redis(port=port, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
+        redis.stop()
 
 
 def _retrievable(gw: Server, response_id: str) -> bool:

@@ -38,7 +38,9 @@ def start_server(
     health_path: str = "/health",
     timeout_s: float = 180.0,
     env: dict[str, str] | None = None,
+    cpus: frozenset[int] = frozenset(),
 ) -> Server:
+    """``cpus``: the process (and what it starts) runs on these CPUs only (empty: on any)."""
     log_path = log_dir / f"{name}-{port}.log"
     log_file = log_path.open("wb")
     proc = subprocess.Popen(
@@ -47,6 +49,7 @@ def start_server(
         stderr=subprocess.STDOUT,
         cwd=ROOT,
         env={**os.environ, **(env or {})},
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     server = Server(name, proc, f"http://127.0.0.1:{port}", log_path)
 
@@ -66,7 +69,9 @@ def start_server(
     return server
 
 
-def start_engine(log_dir: Path, *extra: str, port: int | None = None, model: Path = DEFAULT_MODEL) -> Server:
+def start_engine(
+    log_dir: Path, *extra: str, port: int | None = None, model: Path = DEFAULT_MODEL, cpus: frozenset[int] = frozenset()
+) -> Server:
     port = port or free_port()
     argv = [
         sys.executable,
@@ -82,7 +87,7 @@ def start_engine(log_dir: Path, *extra: str, port: int | None = None, model: Pat
         "0",
         *extra,
     ]
-    return start_server("engine", argv, port, log_dir)
+    return start_server("engine", argv, port, log_dir, cpus=cpus)
 
 
 def start_repository_engine(config: Path, log_dir: Path, *extra: str, timeout_s: float = 240.0) -> Server:

@@ -48,3 +48,16 @@ def test_the_wire_models_import_no_web_framework() -> None:
 def test_the_probe_sees_a_web_import() -> None:
     # The check itself can fail: the API process's app does load FastAPI.
     assert "fastapi" in loaded_after_import("genmesh.engine.openai.app")
+
+
+@pytest.mark.parametrize("module", ["genmesh.engine.core.step_loop", "genmesh.engine.cli"])
+def test_the_core_process_imports_openvino_only_in_run_core(module: str) -> None:
+    # run_core sets ONEDNN_MAX_CPU_ISA (--max-cpu-isa, the one-thread AMX guard) before it imports
+    # OpenVINO; oneDNN would not see it if anything had loaded OpenVINO before.
+    loaded = loaded_after_import(module)
+    assert module in loaded
+    assert sorted(name for name in loaded if name.split(".")[0].startswith("openvino")) == []
+
+
+def test_the_probe_sees_openvino() -> None:
+    assert "openvino" in loaded_after_import("openvino_genai")

@@ -16,7 +16,7 @@ import uvloop
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from . import engine, hops, levers, report
+from . import batch, engine, hops, levers, report
 from .datasets import DATASETS, RequestSpec, TokenCodec, sharegpt_requests
 from .load import Endpoint, measure, served_model
 from .render import plot_all, say
@@ -100,6 +100,11 @@ COMMANDS = {  # name: (help, add its arguments, run it)
     "gateway": ("gateway queue mechanics, and streams through the whole mesh", hops.gateway_args, hops.gateway),
     "report": ("the standard report with the peers (docs/benchmarks.md)", report.add_arguments, report.run),
     "levers": ("engine settings side by side in alternating rounds", levers.add_arguments, levers.run),
+    "batch": (
+        "interactive TTFT alone vs with a batch draining; batch throughput share",
+        batch.add_arguments,
+        batch.run,
+    ),
 }
 
 

@@ -102,7 +102,13 @@ def start_engine(model: str, log_path: Path, *, timeout_s: float = 300.0, extra:
 
 
 def start_gateway(
-    stack: ExitStack, tmp: Path, upstream: dict[str, Any], log_dir: Path, model: str, prefix: str = ""
+    stack: ExitStack,
+    tmp: Path,
+    upstream: dict[str, Any],
+    log_dir: Path,
+    model: str,
+    prefix: str = "",
+    extra: Sequence[str] = (),
 ) -> tuple[ManagedServer, ManagedServer]:
     """A private Redis, and the gateway (auth off) on it routing ``model`` to ``upstream``; stopped by ``stack``."""
     if (binary := shutil.which("redis-server")) is None:
@@ -112,7 +118,7 @@ def start_gateway(
     config = tmp / f"{prefix}gateway.yaml"
     config.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
     argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis.url]
-    argv += ["--auth", "off", "--log-level", "warning"]
+    argv += ["--auth", "off", "--log-level", "warning", *extra]
     return stack.enter_context(start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")), redis
 
 
@@ -129,7 +135,13 @@ class Mesh:
 
 @contextmanager
 def running_mesh(
-    model: str, log_dir: Path, *, microservice: bool = True, gateway: bool = True, gateway_slots: int = 64
+    model: str,
+    log_dir: Path,
+    *,
+    microservice: bool = True,
+    gateway: bool = True,
+    gateway_slots: int = 64,
+    gateway_flags: Sequence[str] = (),
 ) -> Iterator[Mesh]:
     """The engine, the microservice, Redis and the gateway, as asked, serving ``model`` as :data:`MODEL_NAME`;
     stopped afterwards."""
@@ -140,7 +152,11 @@ def running_mesh(
         argv += ["--log-level", "warning"]
         ms = up(start("microservice", argv, log_dir / "microservice.log", 60.0, "/v1/health_check")) if ms_too else None
         upstream = {"url": ms.url if ms else "", "health_path": "/v1/health_check", "max_concurrency": gateway_slots}
-        gw = start_gateway(stack, Path(tmp), upstream, log_dir, MODEL_NAME)[0] if gateway and ms else None
+        gw = (
+            start_gateway(stack, Path(tmp), upstream, log_dir, MODEL_NAME, extra=gateway_flags)[0]
+            if gateway and ms
+            else None
+        )
         yield Mesh(engine, ms if microservice else None, gw)
 
 

@@ -47,6 +47,18 @@ class EngineSettings(ServiceSettings):
     plugin_config: dict[str, Any] = Field(
         default_factory=dict, description='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}'
     )
+    max_cpu_isa: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="the most capable instruction set oneDNN may use in the engine core (ONEDNN_MAX_CPU_ISA, "
+        "e.g. AVX512_CORE_BF16: no AMX; unset: OpenVINO's choice, or an inherited ONEDNN_MAX_CPU_ISA)",
+    )
+    one_thread_amx_guard: bool = Field(
+        default=True,
+        description="on one inference thread in bf16 on a CPU with AMX, turn AMX off in the core "
+        "(--max-cpu-isa AVX512_CORE_BF16; OpenVINO 2026.4 dies with SIGFPE there, openvinotoolkit/openvino#33300) "
+        "and refuse a --max-cpu-isa or ONEDNN_MAX_CPU_ISA that allows AMX; off: as configured",
+    )
     # Prompt-lookup decoding (OpenVINO GenAI's; OVMS turns it on with plugin_config {"prompt_lookup": true}).
     prompt_lookup: bool = Field(
         default=False,

@@ -11,8 +11,9 @@ from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
 
 from .auth import check_admin
+from .batch.runner import BatchRunner
 from .config import RoutingConfig
-from .routes import admin, completions, console, openai, responses, stored_responses, system
+from .routes import admin, batches, completions, console, files, openai, responses, stored_responses, system
 from .routes.common import authenticate
 from .settings import GatewaySettings
 from .state import GatewayState
@@ -61,6 +62,13 @@ class GatewayApp:
             await authenticate(st, authorization, required=True)
 
 
+async def start_gateway(settings: GatewaySettings, config: RoutingConfig) -> GatewayState:
+    """The gateway's state, with its batch runner running."""
+    st = await GatewayState.start(settings, config)
+    st.add_task(BatchRunner(st, st.batches).run_forever())
+    return st
+
+
 def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
     # The completion endpoints are served as plain ASGI (GatewayApp), before FastAPI: documented here.
     documented: dict[str, type[BaseModel]] = {
@@ -72,8 +80,16 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         "genmesh gateway",
         "0.1.0",
         settings.http_limits(),
-        state_lifespan("gateway", lambda: GatewayState.start(settings, config)),
-        [openai.router, stored_responses.router, admin.router, system.router, console.router],
+        state_lifespan("gateway", lambda: start_gateway(settings, config)),
+        [
+            openai.router,
+            stored_responses.router,
+            files.router,
+            batches.router,
+            admin.router,
+            system.router,
+            console.router,
+        ],
         documented,
     )
 

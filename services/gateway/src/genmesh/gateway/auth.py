@@ -170,6 +170,16 @@ class KeyStore:
             self._cache[d] = (time.monotonic() + self.cache_ttl_s, key)
         return key
 
+    async def by_id(self, key_id: str) -> ApiKey | None:
+        """The key with this public id (None: unknown or expired); ``""``: the anonymous tenant."""
+        if not key_id:
+            return ANONYMOUS
+        d = await self.redis.hget(self.keyspace.api_key_index(), key_id)
+        if d is None:
+            return None
+        raw = await self.redis.hgetall(self.keyspace.api_key(d.decode() if isinstance(d, bytes) else str(d)))
+        return ApiKey.from_redis(raw) if raw else None
+
     async def list(self) -> list[ApiKey]:
         index: dict[Any, Any] = await self.redis.hgetall(self.keyspace.api_key_index())
         out = []

@@ -336,6 +336,184 @@ return 1
 """
 
 
+# -- the Files and Batch API (batch/): KEYS of one owner's hash slot ({k:<key id>}) --------------
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS = [file meta, file data, owner's file index]; ARGV = id, object JSON, bytes, created ms, ttl ms
+SAVE_FILE = """
+redis.call('HSET', KEYS[1], 'object', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+return 1
+"""
+
+# KEYS = [file meta, file data, owner's file index]; ARGV = id -> 1 deleted | 0 no such file
+DELETE_FILE = """
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+
+# Batch scripts: KEYS = [meta, input, ids, pending, leases, results] (BatchKeys.all) and more as named.
+
+# ARGV = ttl ms, field, value, ...: the batch object, its lines already loaded; KEYS[7] = owner's batch index
+CREATE_BATCH = """
+for k = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[k], ARGV[k + 1]) end
+for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+local created = tonumber(redis.call('HGET', KEYS[1], 'created_at')) * 1000
+redis.call('ZADD', KEYS[7], created, redis.call('HGET', KEYS[1], 'id'))
+redis.call('PEXPIRE', KEYS[7], ARGV[1])
+return 1
+"""
+
+# Claim the next line: lapsed leases (their runner died) go back to the front of the queue first.
+# ARGV = lease ttl ms -> {'ok', index, line} | {'empty', lines running} | {status}: not claimable
+CLAIM_LINE = (
+    _NOW
+    + """
+local M, I, P, L, R = KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6]
+local st = redis.call('HGET', M, 'status')
+if st ~= 'in_progress' or redis.call('HEXISTS', M, 'closing') == 1 then return {st or ''} end
+local dead = redis.call('ZRANGEBYSCORE', L, '-inf', now)
+for _, idx in ipairs(dead) do
+  redis.call('ZREM', L, idx)
+  if redis.call('HEXISTS', R, idx) == 0 then redis.call('LPUSH', P, idx) end
+end
+if #dead > 0 then redis.call('HINCRBY', M, 'reclaimed', #dead) end
+local idx = redis.call('LPOP', P)
+if not idx then return {'empty', redis.call('ZCARD', L)} end
+redis.call('ZADD', L, now + tonumber(ARGV[1]), idx)
+local ttl = redis.call('PTTL', M)
+if ttl > 0 then redis.call('PEXPIRE', L, ttl) end  -- created here: it lives as long as the batch
+return {'ok', idx, redis.call('HGET', I, idx)}
+"""
+)
+
+# A line's result, written once: the first writer of an index wins, later ones (a line re-run after
+# its lease lapsed) change nothing. ARGV = index, 'o' | 'e', the output line, model
+# -> {written (1 | 0), lines pending, lines running}
+LINE_DONE = """
+local M, P, L, R = KEYS[1], KEYS[4], KEYS[5], KEYS[6]
+local written = 0
+if redis.call('HEXISTS', M, 'closing') == 0 and redis.call('HSETNX', R, ARGV[1], ARGV[2] .. ARGV[3]) == 1 then
+  written = 1
+  redis.call('HINCRBY', M, ARGV[2] == 'o' and 'completed' or 'failed', 1)
+  redis.call('HINCRBY', M, 'd:' .. ARGV[4], 1)
+  local ttl = redis.call('PTTL', M)
+  if ttl > 0 then redis.call('PEXPIRE', R, ttl) end  -- created here: it lives as long as the batch
+end
+redis.call('ZREM', L, ARGV[1])
+return {written, redis.call('LLEN', P), redis.call('ZCARD', L)}
+"""
+
+# A claimed line given back unrun (its runner stops): to the front of the queue. ARGV = index
+RETURN_LINE = """
+local M, P, L, R = KEYS[1], KEYS[4], KEYS[5], KEYS[6]
+if redis.call('ZREM', L, ARGV[1]) == 1 and redis.call('HGET', M, 'status') == 'in_progress'
+    and redis.call('HEXISTS', R, ARGV[1]) == 0 then
+  redis.call('LPUSH', P, ARGV[1])
+end
+return 1
+"""
+
+# ARGV = lease ttl ms, indexes...: extend the leases of lines this runner runs (never re-create one)
+RENEW_LINES = (
+    _NOW
+    + """
+local n = 0
+for k = 2, #ARGV do n = n + redis.call('ZADD', KEYS[5], 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[k]) end
+return n
+"""
+)
+
+# ARGV = now s -> the status after: 'cancelling' when it was validating or in progress
+CANCEL_BATCH = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == 'validating' or st == 'in_progress' then
+  redis.call('HSET', KEYS[1], 'status', 'cancelling', 'cancelling_at', ARGV[1])
+  return 'cancelling'
+end
+return st or ''
+"""
+
+# Decide how the batch ends, once: 'completed' (every line has its result), 'cancelled' (no line of
+# a cancelled batch runs any more) or 'expired' (past expires_at). After this no result is written.
+# ARGV = target, now s -> the batch's 'closing' ('' while it may not close)
+CLOSE_BATCH = (
+    _NOW
+    + """
+local M, P, L = KEYS[1], KEYS[4], KEYS[5]
+local closing = redis.call('HGET', M, 'closing')
+if closing then return closing end
+local st = redis.call('HGET', M, 'status')
+local target = ARGV[1]
+if target == 'completed' and st == 'in_progress' and redis.call('LLEN', P) == 0 and redis.call('ZCARD', L) == 0 then
+  redis.call('HSET', M, 'closing', 'completed', 'status', 'finalizing', 'finalizing_at', ARGV[2])
+elseif target == 'cancelled' and st == 'cancelling' then
+  redis.call('ZREMRANGEBYSCORE', L, '-inf', now)
+  if redis.call('ZCARD', L) == 0 then redis.call('HSET', M, 'closing', 'cancelled') end
+elseif target == 'expired' and (st == 'in_progress' or st == 'cancelling')
+    and now >= tonumber(redis.call('HGET', M, 'expires_at') or '0') * 1000 then
+  redis.call('HSET', M, 'closing', 'expired')
+end
+return redis.call('HGET', M, 'closing') or ''
+"""
+)
+
+# The batch ends with its output and error files, in one step. KEYS[7..11] = output meta, output
+# data, error meta, error data, owner's file index. ARGV = status, now s, completed, failed, file
+# ttl ms, then per file (output, error): id, object JSON, bytes ('' id: no such file)
+FINISH_BATCH = """
+local M = KEYS[1]
+if redis.call('HGET', M, 'status') == ARGV[1] then return 0 end
+local ttl = ARGV[5]
+for f = 0, 1 do
+  local id, obj, data = ARGV[6 + 3 * f], ARGV[7 + 3 * f], ARGV[8 + 3 * f]
+  if id ~= '' then
+    local meta, dkey = KEYS[7 + 2 * f], KEYS[8 + 2 * f]
+    redis.call('HSET', meta, 'object', obj)
+    redis.call('SET', dkey, data, 'PX', ttl)
+    redis.call('PEXPIRE', meta, ttl)
+    redis.call('ZADD', KEYS[11], tonumber(ARGV[2]) * 1000, id)
+    redis.call('PEXPIRE', KEYS[11], ttl)
+    redis.call('HSET', M, f == 0 and 'output_file_id' or 'error_file_id', id)
+  end
+end
+redis.call('HSET', M, 'status', ARGV[1], ARGV[1] .. '_at', ARGV[2], 'completed', ARGV[3], 'failed', ARGV[4])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return 1
+"""
+
+# KEYS = [the model's batch ZSET]; ARGV = cap, lease id, ttl ms -> 1: a batch slot taken | 0: all held
+TAKE_BATCH_SLOT = (
+    _NOW
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[3]) * 3, 60000))
+return 1
+"""
+)
+
+# KEYS = [the model's batch ZSET]; ARGV = ttl ms, lease ids...: extend this runner's batch slots
+RENEW_BATCH_SLOTS = (
+    _NOW
+    + """
+for k = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[k]) end
+redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[1]) * 3, 60000))
+return 0
+"""
+)
+
+
 @dataclass(frozen=True)
 class Scripts:
     admit: AsyncScript
@@ -347,6 +525,18 @@ class Scripts:
     renew_concurrent: AsyncScript
     remember: AsyncScript
     sample: AsyncScript
+    save_file: AsyncScript
+    delete_file: AsyncScript
+    create_batch: AsyncScript
+    claim_line: AsyncScript
+    line_done: AsyncScript
+    return_line: AsyncScript
+    renew_lines: AsyncScript
+    cancel_batch: AsyncScript
+    close_batch: AsyncScript
+    finish_batch: AsyncScript
+    take_batch_slot: AsyncScript
+    renew_batch_slots: AsyncScript
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
@@ -360,4 +550,16 @@ class Scripts:
             renew_concurrent=redis.register_script(RENEW_CONCURRENT),
             remember=redis.register_script(REMEMBER),
             sample=redis.register_script(SAMPLE),
+            save_file=redis.register_script(SAVE_FILE),
+            delete_file=redis.register_script(DELETE_FILE),
+            create_batch=redis.register_script(CREATE_BATCH),
+            claim_line=redis.register_script(CLAIM_LINE),
+            line_done=redis.register_script(LINE_DONE),
+            return_line=redis.register_script(RETURN_LINE),
+            renew_lines=redis.register_script(RENEW_LINES),
+            cancel_batch=redis.register_script(CANCEL_BATCH),
+            close_batch=redis.register_script(CLOSE_BATCH),
+            finish_batch=redis.register_script(FINISH_BATCH),
+            take_batch_slot=redis.register_script(TAKE_BATCH_SLOT),
+            renew_batch_slots=redis.register_script(RENEW_BATCH_SLOTS),
         )

@@ -46,6 +46,23 @@ class GatewayMetrics(Metrics):
         "model",
         "upstream",
     )
+    queue_depth_kind = gauge(
+        "genmesh_gateway_queue_depth_by_kind",
+        "Requests waiting in Redis (all replicas): interactive, or batch lines",
+        "model",
+        "kind",
+    )
+    batch_lines = counter(
+        "genmesh_gateway_batch_lines", "Batch lines this replica finished: completed or failed", "model", "outcome"
+    )
+    batch_running = gauge(
+        "genmesh_gateway_batch_lines_running", "Batch lines holding a batch slot of the model (all replicas)", "model"
+    )
+    batch_queued = gauge(
+        "genmesh_gateway_batch_lines_queued",
+        "Lines of running batches not finished and not holding a batch slot (all replicas)",
+        "model",
+    )
     redis_errors = counter("genmesh_gateway_redis_errors", "Redis calls that failed")
     peers = gauge(
         "genmesh_gateway_peers",

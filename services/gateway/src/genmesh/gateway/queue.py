@@ -29,7 +29,7 @@ from .grants import RECHECK, GrantListener
 from .redis_keys import ModelKeys
 from .settings import GatewaySettings
 from .store import Store, StoreUnavailable, text
-from .tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
+from .tickets import BATCH_CLASS, NoUpstream, QueueFull, QueueTimeout, Ticket
 from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway.queue")
@@ -112,7 +112,7 @@ class Admission:
             raise
         ticket.upstream = granted
         ticket.granted_at = time.monotonic()
-        self.store.metrics.queue_wait.labels(route.name, str(ticket.priority)).observe(ticket.waited_s())
+        self.store.metrics.queue_wait.labels(route.name, ticket.priority_label).observe(ticket.waited_s())
         return granted
 
     async def _admit(self, ticket: Ticket, exclude: frozenset[int], front: bool) -> int | None:
@@ -304,6 +304,26 @@ class Admission:
                 out[(name, prio)] = int(results[i])
                 i += 1
         return out
+
+    async def depths_by_kind(self) -> dict[tuple[str, str], int]:
+        """Queue depth per (model, ``interactive`` | ``batch``), read from Redis."""
+        out: dict[tuple[str, str], int] = {}
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for keys in self.keys.values():
+                pipe.zlexcount(keys.queue, "[0", "(9~")
+                pipe.zlexcount(keys.queue, f"[{BATCH_CLASS}", f"({BATCH_CLASS}~")
+            results = await pipe.execute()
+        for i, name in enumerate(self.keys):
+            out[(name, "interactive")] = int(results[2 * i])
+            out[(name, "batch")] = int(results[2 * i + 1])
+        return out
+
+    async def batch_running(self) -> dict[str, int]:
+        """Batch lines holding one of each model's batch slots (all replicas)."""
+        now_ms = int(time.time() * 1000)
+        return {
+            name: int(await self.store.redis.zcount(keys.batch, now_ms, "+inf")) for name, keys in self.keys.items()
+        }
 
     async def in_flight(self) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}

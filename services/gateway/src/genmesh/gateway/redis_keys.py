@@ -34,6 +34,7 @@ class ModelKeys:
     slots: tuple[str, ...]  # one ZSET per upstream (config order): lease id -> expiry ms
     channel: str  # pub/sub channel on which grants are announced
     prefix_base: str  # STRING per prompt-prefix block hash -> upstream index (prefix-affinity), TTL affinity_ttl_s
+    batch: str  # ZSET batch line lease id -> expiry ms: the model's slots batch lines hold (all replicas)
 
     def all(self) -> list[str]:
         return [self.queue, self.waiters, self.alive, self.rounds, self.members, *self.slots]
@@ -52,6 +53,23 @@ class KeyIdKeys:
     usage: str  # HASH requests, prompt_tokens, completion_tokens
 
 
+@dataclass(frozen=True)
+class BatchKeys:
+    """The keys of one batch (tag ``{k:<owner key id>}``, with the owner's files and indexes), TTL
+    ``BatchStore.ttl`` from its creation."""
+
+    meta: str  # HASH the batch object's fields, counts ("total", "completed", "failed", "d:<model>"), "closing"
+    input: str  # HASH line index -> the input line (raw JSON), copied from the input file
+    ids: str  # HASH line index -> custom_id (for lines that end without a result)
+    pending: str  # LIST line indexes not yet claimed
+    leases: str  # ZSET line index -> lease expiry ms (lines running somewhere)
+    results: str  # HASH line index -> "o<output line>" or "e<error line>", written once (HSETNX)
+    finalizer: str  # STRING the replica writing the output files (SET NX PX): a lock, never the truth
+
+    def all(self) -> list[str]:
+        return [self.meta, self.input, self.ids, self.pending, self.leases, self.results]
+
+
 class KeySpace:
     def __init__(self, prefix: str = "genmesh:gw") -> None:
         self.prefix = prefix
@@ -67,6 +85,7 @@ class KeySpace:
             slots=tuple(f"{base}:slots:{_tag(u)}" for u in upstreams),
             channel=f"{base}:grants",
             prefix_base=f"{base}:prefix",
+            batch=f"{base}:batch",
         )
 
     def key_id(self, key_id: str) -> KeyIdKeys:
@@ -93,6 +112,37 @@ class KeySpace:
         """One ZSET per chart series (CONSOLE_HISTORY_SERIES): score = sample time ms, member "ms:value";
         trimmed to and expiring after ``console_history_s``. All tagged ``{console}`` for one Lua script."""
         return [f"{self.prefix}:{{console}}:history:{name}" for name in CONSOLE_HISTORY_SERIES]
+
+    # -- the Files and Batch API: everything of one owner (API key id) in the owner's hash slot ----
+
+    def file(self, owner: str, file_id: str) -> tuple[str, str]:
+        """HASH of one file's object fields and ``owner``, and STRING of its bytes (TTL ``files_ttl_s``)."""
+        base = f"{self.prefix}:{{k:{_tag(owner)}}}:file:{file_id}"
+        return f"{base}:meta", f"{base}:data"
+
+    def files(self, owner: str) -> str:
+        """ZSET file id -> created ms: one owner's files, for listing (TTL ``files_ttl_s``, renewed)."""
+        return f"{self.prefix}:{{k:{_tag(owner)}}}:files"
+
+    def batch(self, owner: str, batch_id: str) -> BatchKeys:
+        base = f"{self.prefix}:{{k:{_tag(owner)}}}:batch:{batch_id}"
+        return BatchKeys(
+            meta=f"{base}:meta",
+            input=f"{base}:input",
+            ids=f"{base}:ids",
+            pending=f"{base}:pending",
+            leases=f"{base}:leases",
+            results=f"{base}:results",
+            finalizer=f"{base}:finalizer",
+        )
+
+    def batches(self, owner: str) -> str:
+        """ZSET batch id -> created ms: one owner's batches, for listing (TTL as the batches')."""
+        return f"{self.prefix}:{{k:{_tag(owner)}}}:batches"
+
+    def active_batches(self) -> str:
+        """ZSET ``<owner>|<batch id>`` -> created ms: batches some runner still has work on (TTL as the batches')."""
+        return f"{self.prefix}:batches:active"
 
     def api_key_index(self) -> str:
         """HASH key id -> digest, for listing and revoking."""

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from genmesh.protocol.server.limits import HttpLimits, UploadLimits
 from genmesh.protocol.server.settings import EnvOnly, ServiceSettings
 
 AuthMode = Literal["auto", "on", "off"]
@@ -81,7 +82,45 @@ class GatewaySettings(ServiceSettings):
         default=900.0, gt=0, le=86400, description="console: chart history kept in Redis (TTL and trim horizon)"
     )
     console_max_keys: int = Field(default=200, ge=0, le=10000, description="console: API keys shown (0: none)")
+    console_max_batches: int = Field(default=50, ge=0, le=1000, description="console: batches shown (0: none)")
     console_session_s: float = Field(default=12 * 3600.0, gt=0, description="console: lifetime of a login cookie")
+    # the Files and Batch API (docs/batch.md)
+    files_max_bytes: int = Field(
+        default=100 * 1024 * 1024,
+        ge=1024,
+        description="largest file /v1/files accepts (OpenAI: 200 MB; the bytes live in Redis)",
+    )
+    files_upload_timeout_s: float = Field(
+        default=300.0, gt=0, description="time an upload's body may take to arrive (other bodies: --body-timeout-s)"
+    )
+    files_ttl_s: float = Field(
+        default=30 * 24 * 3600.0, gt=0, description="TTL of an uploaded or output file and of a batch (30 days)"
+    )
+    batch_max_lines: int = Field(default=50_000, ge=1, description="most requests in one batch (OpenAI: 50,000)")
+    batch_window_s: float = Field(
+        default=24 * 3600.0, gt=0, description="how long completion_window '24h' lasts before a batch expires"
+    )
+    batch_slot_share: float = Field(
+        default=0.5, gt=0, le=1, description="share of each model's slots that batch lines may hold (all replicas)"
+    )
+    batch_concurrency: int = Field(default=8, ge=1, description="batch lines this replica's runner runs at once")
+    batch_lease_ttl_s: float = Field(
+        default=30.0, gt=0, description="lease of a claimed batch line; a dead replica's lines run again after it"
+    )
+    batch_poll_interval_s: float = Field(default=1.0, gt=0, description="how often an idle runner looks for work")
+    batch_max_attempts: int = Field(
+        default=3, ge=1, description="tries of a line whose upstream failed (5xx) before it goes to the error file"
+    )
+
+    def http_limits(self) -> HttpLimits:
+        """The HTTP limits, with the larger body and time ``POST /v1/files`` allows."""
+        base = super().http_limits().model_dump()
+        return UploadLimits(
+            **base,
+            upload_path="/v1/files",
+            upload_max_bytes=self.files_max_bytes + 64 * 1024,  # the multipart envelope around the file
+            upload_timeout_s=self.files_upload_timeout_s,
+        )
 
     def admin_secret(self) -> str | None:
         """The admin key (the file's first line when ``admin_key_file`` is set); None: admin endpoints off."""

@@ -16,6 +16,8 @@ from redis.backoff import ExponentialBackoff
 from genmesh.relay import RelayClient
 
 from .auth import KeyStore
+from .batch.batches import BatchStore
+from .batch.files import FileStore
 from .config import RoutingConfig
 from .console.activity import Activity
 from .console.status import StatusBoard
@@ -58,6 +60,8 @@ class GatewayState:
         store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
         self.limiter = Limiter(store, settings.lease_ttl_s)
+        self.files = FileStore(store, settings.files_ttl_s)
+        self.batches = BatchStore(store, self.files, settings)
         self.responses = ResponseStore(
             self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
         )
@@ -89,6 +93,10 @@ class GatewayState:
             log.warning("API keys are NOT required (bound to %s); use --auth on to require them", settings.host)
         return st
 
+    def add_task(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run background work until the gateway stops (cancelled in ``close``)."""
+        self._tasks.append(asyncio.create_task(work))
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run clean-up work that must finish even when the request's task is cancelled."""
         task = asyncio.ensure_future(work)
@@ -108,9 +116,13 @@ class GatewayState:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:  # bounded: a task that does not end in time must not hold the shutdown
+            done, stuck = await asyncio.wait(self._tasks, timeout=5)
+            for task in done:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    task.result()
+            if stuck:
+                log.warning("%d background task(s) still running at shutdown: %s", len(stuck), stuck)
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
         await self.upstream.aclose()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -40,6 +40,17 @@ class Store:
         except (RedisError, OSError) as exc:
             self.metrics.redis_errors.inc()
             raise StoreUnavailable(f"queue store unavailable: {type(exc).__name__}") from exc
+
+
+async def start_after(store: Store, index: str, after: str | None, missing: Exception) -> int:
+    """Where a newest-first page of the ZSET ``index`` starts: past ``after`` (``missing`` raised
+    when it is not there), or at the top."""
+    if after is None:
+        return 0
+    rank: Any = await store.call(store.redis.zrevrank(index, after))
+    if rank is None:
+        raise missing
+    return int(rank) + 1
 
 
 def text(raw: bytes | str) -> str:

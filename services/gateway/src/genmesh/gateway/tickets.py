@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from .config import ModelRoute
 
+BATCH_PRIORITY = -1  # batch lines: below every interactive priority (0-9)
+BATCH_CLASS = "b"  # their queue class, sorted after the interactive classes "0".."9"
+
 
 class QueueFull(Exception):
     pass
@@ -37,7 +40,11 @@ class Ticket:
 
     @property
     def klass(self) -> str:
-        return str(9 - self.priority)
+        return BATCH_CLASS if self.priority == BATCH_PRIORITY else str(9 - self.priority)
+
+    @property
+    def priority_label(self) -> str:
+        return "batch" if self.priority == BATCH_PRIORITY else str(self.priority)
 
     def waited_s(self) -> float:
         return (self.granted_at or time.monotonic()) - self.arrived

@@ -24,6 +24,7 @@ import zmq.asyncio
 from ..core import ipc as m
 from ..core.config import CoreConfig
 from ..core.step_loop import run_core
+from .core_exit import certain_to_repeat, describe_exit
 
 log = logging.getLogger("genmesh.engine.client.core_client")
 
@@ -43,7 +44,9 @@ def has_pending(sock: zmq.asyncio.Socket) -> bool:
 
 
 class EngineDeadError(RuntimeError):
-    pass
+    def __init__(self, reason: str = "", certain_to_repeat: bool = False) -> None:
+        super().__init__(reason)
+        self.certain_to_repeat = certain_to_repeat  # a new core would die the same way (core_exit.py)
 
 
 class CoreClient:
@@ -131,12 +134,12 @@ class CoreClient:
             return
         self._proc.join(0)
         code = self._proc.exitcode
-        reason = f"engine core process exited (exit code {code})"
+        reason = describe_exit(code, loading=not self.ready)
         if self.dead_reason is None:
             self.dead_reason = reason
             log.error(reason)
         if self._loaded is not None and not self._loaded.done():
-            self._loaded.set_exception(EngineDeadError(reason))
+            self._loaded.set_exception(EngineDeadError(reason, certain_to_repeat(code, loading=True)))
         why = self.dead_reason
         self._set_stats(m.Stats(0, 0, 0.0, self.stats.steps, self.stats.tokens))
         if self.on_exit is not None:

@@ -31,6 +31,7 @@ from ..metrics import EngineMetrics
 from ..settings import EngineSettings
 from .collector import Collector
 from .core_client import CoreClient, EngineDeadError
+from .core_exit import EXIT_LOAD_CRASH
 from .detokenizer import StepDecoder
 from .output_processor import OutputProcessor, RequestHandle, TextOptions
 from .watchdog import ProgressWatch, Sample
@@ -285,6 +286,9 @@ class CoreSupervisor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if isinstance(exc, EngineDeadError) and exc.certain_to_repeat:
+                    self._give_up(f"a new engine core failed to start: {exc}", repeats=True)
+                    return False
                 reason = f"a new engine core failed to start: {exc or type(exc).__name__}"
                 cause = "start_failed"
                 self.last_failure = reason
@@ -300,13 +304,18 @@ class CoreSupervisor:
             )
             return True
 
-    def _give_up(self, reason: str) -> None:
+    def _give_up(self, reason: str, repeats: bool = False) -> None:
+        """``repeats``: the last core died in a way every new one would (core_exit.py), so no more are started."""
         p = self.policy
         self.restarting = False
-        self.failed = (
-            f"engine core failed again after {p.limit} restart(s) within {p.window_s:g} s (last: {reason}); "
-            f"the server exits (status {EXIT_CRASH_LOOP}) so that it is started afresh"
-        )
+        status = EXIT_LOAD_CRASH if repeats else EXIT_CRASH_LOOP
+        if repeats:
+            self.failed = f"{reason}; a new core would die the same way: the server exits (status {status})"
+        else:
+            self.failed = (
+                f"engine core failed again after {p.limit} restart(s) within {p.window_s:g} s (last: {reason}); "
+                f"the server exits (status {status}) so that it is started afresh"
+            )
         log.critical("model %s: %s", self.model, self.failed)
         if self._on_fatal is not None:
-            self._on_fatal(EXIT_CRASH_LOOP)
+            self._on_fatal(status)

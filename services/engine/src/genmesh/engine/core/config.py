@@ -11,6 +11,8 @@ from typing import Any
 
 from .gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 
+ISA_ENV = "ONEDNN_MAX_CPU_ISA"  # oneDNN's cap on the instruction sets it uses (AMX among them)
+
 
 @dataclass(frozen=True)
 class CoreConfig:
@@ -24,6 +26,8 @@ class CoreConfig:
     num_kv_blocks: int | None = None
     plugin_config: dict[str, Any] = field(default_factory=dict)  # the device's (EngineSettings.device_config)
     prompt_lookup: bool = False
+    # ONEDNN_MAX_CPU_ISA for the core process, set before it imports OpenVINO (None: as inherited).
+    max_cpu_isa: str | None = None
     # Grammars compiled before the core reports ready (JSON mode's: seconds to compile, and a
     # compile holds up the step of every request in the batch).
     warmup_grammars: tuple[str, ...] = ()

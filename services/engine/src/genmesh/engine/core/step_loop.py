@@ -21,7 +21,7 @@ import zmq
 from genmesh.protocol.server.logs import configure_logging
 
 from . import ipc as m
-from .config import CoreConfig
+from .config import ISA_ENV, CoreConfig
 from .model_loading import prepare_model, start_scorer
 from .pipeline_config import generation_config, pipeline_properties, scheduler_config
 from .scorer import Scorer
@@ -237,6 +237,10 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
     inbox.connect(input_addr)
     outbox = ctx.socket(zmq.PUSH)
     outbox.connect(output_addr)
+    if config.max_cpu_isa is not None:
+        # oneDNN reads it once, when OpenVINO's CPU plugin first asks: nothing here imported OpenVINO yet
+        # (tests/engine/unit/test_core_imports.py).
+        os.environ[ISA_ENV] = config.max_cpu_isa
     try:
         import numpy as np
         import openvino as ov

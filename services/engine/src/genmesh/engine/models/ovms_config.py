@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..settings import EngineSettings
+from . import amx_guard
 from .ovms_graph import GRAPH_FILE, llm_node_options
 from .source import ModelSource, resolve
-from ..settings import EngineSettings
 
 log = logging.getLogger("genmesh.engine.models.ovms_config")
 
@@ -64,13 +65,24 @@ def single_model(settings: EngineSettings) -> Repository:
     return Repository((ModelSpec(source.served_name, settings, source, aliases=aliases),))
 
 
-def load(settings: EngineSettings) -> Repository:
-    """The models ``settings`` ask for: the config.json's entries, else the one ``--model``."""
+def load(settings: EngineSettings, host: amx_guard.HostCpu | None = None) -> Repository:
+    """The models ``settings`` ask for: the config.json's entries, else the one ``--model``; each
+    with settings that do not crash OpenVINO on this CPU (``amx_guard``; ``host``: this machine)."""
     if settings.config_path is None:
-        return single_model(settings)
-    if {"model", "served_model_name"} & settings.model_fields_set:
-        log.warning("--config-path is set: --model and --served-model-name are ignored")
-    return from_config(Path(settings.config_path).expanduser(), settings)
+        repo = single_model(settings)
+    else:
+        if {"model", "served_model_name"} & settings.model_fields_set:
+            log.warning("--config-path is set: --model and --served-model-name are ignored")
+        repo = from_config(Path(settings.config_path).expanduser(), settings)
+    host = host or amx_guard.this_host()
+    return replace(repo, models=tuple(_guarded(m, host) for m in repo.models))
+
+
+def _guarded(spec: ModelSpec, host: amx_guard.HostCpu) -> ModelSpec:
+    try:
+        return replace(spec, settings=amx_guard.guard(spec.name, spec.settings, host))
+    except amx_guard.UnsafeConfigError as exc:
+        raise RepositoryError(f"model {spec.name!r} cannot be served: {exc}") from exc
 
 
 def from_config(path: Path, settings: EngineSettings) -> Repository:

@@ -31,6 +31,7 @@ log = logging.getLogger("genmesh.gateway.console")
 
 SCHEMA_VERSION = 1
 MAX_WAITING_LISTED = 200  # per replica: waiting requests published with tenant and age
+RECENT_BATCHES_PER_KEY = 3  # finished batches leave the active index: each listed key's latest stay in view
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -79,7 +80,7 @@ class StatusBoard:
         snap["models"] = self._models(shared)
         snap["upstreams"] = self._upstreams(shared, engines)
         snap["keys"] = shared.get("keys", [])
-        snap["batches"] = []
+        snap["batches"] = shared.get("batches", [])
         snap["history"] = shared.get("history", {name: [] for name in CONSOLE_HISTORY_SERIES})
         self.snapshot = snap
 
@@ -138,6 +139,7 @@ class StatusBoard:
         depths = await st.admission.depths()
         in_flight = await st.admission.in_flight()
         keys = await self._keys()
+        batches = await self._batches(keys)
         totals = self._aggregate(replicas)
         depth_all = sum(depths.values())
         sample = [
@@ -165,6 +167,7 @@ class StatusBoard:
             "depths": depths,
             "in_flight": in_flight,
             "keys": keys,
+            "batches": batches,
             "history": history,
         }
 
@@ -221,6 +224,48 @@ class StatusBoard:
                     "max_concurrent": k.max_concurrent,
                 }
             )
+        return out
+
+    async def _batches(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The batches runners still work on (every owner), and each listed key's latest few."""
+        st = self.st
+        cap = self.settings.console_max_batches
+        if cap == 0:
+            return []
+        ks = st.keyspace
+        owners = [k["key_id"] for k in keys]
+        async with st.redis.pipeline(transaction=False) as pipe:
+            pipe.zrevrange(ks.active_batches(), 0, cap - 1)
+            for owner in owners:
+                pipe.zrevrange(ks.batches(owner), 0, RECENT_BATCHES_PER_KEY - 1)
+            found = await pipe.execute()
+        pairs = [tuple(text(e).rpartition("|")[::2]) for e in found[0]]
+        pairs += [(owner, text(b)) for owner, ids in zip(owners, found[1:], strict=True) for b in ids]
+        pairs = list(dict.fromkeys(pairs))[:cap]
+        async with st.redis.pipeline(transaction=False) as pipe:
+            for owner, batch_id in pairs:
+                pipe.hgetall(ks.batch(owner, batch_id).meta)
+            metas = await pipe.execute()
+        tenants = {k["key_id"]: k["tenant"] for k in keys}
+        out = []
+        for (owner, batch_id), raw in zip(pairs, metas, strict=True):
+            meta = {text(k): text(v) for k, v in raw.items()}
+            if not meta:
+                continue
+            out.append(
+                {
+                    "id": batch_id,
+                    "owner": owner,
+                    "tenant": tenants.get(owner, ""),
+                    "status": meta.get("status", ""),
+                    "endpoint": meta.get("endpoint", ""),
+                    "created_at": int(meta.get("created_at", 0) or 0),
+                    "total": int(meta.get("total", 0) or 0),
+                    "completed": int(meta.get("completed", 0) or 0),
+                    "failed": int(meta.get("failed", 0) or 0),
+                }
+            )
+        out.sort(key=lambda b: -b["created_at"])
         return out
 
     # -- the snapshot's sections --------------------------------------------------------------------

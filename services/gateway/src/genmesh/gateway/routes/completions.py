@@ -143,6 +143,13 @@ class _Exchange:
             st.activity.finished(route_name, 500)
             await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
 
+    async def call(self, key: ApiKey, priority: int, raw: bytes) -> None:
+        """Serve a request made inside the gateway (a batch line, non-streaming) as ``run`` serves
+        one from a client, after authentication: a refusal is raised (``OpenAIError``), the
+        reply goes to ``send``."""
+        body = decode_json_object(raw, self.st.settings.max_json_depth)
+        await self._serve(key, _route(self.st, body), priority, raw, body, False)
+
     async def _read_body(self) -> bytes:
         chunks: list[bytes] = []
         size = 0

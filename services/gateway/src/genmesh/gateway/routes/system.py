@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
+from ..store import StoreUnavailable
 from .common import gateway
 
 router = APIRouter()
@@ -31,11 +32,18 @@ async def ready(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     st = gateway(request)
     m = st.metrics
-    with contextlib.suppress(RedisError, OSError):
+    with contextlib.suppress(RedisError, OSError, StoreUnavailable):
         for (model, prio), depth in (await st.admission.depths()).items():
             m.queue_depth.labels(model, str(prio)).set(depth)
         for (model, up), n in (await st.admission.in_flight()).items():
             m.in_flight.labels(model, up).set(n)
+        for (model, kind), depth in (await st.admission.depths_by_kind()).items():
+            m.queue_depth_kind.labels(model, kind).set(depth)
+        running = await st.admission.batch_running()
+        unfinished = await st.batches.unfinished()
+        for model in st.config.models:
+            m.batch_running.labels(model).set(running.get(model, 0))
+            m.batch_queued.labels(model).set(max(0, unfinished.get(model, 0) - running.get(model, 0)))
     for model, pool in st.pool.models.items():
         m.peers.labels(model).set(st.admission.peers(model))
         for u in pool:

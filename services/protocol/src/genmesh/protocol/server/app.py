@@ -68,7 +68,7 @@ def service_app(
     if documented:
         document_routes(app, documented)
     # The last one added runs first.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, limits=limits)
     for m in middleware:
         options: dict[str, Any] = dict(m.kwargs)
         app.add_middleware(m.cls, *m.args, **options)

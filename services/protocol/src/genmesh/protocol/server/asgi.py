@@ -148,23 +148,24 @@ class BodyLimitMiddleware:
     """A request body past ``max_bytes`` is a 413 as soon as that many bytes have come in (a
     ``Content-Length`` past it is refused by the server before the app runs: ``http_server``)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, limits: HttpLimits) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         seen = 0
+        max_bytes = self.limits.body_limit(scope["path"])
 
         async def counted() -> Message:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
+            if seen > max_bytes:
                 raise StarletteHTTPException(
-                    413, f"the request body is larger than this server's limit of {self.max_bytes} bytes"
+                    413, f"the request body is larger than this server's limit of {max_bytes} bytes"
                 )
             return message
 

@@ -98,6 +98,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._parsed_bytes = 0  # request line and headers, as the parser hands them over
         self._refusal: OpenAIError | None = None
+        self._path = b""  # the request's URL as parsed so far (limits may differ per path)
 
     # connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -134,10 +135,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes = 0
             self._header_count = 0
             self._parsed_bytes = 0
+            self._path = b""
             self._arm("headers", self.limits.header_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self._parsed_bytes += len(url)
+        if len(self._path) < 256:
+            self._path += url
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -154,7 +158,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         refusal = self._refusal or self._body_refusal()
-        self._arm("body", self.limits.body_timeout_s)
+        self._arm("body", self.limits.body_time(self._url_path()))
         if refusal is None:
             super().on_headers_complete()
             return
@@ -176,9 +180,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                     length = int(value)
                 except ValueError:
                     return None  # the parser refuses it
-                if length > self.limits.max_body_bytes:
-                    return too_large(self.limits.max_body_bytes)
+                limit = self.limits.body_limit(self._url_path())
+                if length > limit:
+                    return too_large(limit)
         return None
+
+    def _url_path(self) -> str:
+        return self._path.split(b"?", 1)[0].decode("latin-1")
 
     def send_400_response(self, msg: str) -> None:
         """Malformed HTTP: OpenAI error JSON, not uvicorn's plain text."""

@@ -40,3 +40,25 @@ class HttpLimits(BaseModel):
     def http_limits(self) -> HttpLimits:
         """The limits alone (a service's settings object carries other fields too)."""
         return HttpLimits.model_validate({name: getattr(self, name) for name in HttpLimits.model_fields})
+
+    def body_limit(self, path: str) -> int:
+        """The largest body a request to ``path`` may send."""
+        return self.max_body_bytes
+
+    def body_time(self, path: str) -> float:
+        """The time a request to ``path`` has for its body."""
+        return self.body_timeout_s
+
+
+class UploadLimits(HttpLimits):
+    """``HttpLimits`` with one path (a file upload) allowed a larger body and more time for it."""
+
+    upload_path: str
+    upload_max_bytes: int
+    upload_timeout_s: float
+
+    def body_limit(self, path: str) -> int:
+        return self.upload_max_bytes if path == self.upload_path else self.max_body_bytes
+
+    def body_time(self, path: str) -> float:
+        return self.upload_timeout_s if path == self.upload_path else self.body_timeout_s

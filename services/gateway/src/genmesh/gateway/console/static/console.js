@@ -6,7 +6,7 @@
   const CHARTS = [
     ["queue_depth", "queue depth", (v) => fmt(v, 0)],
     ["tokens_per_s", "tokens/s", (v) => fmt(v, 1)],
-    ["ttft_p50_s", "TTFT p50", (v) => fmt(v, 2), "ttft_p99_s", "p99 (s)"],
+    ["ttft_p50_s", "TTFT p50", (v) => fmt(v, 2), "ttft_p99_s", "p99 s"],
     ["rate_429", "429/s", (v) => fmt(v, 2), "rate_5xx", "5xx/s"],
   ];
   let failures = 0;
@@ -70,7 +70,7 @@
       const div = el("div", null, "chart");
       const head = el("div", null, "title");
       const last = (s) => (s.length ? s[s.length - 1][1] : null);
-      head.appendChild(el("span", title + (key2 ? " / " + title2 : "") + " · last " + Math.round((t1 - t0) / 60) + " min"));
+      head.appendChild(el("span", title + (key2 ? " / " + title2 : "") + " · " + Math.round((t1 - t0) / 60) + " min"));
       head.appendChild(el("span", f(last(a)) + (key2 ? " / " + f(last(b)) : "") + " · max " + f(max / 1.1), "now"));
       const svg = document.createElementNS(SVG, "svg");
       svg.setAttribute("viewBox", "0 0 300 60");
@@ -123,7 +123,9 @@
       limit(k.requests, k.rpm), limit(k.tokens, k.tpm), limit(k.concurrent, k.max_concurrent),
     ], s.auth_required ? "no API keys" : "no API keys (auth is off)");
     rows("batches", s.batches, (b) => [
-      el("td", b.id), el("td", b.status), meter(b.completed + b.failed, b.total, ""),
+      el("td", b.id), el("td", b.tenant || b.owner || "anonymous"), el("td", b.endpoint),
+      el("td", b.status, b.status === "failed" || b.status === "expired" ? "bad" : b.status === "completed" ? "ok" : ""),
+      meter(b.completed + b.failed, b.total, b.total ? Math.round((100 * (b.completed + b.failed)) / b.total) + "%" : "–"),
       el("td", b.completed + " / " + b.failed + " / " + b.total, "num"),
     ], "no batches");
   }

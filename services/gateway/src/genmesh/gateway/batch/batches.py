@@ -1,0 +1,318 @@
+"""Batches (``/v1/batches``) in Redis: the batch object, its lines and their results.
+
+A batch lives in its owner's hash slot (``KeySpace.batch``) beside the owner's files, so each
+change is one Lua script (``lua_scripts.py``): creation, claiming a line (``CLAIM_LINE``, which
+first puts lapsed leases back in front), writing a line's result once (``LINE_DONE``: HSETNX per
+line index, with the counts), cancelling, deciding how it ends (``CLOSE_BATCH``: after that no
+result is written) and ending it with its output and error files (``FINISH_BATCH``). The
+``active`` index names the batches runners still have work on.
+
+Creation checks the input file at once (``validation.py``), off the event loop, then copies its
+lines into the batch: the batch either starts ``in_progress`` with every line queued or ends
+``failed`` with line-numbered ``errors``; ``validating`` is never left behind by a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from genmesh.protocol import OpenAIError
+from genmesh.protocol.batches import (
+    TERMINAL_BATCH_STATUSES,
+    Batch,
+    BatchErrors,
+    BatchList,
+    BatchOutputLine,
+    FileObject,
+)
+
+from ..redis_keys import BatchKeys
+from ..settings import GatewaySettings
+from ..store import Store, StoreUnavailable, start_after, text
+from .files import FileStore
+from .validation import check, requests
+
+LOAD_CHUNK = 1000  # lines per Redis round trip while a batch's lines are copied in
+_FIELDS = ("total", "completed", "failed")
+_TIMES = (
+    "created_at",
+    "in_progress_at",
+    "expires_at",
+    "finalizing_at",
+    "completed_at",
+    "failed_at",
+    "expired_at",
+    "cancelling_at",
+    "cancelled_at",
+)
+
+
+def batch_not_found(batch_id: str) -> OpenAIError:
+    return OpenAIError(f"No batch found with id '{batch_id}'.", status=404, param="batch_id", code="batch_not_found")
+
+
+def decode(raw: dict[Any, Any]) -> dict[str, str]:
+    return {text(k): text(v) for k, v in raw.items()}
+
+
+def to_batch(meta: dict[str, str]) -> Batch:
+    data: dict[str, Any] = {
+        k: meta[k] for k in ("id", "endpoint", "input_file_id", "completion_window", "status") if k in meta
+    }
+    for k in _TIMES:
+        if meta.get(k):
+            data[k] = int(meta[k])
+    for k in ("output_file_id", "error_file_id"):
+        if meta.get(k):
+            data[k] = meta[k]
+    data["request_counts"] = {k: int(meta.get(k, 0)) for k in _FIELDS}
+    if meta.get("metadata"):
+        data["metadata"] = orjson.loads(meta["metadata"])
+    if meta.get("errors"):
+        data["errors"] = BatchErrors(data=orjson.loads(meta["errors"]))
+    return Batch.model_validate(data)
+
+
+def output_file_id(batch_id: str, kind: str) -> str:
+    """The id of a batch's output (``o``) or error (``e``) file: the same whoever writes it."""
+    return "file-" + uuid.uuid5(uuid.NAMESPACE_URL, f"genmesh:{batch_id}:{kind}").hex
+
+
+class BatchStore:
+    def __init__(self, store: Store, files: FileStore, settings: GatewaySettings) -> None:
+        self.store = store
+        self.files = files
+        self.keyspace = store.keyspace
+        self.settings = settings
+        # a batch, its lines and its place in the indexes outlive its window by the files' TTL
+        self.ttl_ms = int((settings.batch_window_s + settings.files_ttl_s) * 1000)
+
+    def keys(self, owner: str, batch_id: str) -> BatchKeys:
+        return self.keyspace.batch(owner, batch_id)
+
+    async def meta(self, owner: str, batch_id: str) -> dict[str, str]:
+        return decode(await self.store.call(self.store.redis.hgetall(self.keys(owner, batch_id).meta)))
+
+    async def get(self, owner: str, batch_id: str) -> Batch:
+        meta = await self.meta(owner, batch_id)
+        if not meta:
+            raise batch_not_found(batch_id)
+        return to_batch(meta)
+
+    async def create(
+        self,
+        owner: str,
+        input_file: FileObject,
+        data: bytes,
+        endpoint: str,
+        window: str,
+        metadata: dict[str, str] | None,
+    ) -> Batch:
+        checked = await asyncio.to_thread(check, data, endpoint, self.settings.batch_max_lines)
+        now = int(time.time())
+        batch_id = f"batch_{uuid.uuid4().hex}"
+        keys = self.keys(owner, batch_id)
+        fields: dict[str, str | int] = {
+            "id": batch_id,
+            "endpoint": endpoint,
+            "input_file_id": input_file.id,
+            "completion_window": window,
+            "created_at": now,
+            "expires_at": now + int(self.settings.batch_window_s),
+        }
+        if metadata is not None:
+            fields["metadata"] = orjson.dumps(metadata).decode()
+        if checked.errors:
+            fields |= {"status": "failed", "failed_at": now, "total": 0}
+            fields["errors"] = orjson.dumps([e.model_dump() for e in checked.errors]).decode()
+        else:
+            await self._load(keys, data, checked.custom_ids)
+            fields |= {"status": "in_progress", "in_progress_at": now, "total": len(checked.custom_ids)}
+            fields |= {f"m:{model}": n for model, n in checked.models.items()}
+            # named as active before it exists: a runner never drops a young entry (runner.py)
+            active = self.keyspace.active_batches()
+            await self.store.call(self.store.redis.zadd(active, {f"{owner}|{batch_id}": now * 1000}))
+            await self.store.call(self.store.redis.pexpire(active, self.ttl_ms))
+        args: list[Any] = [self.ttl_ms]
+        for k, v in fields.items():
+            args += [k, v]
+        await self.store.call(
+            self.store.scripts.create_batch(keys=[*keys.all(), self.keyspace.batches(owner)], args=args)
+        )
+        return to_batch({k: str(v) for k, v in fields.items()})
+
+    async def _load(self, keys: BatchKeys, data: bytes, custom_ids: list[str]) -> None:
+        """Copy the lines in, in chunks (the batch object, written last, makes them live)."""
+        chunk: dict[int, bytes] = {}
+        for idx, (_, line) in enumerate(requests(data)):
+            chunk[idx] = line
+            if len(chunk) == LOAD_CHUNK or idx == len(custom_ids) - 1:
+                ids = {i: custom_ids[i] for i in chunk}
+                try:
+                    async with self.store.redis.pipeline(transaction=False) as pipe:
+                        pipe.hset(keys.input, mapping=chunk)  # type: ignore[arg-type]
+                        pipe.hset(keys.ids, mapping=ids)  # type: ignore[arg-type]
+                        pipe.rpush(keys.pending, *chunk)
+                        for key in (keys.input, keys.ids, keys.pending):
+                            pipe.pexpire(key, self.ttl_ms)
+                        await pipe.execute()
+                except (RedisError, OSError) as exc:
+                    self.store.metrics.redis_errors.inc()
+                    raise StoreUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
+                chunk = {}
+            if idx == len(custom_ids) - 1:
+                break
+
+    async def page(self, owner: str, limit: int, after: str | None) -> BatchList:
+        index = self.keyspace.batches(owner)
+        redis = self.store.redis
+        missing = OpenAIError(f"No batch found with id '{after}'.", status=404, param="after", code="batch_not_found")
+        start = await start_after(self.store, index, after, missing)
+        found: Any = await self.store.call(redis.zrevrange(index, start, start + limit))
+        ids = [text(i) for i in found]
+        try:
+            async with redis.pipeline(transaction=False) as pipe:
+                for batch_id in ids[:limit]:
+                    pipe.hgetall(self.keys(owner, batch_id).meta)
+                metas = [decode(m) for m in await pipe.execute()]
+        except (RedisError, OSError) as exc:
+            self.store.metrics.redis_errors.inc()
+            raise StoreUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
+        data = [to_batch(m) for m in metas if m]
+        return BatchList(
+            data=data,
+            first_id=data[0].id if data else None,
+            last_id=data[-1].id if data else None,
+            has_more=len(ids) > limit,
+        )
+
+    async def cancel(self, owner: str, batch_id: str) -> Batch:
+        keys = self.keys(owner, batch_id)
+        status = text(await self.store.call(self.store.scripts.cancel_batch(keys=keys.all(), args=[int(time.time())])))
+        if not status:
+            raise batch_not_found(batch_id)
+        if status in TERMINAL_BATCH_STATUSES or status == "finalizing":
+            raise OpenAIError(
+                f"Cannot cancel a batch with status '{status}'.",
+                status=409,
+                param="batch_id",
+                code="batch_not_cancellable",
+            )
+        return await self.get(owner, batch_id)
+
+    async def unfinished(self) -> dict[str, int]:
+        """Lines of running batches not finished yet, per model (all replicas; for the metrics)."""
+        entries: Any = await self.store.call(self.store.redis.zrange(self.keyspace.active_batches(), 0, -1))
+        out: dict[str, int] = {}
+        for raw in entries:
+            owner, _, batch_id = text(raw).rpartition("|")
+            meta = await self.meta(owner, batch_id)
+            if meta.get("status") not in ("in_progress", "cancelling") or meta.get("closing"):
+                continue
+            for k, v in meta.items():
+                if k.startswith("m:"):
+                    model = k[2:]
+                    out[model] = out.get(model, 0) + int(v) - int(meta.get(f"d:{model}", 0))
+        return out
+
+    # -- the runner's side -------------------------------------------------------------------------
+
+    async def claim(self, owner: str, batch_id: str) -> list[Any]:
+        ttl_ms = int(self.settings.batch_lease_ttl_s * 1000)
+        return list(
+            await self.store.call(self.store.scripts.claim_line(keys=self.keys(owner, batch_id).all(), args=[ttl_ms]))
+        )
+
+    async def done(self, owner: str, batch_id: str, idx: int, kind: str, line: bytes, model: str) -> list[int]:
+        keys = self.keys(owner, batch_id).all()
+        res = await self.store.call(self.store.scripts.line_done(keys=keys, args=[idx, kind, line, model]))
+        return [int(v) for v in res]
+
+    async def give_back(self, owner: str, batch_id: str, idx: int) -> None:
+        await self.store.call(self.store.scripts.return_line(keys=self.keys(owner, batch_id).all(), args=[idx]))
+
+    async def renew(self, owner: str, batch_id: str, indexes: list[int]) -> None:
+        ttl_ms = int(self.settings.batch_lease_ttl_s * 1000)
+        keys = self.keys(owner, batch_id).all()
+        await self.store.call(self.store.scripts.renew_lines(keys=keys, args=[ttl_ms, *indexes]))
+
+    async def close(self, owner: str, batch_id: str, target: str) -> str:
+        keys = self.keys(owner, batch_id).all()
+        res = await self.store.call(self.store.scripts.close_batch(keys=keys, args=[target, int(time.time())]))
+        return text(res)
+
+    async def finish(self, owner: str, batch_id: str, closing: str) -> None:
+        """Write the output and error files of a batch whose end is decided, and end it. Any
+        replica may do it (again): the files' ids and bytes follow from what Redis holds."""
+        keys = self.keys(owner, batch_id)
+        redis = self.store.redis
+        meta = await self.meta(owner, batch_id)
+        if not meta or meta.get("status") in TERMINAL_BATCH_STATUSES:
+            return
+        total = int(meta.get("total", 0))
+        results: dict[int, bytes] = {}
+        async for idx, value in redis.hscan_iter(keys.results, count=1000):
+            results[int(idx)] = bytes(value)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        for idx in sorted(results):
+            (out if results[idx][:1] == b"o" else err).append(results[idx][1:])
+        if closing == "expired":
+            missing = [i for i in range(total) if i not in results]
+            for start in range(0, len(missing), LOAD_CHUNK):
+                part = missing[start : start + LOAD_CHUNK]
+                for custom_id in await self.store.call(redis.hmget(keys.ids, part)):
+                    err.append(expired_line(text(custom_id or b"")))
+        now = int(time.time())
+        args: list[Any] = [closing, now, len(out), len(err), int(self.files.ttl_s * 1000)]
+        file_keys: list[str] = []
+        for kind, lines in (("o", out), ("e", err)):
+            file_id = output_file_id(batch_id, kind)
+            file_keys += self.keyspace.file(owner, file_id)
+            if not lines:
+                args += ["", "", ""]
+                continue
+            data = b"\n".join(lines) + b"\n"
+            name = f"{batch_id}_{'output' if kind == 'o' else 'error'}.jsonl"
+            obj = self.files.describe(file_id, name, "batch_output", len(data), now)
+            args += [file_id, obj.model_dump_json(), data]
+        all_keys = [*keys.all(), *file_keys, self.keyspace.files(owner)]
+        await self.store.call(self.store.scripts.finish_batch(keys=all_keys, args=args))
+        await self.store.call(redis.zrem(self.keyspace.active_batches(), f"{owner}|{batch_id}"))
+
+
+def output_line(custom_id: str, status: int, request_id: str, body: bytes) -> bytes:
+    """One line of the output or error file: the response as the endpoint gave it."""
+    try:
+        parsed = orjson.loads(body) if body else {}
+    except orjson.JSONDecodeError:
+        parsed = {"error": {"message": body[:500].decode("utf-8", "replace"), "type": "upstream_error"}}
+    if not isinstance(parsed, dict):
+        parsed = {"value": parsed}
+    line = {
+        "id": f"batch_req_{uuid.uuid4().hex}",
+        "custom_id": custom_id,
+        "response": {"status_code": status, "request_id": request_id, "body": parsed},
+        "error": None,
+    }
+    return orjson.dumps(line)
+
+
+def expired_line(custom_id: str) -> bytes:
+    line = BatchOutputLine.model_validate(
+        {
+            "id": f"batch_req_{uuid.uuid4().hex}",
+            "custom_id": custom_id,
+            "error": {
+                "code": "batch_expired",
+                "message": "This request could not be executed before the completion window expired.",
+            },
+        }
+    )
+    return line.model_dump_json().encode()

@@ -1,0 +1,121 @@
+"""``/v1/files``: upload (multipart, ``purpose=batch``), list, retrieve, content, delete; each file
+visible only to the API key that uploaded it (another key gets 404)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
+
+from genmesh.protocol import OpenAIError, invalid_request
+from genmesh.protocol.batches import FileDeleted
+
+from ..auth import ApiKey
+from ..batch.validation import count_lines
+from ..store import StoreUnavailable
+from .common import admission_error, authenticate, gateway
+
+router = APIRouter()
+T = TypeVar("T")
+PURPOSES = ("batch",)
+
+
+async def stored(call: Awaitable[T]) -> T:
+    """A file or batch store call; Redis away is a 503 with Retry-After."""
+    try:
+        return await call
+    except StoreUnavailable as exc:
+        raise admission_error(exc, 1) from exc
+
+
+async def caller(request: Request) -> ApiKey:
+    return await authenticate(gateway(request), request.headers.get("authorization"))
+
+
+def _json(body: str | bytes, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type="application/json")
+
+
+@router.post("/v1/files")
+async def upload(request: Request) -> Response:
+    st = gateway(request)
+    key = await caller(request)
+    limit = st.settings.files_max_bytes
+    try:
+        form = await request.form(max_files=1, max_fields=8, max_part_size=1024)
+    except MultiPartException as exc:
+        raise invalid_request(f"malformed multipart body: {exc.message}", param="file") from exc
+    try:
+        purpose = form.get("purpose")
+        if purpose is None:
+            raise invalid_request("missing required parameter: 'purpose' (use 'batch')", param="purpose")
+        if not isinstance(purpose, str) or purpose not in PURPOSES:
+            shown = purpose if isinstance(purpose, str) else "a file"
+            raise OpenAIError(
+                f"purpose '{shown}' is not supported by this server; use 'batch'", param="purpose", code="invalid_value"
+            )
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise invalid_request("missing required parameter: 'file' (a JSONL file)", param="file")
+        if upload.size is not None and upload.size > limit:
+            raise _too_large(limit)
+        data = await upload.read()
+        if len(data) > limit:
+            raise _too_large(limit)
+        lines = await asyncio.to_thread(count_lines, data)
+        if lines > st.settings.batch_max_lines:
+            raise OpenAIError(
+                f"the file holds {lines} requests; a batch may hold at most {st.settings.batch_max_lines}",
+                param="file",
+                code="too_many_lines",
+            )
+        obj = await stored(st.files.save(key.key_id, upload.filename or "upload.jsonl", purpose, data))
+    finally:
+        await form.close()
+    return _json(obj.model_dump_json())
+
+
+def _too_large(limit: int) -> OpenAIError:
+    return OpenAIError(
+        f"the file is larger than this server's limit of {limit} bytes per file",
+        status=413,
+        param="file",
+        code="file_too_large",
+    )
+
+
+@router.get("/v1/files")
+async def list_files(
+    request: Request,
+    purpose: str | None = None,
+    limit: int = Query(default=10000, ge=1, le=10000),
+    after: str | None = Query(default=None, max_length=200),
+) -> Response:
+    key = await caller(request)
+    page = await stored(gateway(request).files.page(key.key_id, purpose, limit, after))
+    return _json(page.model_dump_json())
+
+
+@router.get("/v1/files/{file_id}")
+async def retrieve(file_id: str, request: Request) -> Response:
+    key = await caller(request)
+    return _json((await stored(gateway(request).files.get(key.key_id, file_id))).model_dump_json())
+
+
+@router.get("/v1/files/{file_id}/content")
+async def content(file_id: str, request: Request) -> Response:
+    key = await caller(request)
+    data = await stored(gateway(request).files.content(key.key_id, file_id))
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.delete("/v1/files/{file_id}")
+async def delete(file_id: str, request: Request) -> Response:
+    key = await caller(request)
+    await stored(gateway(request).files.delete(key.key_id, file_id))
+    return _json(FileDeleted(id=file_id).model_dump_json())
