@@ -176,10 +176,17 @@ def _served_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def write_gateway_config(args: argparse.Namespace, microservice_urls: list[str]) -> Path:
-    """Route the served model through the microservices, one upstream per replica (JSON is valid YAML)."""
+    """Route the served model through the microservices, one upstream per replica (JSON is valid YAML);
+    the console reads each replica's engine metrics (KV cache, running, waiting) from the engine itself."""
     name = args.served_model_name or Path(args.model).stem.split(".")[0]
     ups = [
-        {"url": url, "name": f"replica-{k}", "health_path": "/v1/ready", "max_concurrency": 32}
+        {
+            "url": url,
+            "name": f"replica-{k}",
+            "health_path": "/v1/ready",
+            "max_concurrency": 32,
+            "metrics_url": f"http://127.0.0.1:{args.engine_port + k - 1}/metrics",
+        }
         for k, url in enumerate(microservice_urls, start=1)
     ]
     config = {
@@ -395,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             say("try:")
             say(f"  curl {front.url}/v1/chat/completions -H 'Content-Type: application/json' \\")
             say("""    -d '{"messages": [{"role": "user", "content": "What is Deep Learning?"}], "max_tokens": 17}'""")
+            if front.name == "gateway":
+                say(f"console (queues, upstreams, keys, batches; live): {front.url}/console")
         say("Ctrl-C stops everything")
         code = mesh.watch()
     except KeyboardInterrupt:

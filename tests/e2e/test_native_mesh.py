@@ -52,6 +52,16 @@ def test_mesh_serves_the_seed_requests_and_stops_clean(mesh: Mesh) -> None:
     assert r.json()["choices"][0]["message"]["content"]
     assert r.json()["usage"]["completion_tokens"] == 17
     assert any("curl" in line for line in mesh.lines)
+    # beside it, the console's URL: open on loopback, as the API is, with each engine's own metrics
+    console = next(line for line in mesh.lines if "console" in line and "/console" in line).split()[-1]
+    assert console == mesh.url("gateway") + "/console"
+    assert httpx.get(console, timeout=10).status_code == 200
+
+    def engine_metrics_seen() -> bool:
+        status = httpx.get(console + "/status", timeout=10).json()
+        return status["upstreams"][0]["engine"]["kv_cache_usage"] is not None
+
+    wait_until(engine_metrics_seen, 15, what="the console to read the engine's KV-cache use")
     assert any("the private Redis is ephemeral" in line for line in mesh.lines)  # and says so
     # a second launch on the same run dir does not start another copy
     again = subprocess.run(

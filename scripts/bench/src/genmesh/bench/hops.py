@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
@@ -104,6 +105,13 @@ def gateway_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--requests", type=int, default=3000, help="unary requests per pass (default 3000)")
     g.add_argument("--upstream-delay-ms", type=float, default=0.0, help="the fake upstream's time per request")
     g.add_argument("--passes", type=int, default=5, help="measured passes; the median is judged (default 5)")
+    g.add_argument(
+        "--consoles",
+        type=int,
+        default=0,
+        help="also run each pass with this many open consoles (polling /console/status each second), "
+        "interleaved with passes without, and time the status endpoint (default 0: off)",
+    )
     m = p.add_argument_group("mesh mode")
     _mesh_args(m, 128, 4)
     m.add_argument("--with-microservice", action="store_true", help="also stream straight to the microservice")
@@ -142,6 +150,8 @@ def gateway_queue(args: argparse.Namespace) -> Result:
         port = int(gw.url.rsplit(":", 1)[1])
         asyncio.run(keepalive_load(port, args.clients, min(args.requests, args.clients * 4)))
         httpx.post(upstream.url + "/control", json={"reset": True}, timeout=5).raise_for_status()
+        if args.consoles:
+            return console_overhead(args, gw.url, port, gw.proc.pid)
         for i in range(args.passes):
             with StealMeter([gw.proc.pid, redis.proc.pid]) as steal:
                 load = asyncio.run(keepalive_load(port, args.clients, args.requests))
@@ -161,6 +171,74 @@ def gateway_queue(args: argparse.Namespace) -> Result:
     return report | {
         "targets": {"admitted_per_s": f">= {TARGET_QUEUE_REQ_S:g}", "upstream_max_in_flight": f"<= {slots}"},
         "targets_met": {"admitted_per_s": rate >= TARGET_QUEUE_REQ_S, "upstream_max_in_flight": in_flight <= slots},
+    }
+
+
+async def _with_consoles(url: str, consoles: int, work: Awaitable[Load]) -> Load:
+    """``work`` while ``consoles`` viewers each poll ``/console/status`` once a second, as the page does."""
+    stop = asyncio.Event()
+
+    async def viewer(client: httpx.AsyncClient, offset_s: float) -> None:
+        await asyncio.sleep(offset_s)
+        while not stop.is_set():
+            (await client.get(url + "/console/status")).raise_for_status()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        tasks = [asyncio.create_task(viewer(client, i / max(consoles, 1))) for i in range(consoles)]
+        try:
+            return await work
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+
+
+def status_cost(url: str, pid: int, calls: int = 300) -> dict[str, Any]:
+    """The status endpoint served ``calls`` times in a row: client latency, and the gateway's CPU per call."""
+    proc = psutil.Process(pid)
+    latencies = []
+    with httpx.Client(timeout=10) as client:
+        client.get(url + "/console/status").raise_for_status()
+        cpu0 = sum(proc.cpu_times()[:2])
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            client.get(url + "/console/status").raise_for_status()
+            latencies.append((time.perf_counter() - t0) * 1000)
+        cpu = sum(proc.cpu_times()[:2]) - cpu0
+        compute_ms = client.get(url + "/console/status").json()["compute_ms"]
+    return {
+        "calls": calls,
+        "latency_ms_p50": rounded(percentile(latencies, 50), 3),
+        "latency_ms_p99": rounded(percentile(latencies, 99), 3),
+        "gateway_cpu_ms_per_call": round(cpu * 1000 / calls, 3),
+        "snapshot_compute_ms": compute_ms,
+    }
+
+
+def console_overhead(args: argparse.Namespace, url: str, port: int, pid: int) -> Result:
+    """Interleaved passes with ``args.consoles`` open consoles and with none (alternating which goes first):
+    the ratio of the medians of admitted req/s, and the status endpoint's cost per call."""
+    rates: dict[str, list[float]] = {"none": [], "consoles": []}
+    for i in range(args.passes):
+        order = ("none", "consoles") if i % 2 == 0 else ("consoles", "none")
+        for name in order:
+            load_ = keepalive_load(port, args.clients, args.requests)
+            load = asyncio.run(_with_consoles(url, args.consoles, load_) if name == "consoles" else load_)
+            rates[name].append(admitted(make_result(name, load, None)))
+        say(f"console pass {i + 1}/{args.passes}: " + ", ".join(f"{k} {v[-1]:.0f} req/s" for k, v in rates.items()))
+    none, with_ = statistics.median(rates["none"]), statistics.median(rates["consoles"])
+    return {
+        "consoles": args.consoles,
+        "clients": args.clients,
+        "requests_per_pass": args.requests,
+        "admitted_per_s": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+        "median_admitted_per_s": {"none": round(none, 1), "consoles": round(with_, 1)},
+        "ratio_consoles_vs_none": round(with_ / none, 4) if none else None,
+        "status_endpoint": status_cost(url, pid),
+        "errors": 0,
+        "targets": {"ratio_consoles_vs_none": ">= 0.98"},
+        "targets_met": {"ratio_consoles_vs_none": bool(none) and with_ / none >= 0.98},
     }
 
 

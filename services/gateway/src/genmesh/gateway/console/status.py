@@ -46,6 +46,7 @@ class StatusBoard:
         self.st = st
         self.settings = st.settings
         self.snapshot: dict[str, Any] = {"schema": SCHEMA_VERSION, "computed_at": None, "seq": 0}
+        self.body = orjson.dumps(self.snapshot)  # the snapshot as served: serialized once, not per viewer
         self.computations = 0
 
     async def run_forever(self) -> None:
@@ -82,7 +83,9 @@ class StatusBoard:
         snap["keys"] = shared.get("keys", [])
         snap["batches"] = shared.get("batches", [])
         snap["history"] = shared.get("history", {name: [] for name in CONSOLE_HISTORY_SERIES})
+        snap["compute_ms"] = round((time.time() - snap["computed_at"]) * 1000, 3)
         self.snapshot = snap
+        self.body = orjson.dumps(snap)
 
     # -- what this replica knows ----------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from functools import cache
 from importlib.resources import files
 from urllib.parse import parse_qs
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -121,4 +120,4 @@ async def console_status(request: Request) -> Response:
             check_admin(request.headers.get("authorization"), st.admin_key)
         except OpenAIError as err:
             return JSONResponse(err.body(), err.status, headers=SECURITY_HEADERS)
-    return Response(orjson.dumps(st.console.snapshot), headers=SECURITY_HEADERS, media_type="application/json")
+    return Response(st.console.body, headers=SECURITY_HEADERS, media_type="application/json")
