@@ -6,6 +6,7 @@ microservice of this test's own in front of it (killed to watch the page turn it
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sys
@@ -316,3 +317,23 @@ def test_open_without_auth_and_redis_outage_banner(
     assert "Redis is unreachable" in browser.find_element(By.ID, "banner").text
     wait_until(lambda: cells(browser, "upstreams") and cells(browser, "upstreams")[0][1] != "", 10, what="upstreams")
     assert cells(browser, "models")[0][0] == "m"
+
+
+def test_every_replica_shows_the_same_charts(start_gateway: StartGateway, fake_upstream: Server) -> None:
+    models = {"m": model_config(fake_upstream.url)}
+    a = start_gateway(models, "--auth", "on", "--console-interval-s", "0.5")
+    b = start_gateway(models, "--auth", "on", "--console-interval-s", "0.5")
+
+    def same_picture() -> bool:
+        sa, sb = status(a.url), status(b.url)
+        return (
+            sa["replicas"] == sb["replicas"] == 2
+            and len(sa["history"]["queue_depth"]) >= 6
+            and sa["history"]["queue_depth"][:6] == sb["history"]["queue_depth"][:6]
+        )
+
+    wait_until(same_picture, 20, what="both replicas to show two replicas and the same history")
+    # two replicas sampling every 0.5 s write one sample per interval between them, not two
+    times = [t for t, _ in status(a.url)["history"]["queue_depth"]]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 0.5 * 0.8 - 0.001, gaps
