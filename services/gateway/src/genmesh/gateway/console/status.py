@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
+from ..auth import ApiKey
 from ..redis_keys import CONSOLE_HISTORY_SERIES
 from ..store import text
 from . import engine_metrics
@@ -197,10 +198,18 @@ class StatusBoard:
         return totals
 
     async def _keys(self) -> list[dict[str, Any]]:
+        """Up to ``console_max_keys`` API keys with their minute windows: three pipelined round trips."""
         st = self.st
-        if not st.auth_required and self.settings.console_max_keys == 0:
+        cap = self.settings.console_max_keys
+        if cap == 0:
             return []
-        listed = (await st.keys.list())[: self.settings.console_max_keys]
+        index: dict[Any, Any] = await st.redis.hgetall(st.keyspace.api_key_index())
+        digests = [text(d) for _, d in sorted(index.items())][:cap]
+        async with st.redis.pipeline(transaction=False) as pipe:
+            for d in digests:
+                pipe.hgetall(st.keyspace.api_key(d))
+            records = await pipe.execute()
+        listed = [ApiKey.from_redis(raw) for raw in records if raw]
         now_ms = int(time.time() * 1000)
         window = str(int(time.time()) // 60)
         async with st.redis.pipeline(transaction=False) as pipe:
