@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..metrics import MetricFamilies
     from ..models.embedding_spec import EmbeddingSpec
 
-log = logging.getLogger("genmesh.engine.embeddings")
+log = logging.getLogger("genmesh.engine.openai.embedding_models")
 LOADING_RETRY_AFTER_S = 5
 
 
