@@ -11,6 +11,7 @@ import numpy as np
 import openai
 import pytest
 
+from support.batches import jsonl, read_lines, wait_for
 from support.embeddings import REFERENCE, SENTENCES, check_fidelity, cosines, vectors_of
 from support.embeddings_mesh import ADMIN, Mesh
 from support.polling import wait_until
@@ -117,3 +118,27 @@ def test_models_lists_both(embeddings_mesh: Mesh) -> None:
     secret, _ = mesh.key()
     ids = [m.id for m in mesh.client(secret).models.list().data]
     assert sorted(ids) == sorted([MODEL_NAME, EMBEDDING_NAME])
+
+
+def test_a_batch_file_of_embeddings_lines(embeddings_mesh: Mesh) -> None:
+    """The Batch API with endpoint /v1/embeddings: each line served as a client's request would be
+    (the vectors equal the reference's); a line naming the chat model fails alone, a 400 naming model."""
+    mesh = embeddings_mesh
+    secret, _ = mesh.key()
+    sdk = mesh.client(secret)
+    lines = [
+        {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings", "body": {"model": EMBEDDING_NAME, "input": s}}
+        for i, s in enumerate(SENTENCES[:12])
+    ]
+    wrong = {"model": MODEL_NAME, "input": "a chat model cannot embed"}
+    lines.append({"custom_id": "wrong", "method": "POST", "url": "/v1/embeddings", "body": wrong})
+    f = sdk.files.create(file=("embeddings.jsonl", jsonl(lines)), purpose="batch")
+    batch = sdk.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+    done = wait_for(sdk, batch.id, 300)
+    assert done.status == "completed", done
+    assert (done.request_counts.completed, done.request_counts.failed) == (12, 1)
+    out = {o["custom_id"]: o for o in read_lines(sdk, done.output_file_id) + read_lines(sdk, done.error_file_id)}
+    vectors = np.array([out[f"e{i}"]["response"]["body"]["data"][0]["embedding"] for i in range(12)])
+    assert cosines(vectors, REFERENCE[:12]).min() >= 0.9999
+    assert out["wrong"]["response"]["status_code"] == 400
+    assert out["wrong"]["response"]["body"]["error"]["param"] == "model"
