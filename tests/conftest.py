@@ -11,11 +11,18 @@ import pytest
 
 from genmesh.engine.openai.prompts import PromptTokenizer
 from support.exports import GGUF_NAME, IR_NAME, run_export
-from support.servers import DEFAULT_MODEL, EXTERNAL_ENGINE_URL, Server, start_engine, start_repository_engine
+from support.servers import (
+    DEFAULT_MODEL,
+    EMBEDDING_MODEL,
+    EXTERNAL_ENGINE_URL,
+    Server,
+    start_engine,
+    start_repository_engine,
+)
 
 # Fixtures shared across packages, registered once for the whole suite: Redis, the fake upstream and
 # gateway processes (tests/gateway, tests/e2e, tests/hostile).
-pytest_plugins = ["support.gateway_helpers"]
+pytest_plugins = ["support.gateway_helpers", "support.embeddings_mesh"]
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +33,16 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     assert DEFAULT_MODEL.is_file(), "run 'make model' first (make test does it)"
     server = start_engine(tmp_path_factory.mktemp("engine-logs"))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedding_engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real engine serving the default chat model and the real embedding model (all-MiniLM-L6-v2)
+    side by side, started once per test session."""
+    assert (EMBEDDING_MODEL / "model.safetensors").is_file(), "run 'make model' first (make test does it)"
+    server = start_engine(tmp_path_factory.mktemp("embedding-engine-logs"), "--embedding-model", str(EMBEDDING_MODEL))
     yield server.url
     server.stop()
 

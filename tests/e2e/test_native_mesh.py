@@ -14,7 +14,7 @@ import pytest
 
 from support.mesh import Mesh, launch, wait_up
 from support.polling import wait_until
-from support.servers import ROOT
+from support.servers import EMBEDDING_NAME, MODEL_NAME, ROOT
 
 
 @pytest.fixture
@@ -52,6 +52,14 @@ def test_mesh_serves_the_seed_requests_and_stops_clean(mesh: Mesh) -> None:
     assert r.json()["choices"][0]["message"]["content"]
     assert r.json()["usage"]["completion_tokens"] == 17
     assert any("curl" in line for line in mesh.lines)
+    # the embedding model is served beside it, and the launcher prints its curl line too
+    assert any("/v1/embeddings" in line for line in mesh.lines)
+    emb = {"model": EMBEDDING_NAME, "input": ["What is Deep Learning?"]}
+    r = httpx.post(mesh.url("gateway") + "/v1/embeddings", json=emb, timeout=120)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"][0]["embedding"]) == 384
+    models = httpx.get(mesh.url("gateway") + "/v1/models", timeout=10).json()["data"]
+    assert {m["id"] for m in models} == {MODEL_NAME, EMBEDDING_NAME}
     # beside it, the console's URL: open on loopback, as the API is, with each engine's own metrics
     console = next(line for line in mesh.lines if "console" in line and "/console" in line).split()[-1]
     assert console == mesh.url("gateway") + "/console"

@@ -32,6 +32,10 @@ def test_property_based_requests_get_no_5xx(hostile: object, hop_name: str, mode
         if result.ok().method.upper() == "POST" and not result.ok().path.startswith("/admin")
     ]
     assert {"/v1/chat/completions", "/v1/completions"} <= {op.path for op in operations}, hop.name
+    if mode is GenerationMode.NEGATIVE:
+        # Invalid bodies need a JSON body to break: an operation without one (a batch's cancel, the
+        # multipart file upload) has no invalid case to generate (tests/gateway covers its bad input).
+        operations = [op for op in operations if any(b.media_type == "application/json" for b in op.body)]
     problems: list[str] = []
     with httpx.Client(timeout=60) as client:
         for operation in operations:

@@ -18,6 +18,8 @@ from support.polling import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
+EMBEDDING_MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+EMBEDDING_NAME = "all-MiniLM-L6-v2"
 
 
 class Server(ManagedServer):

@@ -16,7 +16,7 @@ import uvloop
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from . import batch, engine, hops, levers, report
+from . import batch, embeddings, engine, hops, levers, report
 from .datasets import DATASETS, RequestSpec, TokenCodec, sharegpt_requests
 from .load import Endpoint, measure, served_model
 from .render import plot_all, say
@@ -104,6 +104,11 @@ COMMANDS = {  # name: (help, add its arguments, run it)
         "interactive TTFT alone vs with a batch draining; batch throughput share",
         batch.add_arguments,
         batch.run,
+    ),
+    "embeddings": (
+        "embeddings throughput and latency (c=1/8/32, short and long inputs)",
+        embeddings.add_arguments,
+        embeddings.run,
     ),
 }
 

@@ -27,7 +27,7 @@ import numpy as np
 from genmesh.bench.results import describe
 from genmesh.bench.servers import PORT, ManagedServer, free_port, start
 
-from . import fixture
+from . import embeddings, fixture
 from .compare import ChoiceFigures, TokenFigures, answers_equal, choice_figures, token_figures
 from .reference import NumpyLlama, log_softmax
 
@@ -159,12 +159,13 @@ def verdicts(h: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 def report(hops: list[dict[str, Any]]) -> bool:
     ok = True
+    targets = {**TARGETS, **embeddings.TARGETS}
     print(f"\nAccuracy over the API — {MODEL_NAME}, CPU: {describe()['cpu']}")
     for h in hops:
         print(f"\n{h['hop']} ({h['url']}, {h['seconds']:.0f} s)")
-        for what, value, passed in verdicts(h):
+        for what, value, passed in verdicts(h) + h.get("embeddings", []):
             ok = ok and passed
-            print(f"  {'ok  ' if passed else 'MISS'} {what:44s} {value:48s} target {TARGETS[what]}")
+            print(f"  {'ok  ' if passed else 'MISS'} {what:44s} {value:48s} target {targets[what]}")
         if h["answers_skipped"]:
             print(
                 f"  ({h['answers_skipped']} answers had a token whose text is not one token: not in the token figures)"
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 evaluate_hop(name, url, engine_url, data, model, args.lm_eval_python, work)
                 for name, url in (("engine", engine_url), ("gateway", gateway_url))
             ]
+        for hop in hops:  # the embedding model served beside the chat model (make run's default)
+            hop["embeddings"] = embeddings.check(hop["url"])
     finally:
         if mesh is not None:
             mesh.stop()

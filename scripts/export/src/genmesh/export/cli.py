@@ -1,4 +1,5 @@
-"""``genmesh-export text_generation``: OVMS's ``export_model.py text_generation``, same flag names.
+"""``genmesh-export text_generation`` (and ``embeddings_ov``: embeddings.py): OVMS's ``export_model.py``
+tasks, same flag names.
 
     genmesh-export text_generation --source_model models/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --weight-format int8 --model_repository_path /tmp/repo --config_file_path /tmp/repo/config.json \\
@@ -26,6 +27,7 @@ from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR
 from genmesh.engine.models.ovms_graph import LLMNodeOptions
 from genmesh.engine.models.source import default_served_name
 
+from . import embeddings
 from .compress import COMPRESSION_VERSION, WEIGHT_FORMATS, WeightFormat, compressed
 from .repository_files import IR_FILES, add_to_config, existing_export, install_folder, write_graph
 from .steps import ExportError, Steps
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--kv_cache_precision", choices=("u8",), help="KV cache in u8 (plugin_config KV_CACHE_PRECISION)")
     t.add_argument("--overwrite_models", action="store_true", help="replace a different model of the same name")
     t.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="the engine's GGUF cache, reused (~/.cache/genmesh)")
+    embeddings.add_parser(sub)
     return p
 
 
@@ -135,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     steps = Steps()
     try:
-        export(args, steps)
+        (embeddings.export if args.task == embeddings.TASK else export)(args, steps)
     except ExportError as exc:
         print(f"genmesh-export: {exc}", file=sys.stderr)
         return 2

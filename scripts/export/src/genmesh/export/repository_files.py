@@ -25,7 +25,8 @@ STAMP = "genmesh_export.json"
 IR_FILES = tuple(f"{Path(n).stem}{ext}" for n in (IR_MODEL_FILE, *IR_TOKENIZER_FILES) for ext in (".xml", ".bin"))
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """``text`` into ``path`` atomically (a reader sees the old file or the new one)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
@@ -77,7 +78,7 @@ def install_folder(target: Path, files: dict[str, Path], stamp: dict[str, Any]) 
 
 def write_graph(folder: Path, options: LLMNodeOptions) -> Path:
     graph = folder / GRAPH_FILE
-    _atomic_write(graph, render(options))
+    write_text(graph, render(options))
     return graph
 
 
@@ -107,4 +108,4 @@ def add_to_config(config_path: Path, name: str, folder: Path, overwrite: bool) -
     data.setdefault("mediapipe_config_list", []).append({"name": name, "base_path": base_path})
     data.setdefault("model_config_list", [])
     config_path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(config_path, json.dumps(data, indent=4) + "\n")
+    write_text(config_path, json.dumps(data, indent=4) + "\n")

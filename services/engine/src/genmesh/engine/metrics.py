@@ -38,6 +38,9 @@ class MetricFamilies(Metrics):
         "genmesh_engine_e2e_request_latency_seconds", "End-to-end request latency", "model", buckets=_LATENCY_BUCKETS
     )
     info = gauge("genmesh_engine_model_info", "Served model", "model")
+    # embedding models (embeddings/): inputs embedded and the batches they ran in (inputs / batches: batch size)
+    embedding_inputs = counter("genmesh_embedding_inputs", "Inputs embedded", "model")
+    embedding_batches = counter("genmesh_embedding_batches", "Embedding batches run", "model")
     core_restarts = counter(
         "genmesh_engine_core_restarts",
         "Engine cores started to replace one that died (cause: exited, hung, start_failed)",

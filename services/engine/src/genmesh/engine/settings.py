@@ -147,6 +147,31 @@ class EngineSettings(ServiceSettings):
         default=20, ge=0, le=1000, description="largest top_logprobs, logprobs or prompt_logprobs"
     )
 
+    # Embedding models (embeddings/): --embedding-model serves one beside --model; a config.json lists them.
+    embedding_model: str | None = Field(
+        default=None,
+        description="sentence-transformers checkpoint folder (model.safetensors, tokenizer.json) to serve "
+        "at /v1/embeddings beside --model (make model fetches models/all-MiniLM-L6-v2)",
+    )
+    embedding_model_name: str | None = Field(
+        default=None, description="name clients use for --embedding-model (unset: the folder's name)"
+    )
+    embedding_max_batch_size: int = Field(
+        default=32, ge=1, le=4096, description="most inputs (of all requests together) in one embeddings batch"
+    )
+    embedding_max_batch_tokens: int = Field(
+        default=8192, ge=1, description="most padded tokens (inputs x longest) in one embeddings batch"
+    )
+    embedding_max_wait_ms: float = Field(
+        default=5.0, ge=0, le=1000, description="longest wait for an embeddings batch to fill, in milliseconds"
+    )
+    embedding_max_inputs: int = Field(
+        default=2048, ge=1, description="most inputs in one /v1/embeddings request (OpenAI's limit: 2048)"
+    )
+    embedding_max_queued_inputs: int = Field(
+        default=8192, ge=1, description="most inputs waiting for a batch; past it requests get 503 and Retry-After"
+    )
+
     @field_validator("plugin_config", mode="before")
     @classmethod
     def _json_plugin_config(cls, value: Any) -> Any:

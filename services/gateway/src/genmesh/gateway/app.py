@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, ResponsesRequest
+from genmesh.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, OpenAIError, ResponsesRequest
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
 
@@ -75,6 +75,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         "/v1/chat/completions": ChatCompletionRequest,
         "/v1/completions": CompletionRequest,
         responses.PATH: ResponsesRequest,
+        completions.EMBEDDINGS_PATH: EmbeddingRequest,
     }
     return service_app(
         "genmesh gateway",

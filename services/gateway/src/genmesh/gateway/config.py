@@ -13,6 +13,12 @@ models:
     request_timeout_s: 600
     routing: least-loaded        # or prefix-affinity
     mid_stream_failover: false
+  all-MiniLM-L6-v2:
+    kind: embeddings             # served at /v1/embeddings only (chat: the default kind)
+    upstreams:
+      - url: http://127.0.0.1:9000
+        health_path: /v1/health_check
+        max_concurrency: 4       # slots of its own, apart from the chat model's
 ```
 Every gateway replica sharing one Redis must load the same file: the upstream order is the
 slot-key order in the Lua scripts.
@@ -54,11 +60,14 @@ class UpstreamConfig(BaseModel):
 
 
 Routing = Literal["least-loaded", "prefix-affinity"]
+# chat: /v1/chat/completions, /v1/completions, /v1/responses; embeddings: /v1/embeddings
+ModelKind = Literal["chat", "embeddings"]
 
 
 class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
+    kind: ModelKind = Field(default="chat", description="which endpoints serve it: chat or embeddings")
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     max_queue_length: int = Field(default=256, ge=0)
     max_queue_wait_s: float = Field(default=60.0, gt=0)

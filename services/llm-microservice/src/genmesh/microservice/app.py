@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.middleware import Middleware
 
-from genmesh.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
+from genmesh.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
 from genmesh.protocol.server.app import package_version, service_app, state_lifespan
 
 from .metrics import MicroserviceMetrics
@@ -25,6 +25,7 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
         relaying.CHAT_PATH: ChatCompletionRequest,
         relaying.COMPLETIONS_PATH: CompletionRequest,
         "/v1/responses": ResponsesRequest,
+        relaying.EMBEDDINGS_PATH: EmbeddingRequest,
     }
     return service_app(
         "genmesh llm-microservice",

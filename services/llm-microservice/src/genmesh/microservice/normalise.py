@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from genmesh.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    EmbeddingRequest,
     ResponsesRequest,
     from_validation_error,
     invalid_request,
@@ -28,6 +29,7 @@ from genmesh.protocol import (
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 RESPONSES_PATH = "/v1/responses"
+EMBEDDINGS_PATH = "/v1/embeddings"
 
 # OPEA name → OpenAI name.
 _RENAMES = {"max_new_tokens": "max_tokens", "streaming": "stream"}
@@ -127,3 +129,12 @@ def normalise_responses(raw: dict[str, Any], default_model: str | None) -> Engin
     resolve_model(body, default_model)
     _validate(ResponsesRequest, body)
     return EngineCall(RESPONSES_PATH, body, body.get("stream") is True)
+
+
+def normalise_embeddings(raw: dict[str, Any], default_model: str | None) -> EngineCall:
+    """``/v1/embeddings`` is relayed as sent, after the shared wire model's check. ``LLM_MODEL_ID``
+    names the chat model, so a body without ``model`` keeps none: the engine serves its one
+    embedding model."""
+    body = dict(raw)
+    _validate(EmbeddingRequest, body)
+    return EngineCall(EMBEDDINGS_PATH, body, False)

@@ -36,6 +36,7 @@ from .common import (
     now,
 )
 from .completions import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
+from .embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 from .errors import (
     ErrorDetail,
     ErrorResponse,
@@ -89,6 +90,10 @@ __all__ = [
     "CompletionResponse",
     "DetokenizeRequest",
     "DetokenizeResponse",
+    "Embedding",
+    "EmbeddingRequest",
+    "EmbeddingResponse",
+    "EmbeddingUsage",
     "ErrorDetail",
     "ErrorResponse",
     "FinishReason",

@@ -26,6 +26,8 @@ from typing import Any
 
 from ..settings import EngineSettings
 from . import amx_guard
+from . import embedding_spec as embeddings
+from .ovms_embeddings_graph import embeddings_node_options
 from .ovms_graph import GRAPH_FILE, llm_node_options
 from .source import ModelSource, resolve
 
@@ -52,6 +54,7 @@ class ModelSpec:
 class Repository:
     models: tuple[ModelSpec, ...]
     config_path: Path | None = None  # None: the single ``--model``
+    embeddings: tuple[embeddings.EmbeddingSpec, ...] = ()  # embedding models (embeddings/), served apart
 
     @property
     def names(self) -> list[str]:
@@ -62,7 +65,9 @@ def single_model(settings: EngineSettings) -> Repository:
     """``--model``: one model under its served name (``ModelSourceError`` if it cannot be found)."""
     source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
     aliases = (str(source.path), settings.model)
-    return Repository((ModelSpec(source.served_name, settings, source, aliases=aliases),))
+    embedding = embeddings.single_spec(settings)
+    extra = (embedding,) if embedding is not None else ()
+    return Repository((ModelSpec(source.served_name, settings, source, aliases=aliases),), None, extra)
 
 
 def load(settings: EngineSettings, host: amx_guard.HostCpu | None = None) -> Repository:
@@ -111,8 +116,9 @@ def from_config(path: Path, settings: EngineSettings) -> Repository:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise RepositoryError(f"{path}: model names must be unique, repeated: {', '.join(duplicates)}")
-    specs = tuple(_entry(e, path, settings) for e in entries)
-    return Repository(specs, path)
+    specs = [_entry(e, path, settings) for e in entries]
+    llms = tuple(s for s in specs if isinstance(s, ModelSpec))
+    return Repository(llms, path, tuple(s for s in specs if isinstance(s, embeddings.EmbeddingSpec)))
 
 
 def _relative_to(base: Path, value: str) -> Path:
@@ -120,7 +126,7 @@ def _relative_to(base: Path, value: str) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -> ModelSpec:
+def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -> ModelSpec | embeddings.EmbeddingSpec:
     name: str = entry["name"]
     try:
         base = _relative_to(config_path.parent, str(entry.get("base_path") or name))
@@ -129,6 +135,11 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
         graph_path = entry.get("graph_path")
         graph = _relative_to(base, str(graph_path)) if graph_path else base / GRAPH_FILE
         model_path, overrides = base, {}
+        if graph.is_file() and (node := embeddings_node_options(graph.read_text(encoding="utf-8"), str(graph))):
+            path = _relative_to(base, node.models_path)
+            return embeddings.EmbeddingSpec(name, embeddings.options_from(settings, path, node))
+        if not graph.is_file() and embeddings.is_checkpoint(base):
+            return embeddings.EmbeddingSpec(name, embeddings.options_from(settings, base))
         if graph.is_file():
             options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
             if options.ignored:

@@ -11,13 +11,14 @@ pass for a setting). ``render`` writes the graph OVMS's ``export_model.py`` writ
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import pbtxt
 
 GRAPH_FILE = "graph.pbtxt"
+M = TypeVar("M", bound=BaseModel)
 OPTIONS_TYPE = "mediapipe.LLMCalculatorOptions"
 # Options of OVMS's LLMCalculatorOptions that genmesh accepts but does not act on.
 OVMS_ONLY_OPTIONS = frozenset(
@@ -91,30 +92,39 @@ class LLMNodeOptions(BaseModel):
         return {k: v for k, v in known.items() if k in type(self).model_fields}
 
 
-def _options_of(node: pbtxt.Message) -> pbtxt.Message | None:
+def _options_of(node: pbtxt.Message, options_type: str) -> pbtxt.Message | None:
     for node_options in node.messages("node_options"):
         for name, value in node_options.fields:
-            if name.startswith("[") and name.rstrip("]").endswith(OPTIONS_TYPE) and isinstance(value, pbtxt.Message):
+            if name.startswith("[") and name.rstrip("]").endswith(options_type) and isinstance(value, pbtxt.Message):
                 return value
     return None
 
 
-def llm_node_options(text: str, where: str = GRAPH_FILE) -> LLMNodeOptions:
-    """Parse a graph and return the options of its one LLM node."""
+def nodes_options(text: str, where: str, options_type: str) -> list[pbtxt.Message]:
+    """The ``node_options`` of type ``options_type`` of every node of a graph."""
     try:
         graph = pbtxt.parse(text)
     except pbtxt.PbtxtError as exc:
         raise GraphError(f"{where}: {exc}") from exc
-    found = [opts for node in graph.messages("node") if (opts := _options_of(node)) is not None]
-    if len(found) != 1:
-        raise GraphError(f"{where}: expected exactly one node with {OPTIONS_TYPE} node_options, found {len(found)}")
-    raw = found[0].to_dict()
+    return [opts for node in graph.messages("node") if (opts := _options_of(node, options_type)) is not None]
+
+
+def validated(model: type[M], options: pbtxt.Message, where: str) -> M:
+    """A node's options as ``model``; a GraphError naming the file and the first bad option."""
     try:
-        return LLMNodeOptions.model_validate(raw)
+        return model.model_validate(options.to_dict())
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ()))
         raise GraphError(f"{where}: node_options {loc + ': ' if loc else ''}{first.get('msg')}") from exc
+
+
+def llm_node_options(text: str, where: str = GRAPH_FILE) -> LLMNodeOptions:
+    """Parse a graph and return the options of its one LLM node."""
+    found = nodes_options(text, where, OPTIONS_TYPE)
+    if len(found) != 1:
+        raise GraphError(f"{where}: expected exactly one node with {OPTIONS_TYPE} node_options, found {len(found)}")
+    return validated(LLMNodeOptions, found[0], where)
 
 
 _GRAPH_TEMPLATE = """input_stream: "HTTP_REQUEST_PAYLOAD:input"

@@ -18,6 +18,7 @@ from genmesh.protocol import invalid_request, model_not_found, service_unavailab
 
 from ..metrics import EngineMetrics, MetricFamilies
 from ..models.ovms_config import ModelSpec, Repository
+from .embedding_models import EmbeddingModels, wrong_kind
 from .loaded_model import EngineState
 
 log = logging.getLogger("genmesh.engine.openai.registry")
@@ -93,6 +94,7 @@ class ModelRegistry:
         self.families = MetricFamilies()
         self.models = {spec.name: ServedModel(spec) for spec in repository.models}
         self._aliases = {alias: m for m in self.models.values() for alias in m.spec.aliases}
+        self.embeddings = EmbeddingModels(repository.embeddings, self.families)  # served apart (embeddings/)
 
     def all(self) -> list[ServedModel]:
         return list(self.models.values())
@@ -103,6 +105,7 @@ class ModelRegistry:
         otherwise return at once and let each load finish, or fail, on its own."""
         for model in self.models.values():
             model.task = asyncio.create_task(self._load(model, quiet=wait), name=f"load-{model.name}")
+        await self.embeddings.start(wait)
         if wait:
             await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None))
 
@@ -121,6 +124,8 @@ class ModelRegistry:
             raise invalid_request("you must provide a model parameter", param="model")
         found = self.models.get(model) or self._aliases.get(model)
         if found is None:
+            if model in self.embeddings:
+                raise wrong_kind(model, "an embedding model: use /v1/embeddings")
             raise model_not_found(model)
         return found
 
@@ -141,3 +146,4 @@ class ModelRegistry:
                 model.task.cancel()
         await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None), return_exceptions=True)
         await asyncio.gather(*(m.state.close() for m in self.models.values() if m.state is not None))
+        await self.embeddings.close()

@@ -1,7 +1,10 @@
-"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the hot path, as plain ASGI.
+"""``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``: the hot path, as plain ASGI.
 
 Bodies pass through untouched (OPEA string ``messages`` included); the gateway reads only
-``model`` and ``stream``. Flow: authenticate -> per-key limits -> slot lease (maybe after waiting
+``model`` and ``stream``. A model's ``kind`` (config.py) says which endpoints serve it: a chat
+request to an embedding model, or the reverse, is a 400 naming ``model``. Embeddings are queued,
+limited (their input tokens count against the key's tokens per minute) and metered as chat is, on
+their model's own slots. Flow: authenticate -> per-key limits -> slot lease (maybe after waiting
 in Redis) -> upstream (a connect failure is retried on another upstream: ``dispatch.py``) -> relay
 -> release.
 
@@ -25,7 +28,7 @@ from typing import Any
 import orjson
 from starlette.types import Message, Receive, Scope, Send
 
-from genmesh.protocol import OpenAIError, internal_error, model_not_found
+from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
 from genmesh.protocol.server.http_server import too_large
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.logs import request_id_var
@@ -45,19 +48,25 @@ from .dispatch import connect, relay_from
 
 log = logging.getLogger("genmesh.gateway.http")
 
-PATHS = frozenset(("/v1/chat/completions", "/v1/completions"))
+EMBEDDINGS_PATH = "/v1/embeddings"
+PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH))
 _JSON = (b"content-type", b"application/json")
 
 
-def _route(st: GatewayState, body: dict[str, Any]) -> ModelRoute:
+def _route(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
+    kind = "embeddings" if path == EMBEDDINGS_PATH else "chat"
     model = body.get("model")
     route = st.config.route(model) if isinstance(model, str) else None
     if route is not None:
+        if route.kind != kind:
+            use = "/v1/embeddings" if route.kind == "embeddings" else "/v1/chat/completions"
+            raise invalid_request(
+                f"model '{route.name}' is a {route.kind} model: use {use}", param="model", code="model_not_supported"
+            )
         return route
-    if len(st.config.models) == 1 and (
-        model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))
-    ):
-        return next(iter(st.config.models.values()))  # OPEA clients may leave the model out
+    of_kind = [r for r in st.config.models.values() if r.kind == kind]
+    if len(of_kind) == 1 and (model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))):
+        return of_kind[0]  # OPEA clients may leave the model out
     raise model_not_found(str(model))
 
 
@@ -126,7 +135,7 @@ class _Exchange:
             key = await authenticate(st, authorization)
             raw = await self._read_body()
             body = decode_json_object(raw, st.settings.max_json_depth)
-            route = _route(st, body)
+            route = _route(st, body, self.path)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
             stream = bool(body.get("stream") or body.get("streaming"))
@@ -148,7 +157,7 @@ class _Exchange:
         one from a client, after authentication: a refusal is raised (``OpenAIError``), the
         reply goes to ``send``."""
         body = decode_json_object(raw, self.st.settings.max_json_depth)
-        await self._serve(key, _route(self.st, body), priority, raw, body, False)
+        await self._serve(key, _route(self.st, body, self.path), priority, raw, body, False)
 
     async def _read_body(self) -> bytes:
         chunks: list[bytes] = []

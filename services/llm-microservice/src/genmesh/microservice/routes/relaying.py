@@ -1,4 +1,4 @@
-"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the body normalised, then relayed.
+"""``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``: the body normalised, then relayed.
 
 Chat takes OPEA input too (``messages`` as a string or a list); completions pass through. In both
 ``model`` defaults to ``LLM_MODEL_ID``. ``/v1/responses`` (``responses.py``) relays the same way
@@ -13,17 +13,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..normalise import EngineCall, normalise_chat, normalise_completion
+from ..normalise import EngineCall, normalise_chat, normalise_completion, normalise_embeddings
 from .responding import json_body, relay_call, state_of
 
 Normalise = Callable[[dict[str, Any], str | None], EngineCall]
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
 # Each path, the name of its endpoint, and how its body becomes the engine's call.
 ENDPOINTS: dict[str, tuple[str, Normalise]] = {
     CHAT_PATH: ("chat_completions", normalise_chat),
     COMPLETIONS_PATH: ("completions", normalise_completion),
+    EMBEDDINGS_PATH: ("embeddings", normalise_embeddings),
 }
 
 router = APIRouter()

@@ -23,18 +23,24 @@ async def health(request: Request, model: str | None = None) -> JSONResponse:
     while a dead or hung core is being replaced). ``live`` is the process's liveness, as
     ``/health/live`` reports it."""
     models = registry(request)
-    chosen = [models.lookup(model)] if model is not None else models.all()
-    states = {m.name: m.status().state for m in chosen}
+    embeddings = models.embeddings
+    if model is not None and model in embeddings:
+        chosen, named = [], [model]
+    else:
+        chosen = [models.lookup(model)] if model is not None else models.all()
+        named = list(embeddings.specs) if model is None else []
+    states = {m.name: m.status().state for m in chosen} | {n: embeddings.state(n)[0] for n in named}
     down = {m.name: m.unavailable_reason() for m in chosen if not m.status().available}
+    down |= {n: embeddings.state(n)[2] for n in named if n not in embeddings.loaded}
     restarting = [m.name for m in chosen if m.state is not None and m.state.core.restarting]
     status = "ok" if not down else ("restarting" if len(restarting) == len(down) else "unavailable")
     body: dict[str, Any] = {"status": status, "live": _live(models)}
-    if len(chosen) == 1:
-        body["model"] = chosen[0].name
+    if len(states) == 1:
+        body["model"] = next(iter(states))
     body["models"] = states
     if not down:
         return JSONResponse(body)
-    reasons = [f"{name}: {why}" for name, why in down.items()] if len(chosen) > 1 else list(down.values())
+    reasons = [f"{name}: {why}" for name, why in down.items()] if len(states) > 1 else list(down.values())
     body["reason"] = "; ".join(reasons)
     return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
@@ -57,6 +63,10 @@ async def models(request: Request) -> Response:
         ModelCard(id=m.name, max_model_len=m.spec.source.context_length if m.spec.source is not None else None)
         for m in registry(request).all()
     ]
+    embeddings = registry(request).embeddings
+    for name in embeddings.specs:
+        loaded = embeddings.loaded.get(name)
+        cards.append(ModelCard(id=name, max_model_len=loaded.checkpoint.max_length if loaded else None))
     return json_reply(ModelList(data=cards))
 
 
@@ -70,6 +80,11 @@ async def config(request: Request) -> JSONResponse:
         s = m.status()
         status = {"version": "1", "state": s.state, "status": {"error_code": s.error_code, "error_message": s.message}}
         reply[m.name] = {"model_version_status": [status]}
+    embeddings = registry(request).embeddings
+    for name in embeddings.specs:
+        state, code, message = embeddings.state(name)
+        status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
+        reply[name] = {"model_version_status": [status]}
     return JSONResponse(reply)
 
 

@@ -1,0 +1,126 @@
+"""``genmesh-bench embeddings``: embeddings throughput (inputs/s) and latency p50/p99 at several
+concurrencies, with short (16-token) and long (256-token) inputs, against the engine and, where
+given, a peer (``--peer-url``, e.g. ``scripts/st_embeddings_server.py``: sentence-transformers on
+PyTorch CPU). Closed loop: ``c`` clients each send one input per request, back to back, for
+``--duration-s``; the targets take turns in ``--rounds`` interleaved rounds and throughput is the
+median round. Without ``--base-url`` a private engine serving all-MiniLM-L6-v2 is started."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from genmesh.engine.settings import DEFAULT_MODEL
+
+from .load import session
+from .render import say
+from .results import describe, percentile, save
+from .servers import start_engine
+
+MODEL = "all-MiniLM-L6-v2"
+# one token per word for this model's WordPiece: [CLS] + words + [SEP]
+LENGTHS = {"short": 16, "long": 256}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", help="a running engine (default: start one with --embedding-model)")
+    p.add_argument("--embedding-model", default=f"models/{MODEL}", help="checkpoint folder for the private engine")
+    p.add_argument("--model", default=MODEL, help="model id to send")
+    p.add_argument("--peer-url", help="a peer serving /v1/embeddings (scripts/st_embeddings_server.py)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--lengths", nargs="+", choices=list(LENGTHS), default=list(LENGTHS))
+    p.add_argument("--duration-s", type=float, default=10.0, help="seconds per target, length and concurrency")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (throughput: the median)")
+    p.add_argument("--result-dir", type=Path, default=Path("bench-results"))
+
+
+def text_of(tokens: int, salt: int) -> str:
+    words = ["vector", "search", "model", "token", "batch", "server", "query", "answer"]
+    return " ".join(words[(salt + i) % len(words)] for i in range(tokens - 2))
+
+
+async def _level(url: str, model: str, tokens: int, concurrency: int, duration_s: float) -> dict[str, float]:
+    latencies: list[float] = []
+    failed = 0
+    async with session(url, concurrency) as http:
+        stop = time.monotonic() + duration_s
+
+        async def client(k: int) -> None:
+            nonlocal failed
+            n = 0
+            while time.monotonic() < stop:
+                body = {"model": model, "input": [text_of(tokens, k + n)], "encoding_format": "base64"}
+                started = time.perf_counter()
+                async with http.post("/v1/embeddings", json=body) as r:
+                    await r.read()
+                    if r.status != 200:
+                        failed += 1
+                        continue
+                latencies.append(time.perf_counter() - started)
+                n += 1
+
+        began = time.monotonic()
+        await asyncio.gather(*(client(k) for k in range(concurrency)))
+        elapsed = time.monotonic() - began
+    return {
+        "inputs_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * (percentile(latencies, 50) or 0.0),
+        "p99_ms": 1000 * (percentile(latencies, 99) or 0.0),
+        "failed": failed,
+    }
+
+
+async def _measure(targets: dict[str, str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for length in args.lengths:
+        for c in args.concurrency:
+            rounds: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+            for _ in range(args.rounds):
+                for name, url in targets.items():
+                    rounds[name].append(await _level(url, args.model, LENGTHS[length], c, args.duration_s))
+            for name, got in rounds.items():
+                row = {"target": name, "length": length, "tokens": LENGTHS[length], "concurrency": c}
+                row["inputs_per_s"] = statistics.median(r["inputs_per_s"] for r in got)
+                row["p50_ms"] = statistics.median(r["p50_ms"] for r in got)
+                row["p99_ms"] = statistics.median(r["p99_ms"] for r in got)
+                row["failed"] = sum(int(r["failed"]) for r in got)
+                rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    base = {(r["length"], r["concurrency"]): r["inputs_per_s"] for r in rows if r["target"] == "genmesh"}
+    lines = ["| target | input | c | inputs/s | p50 ms | p99 ms | genmesh / this |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = base.get((r["length"], r["concurrency"]), 0.0) / r["inputs_per_s"] if r["inputs_per_s"] else 0.0
+        lines.append(
+            f"| {r['target']} | {r['length']} ({r['tokens']} tokens) | {r['concurrency']} | {r['inputs_per_s']:.1f} "
+            f"| {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {ratio:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        url = args.base_url
+        if url is None:
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="genmesh-bench-emb-")))
+            say("embeddings: starting a private engine (chat model + embedding model)")
+            extra = ["--embedding-model", args.embedding_model, "--cache-size", "1"]
+            url = stack.enter_context(start_engine(DEFAULT_MODEL, logs / "engine.log", extra=extra)).url
+        targets = {"genmesh": url.rstrip("/")}
+        if args.peer_url:
+            targets["peer"] = args.peer_url.rstrip("/")
+        rows = asyncio.run(_measure(targets, args))
+    host = describe()
+    print(f"\nEmbeddings ({args.model}), CPU: {host['cpu']} ({host['cores']} cores)\n")
+    print(table(rows))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    print(f"results: {save({'host': host, 'rows': rows}, args.result_dir / f'embeddings-{stamp}.json')}")
+    return 1 if any(r["failed"] for r in rows) else 0

@@ -1,0 +1,59 @@
+"""Texts to token ids with the checkpoint's own ``tokenizer.json`` (Hugging Face ``tokenizers``,
+Rust, no torch). Its padding and truncation are switched off: padding is added per batch, and
+masked (a single input is never padded), and an input is cut only when the request asks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from genmesh.protocol import invalid_request
+
+
+class EmbeddingTokenizer:
+    def __init__(self, path: Path, vocab_size: int, max_length: int) -> None:
+        self._tok = Tokenizer.from_file(str(path))
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+        self.pad_id = 0
+
+    def encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+        """Blocking (run it on a worker thread): the Rust encoder releases the GIL."""
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=add_special_tokens)]
+
+    def check_ids(self, inputs: list[list[int]]) -> None:
+        for i, ids in enumerate(inputs):
+            bad = next((t for t in ids if t >= self.vocab_size), None)
+            if bad is not None:
+                raise invalid_request(
+                    f"input[{i}] holds token id {bad}, outside the model's vocabulary (0..{self.vocab_size - 1}); "
+                    "send text, or ids from this model's tokenizer (langchain: check_embedding_ctx_length=False)",
+                    param="input",
+                )
+
+    def fit(self, inputs: list[list[int]], truncate: int | None, special: bool) -> list[list[int]]:
+        """Each input within the model's length. ``truncate``: keep that many tokens at most (-1:
+        the model's maximum), ending with the final special token as sentence-transformers does;
+        unset: an input past the maximum is a 400 naming its index."""
+        for i, ids in enumerate(inputs):
+            if not ids:
+                raise invalid_request(f"input[{i}] has no tokens", param="input")
+        if truncate is None:
+            for i, ids in enumerate(inputs):
+                if len(ids) > self.max_length:
+                    raise invalid_request(
+                        f"input[{i}] is {len(ids)} tokens, more than the model's maximum of {self.max_length} "
+                        "(set truncate_prompt_tokens to truncate it)",
+                        param="input",
+                        code="context_length_exceeded",
+                    )
+            return inputs
+        limit = self.max_length if truncate < 0 else min(truncate, self.max_length)
+        if limit < 1 or (special and limit < 2):
+            raise invalid_request(f"truncate_prompt_tokens {truncate} leaves no tokens", param="truncate_prompt_tokens")
+        return [
+            ids if len(ids) <= limit else (ids[: limit - 1] + ids[-1:] if special else ids[:limit]) for ids in inputs
+        ]

@@ -1,0 +1,93 @@
+"""The embedding models one engine serves (``models/embedding_spec.py`` says which), each loaded
+on a worker thread at start-up (``embeddings/``), and the lookup the routes use: an unknown name
+is a 404, a chat model's name a 400 naming ``model``. The registry holds them beside its LLMs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from genmesh.protocol import OpenAIError, invalid_request, model_not_found, service_unavailable
+
+from ..embeddings.model import EmbeddingModel
+
+if TYPE_CHECKING:
+    from ..metrics import MetricFamilies
+    from ..models.embedding_spec import EmbeddingSpec
+
+log = logging.getLogger("genmesh.engine.openai.embedding_models")
+LOADING_RETRY_AFTER_S = 5
+
+
+class EmbeddingModels:
+    def __init__(self, specs: tuple[EmbeddingSpec, ...], families: MetricFamilies) -> None:
+        self.families = families
+        self.specs = {spec.name: spec for spec in specs}
+        self.loaded: dict[str, EmbeddingModel] = {}
+        self.errors: dict[str, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.specs
+
+    async def start(self, wait: bool) -> None:
+        self._tasks = [asyncio.create_task(self._load(spec), name=f"load-{spec.name}") for spec in self.specs.values()]
+        if wait:
+            await asyncio.gather(*self._tasks)
+            if self.errors:
+                name, error = next(iter(self.errors.items()))
+                raise RuntimeError(f"embedding model {name!r} failed to load: {error}")
+
+    async def _load(self, spec: EmbeddingSpec) -> None:
+        try:
+            model = await asyncio.to_thread(EmbeddingModel.load, spec.name, spec.options)
+        except Exception as exc:
+            self.errors[spec.name] = str(exc) or type(exc).__name__
+            log.error("embedding model %s failed to load: %s", spec.name, self.errors[spec.name])
+            return
+        inputs = self.families.embedding_inputs.labels(spec.name)
+        batches = self.families.embedding_batches.labels(spec.name)
+
+        def counted(size: int) -> None:
+            inputs.inc(size)
+            batches.inc()
+
+        model.batcher.start(counted)
+        self.loaded[spec.name] = model
+
+    def state(self, name: str) -> tuple[str, str, str]:
+        """OVMS's model status of ``name``: state, error code, message."""
+        if name in self.loaded:
+            return ("AVAILABLE", "OK", "OK")
+        if name in self.errors:
+            return ("LOADING", "FAILED_PRECONDITION", self.errors[name])
+        return ("LOADING", "OK", "OK")
+
+    def serving(self, model: str | None, chat_models: list[str]) -> EmbeddingModel:
+        if model is None:
+            if len(self.specs) == 1:
+                model = next(iter(self.specs))
+            else:
+                raise invalid_request("you must provide a model parameter", param="model")
+        if model not in self.specs:
+            if model in chat_models:
+                raise wrong_kind(model, "a chat/completions model, not an embedding model: use /v1/chat/completions")
+            raise model_not_found(model)
+        found = self.loaded.get(model)
+        if found is None:
+            reason = self.errors.get(model, "engine is loading the model")
+            raise service_unavailable(
+                f"model '{model}' is not available: {reason}", "engine_unavailable", LOADING_RETRY_AFTER_S
+            )
+        return found
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(m.batcher.close() for m in self.loaded.values()))
+
+
+def wrong_kind(model: str, what: str) -> OpenAIError:
+    return invalid_request(f"model '{model}' is {what}", param="model", code="model_not_supported")

@@ -1,0 +1,64 @@
+"""The whole mesh for embeddings tests: gateway (auth on) -> microservice -> the real engine serving
+the chat model and all-MiniLM-L6-v2 side by side, each model on gateway slots of its own."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway, model_config
+from support.servers import EMBEDDING_NAME, MODEL_NAME, Server, free_port, start_server
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@dataclass
+class Mesh:
+    gateway: Server
+    microservice: Server
+    redis: RedisServer
+
+    def key(self, **limits: Any) -> tuple[str, str]:
+        r = httpx.post(self.gateway.url + "/admin/keys", json={"tenant": "rag", **limits}, headers=ADMIN, timeout=5)
+        assert r.status_code == 201, r.text
+        return r.json()["api_key"], r.json()["key_id"]
+
+    def client(self, secret: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key=secret, max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def embeddings_mesh(
+    embedding_engine_url: str, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Mesh]:
+    """Gateway (auth on) -> microservice -> the engine serving the chat and the embedding model."""
+    logs: Path = tmp_path_factory.mktemp("embeddings-mesh")
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", embedding_engine_url, "--port", str(port)]
+    ms = start_server(
+        "microservice",
+        [*argv, "--model-id", MODEL_NAME],
+        port,
+        logs,
+        health_path="/v1/health_check",
+        env={"OPENAI_API_KEY": ""},
+    )
+    upstreams = [{"url": ms.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
+    models = {
+        MODEL_NAME: model_config(ms.url, upstreams=upstreams),
+        EMBEDDING_NAME: model_config(ms.url, upstreams=upstreams, kind="embeddings"),
+    }
+    config = logs / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"models": models}))
+    gw = launch_gateway(logs, config, redis_server.url, "--auth", "on")
+    yield Mesh(gw, ms, redis_server)
+    gw.stop()
+    ms.stop()
