@@ -1,9 +1,11 @@
 """Clients that stop reading a stream, on the real gateway in front of the real microservice and
 engine: the send deadline cuts them off, their generation stops (the engine's running gauge drops)
-and their gateway slot is free again; a client that drops its connection frees it at once."""
+and their gateway slot is free again; a client that drops its connection frees it at once; and a
+route's request timeout bounds a stalled reply too, however long the send deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from support.polling import wait_until
 from support.servers import MODEL_NAME, Server, engine_running
 
 SEND_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 10.0  # the timed gateway's route; its send deadline (30 s) is far longer
 MAX_TOKENS = 3000  # about a minute of generation on this machine: far longer than the deadline
 
 
@@ -28,10 +31,12 @@ class SlowMesh:
     microservice: Server
     gateway: Server
     redis: object
+    timed_gateway: Server | None = None  # the route has REQUEST_TIMEOUT_S, the send deadline is long
 
-    def slots_held(self) -> int:
+    def slots_held(self, prefix: str | None = None) -> int:
         upstream = self.microservice.url.removeprefix("http://")
-        key = KeySpace().model(MODEL_NAME, [upstream]).slots[0]
+        keys = KeySpace(prefix) if prefix is not None else KeySpace()
+        key = keys.model(MODEL_NAME, [upstream]).slots[0]
         return int(self.redis.client().zcount(key, int(time.time() * 1000), "+inf"))  # type: ignore[attr-defined]
 
 
@@ -48,7 +53,17 @@ def slow_mesh(
         config.write_text(json.dumps(route_to(microservice.url, 1, max_queue_wait_s=60)))
         gateway = launch_gateway(logs, config, redis.url, *deadline)
         try:
-            yield SlowMesh(engine_url, microservice, gateway, redis)
+            timed = logs / "timed-gateway.yaml"
+            timed.write_text(
+                json.dumps(route_to(microservice.url, 1, max_queue_wait_s=60, request_timeout_s=REQUEST_TIMEOUT_S))
+            )
+            # small socket buffers: the stream stalls within seconds, well before the request timeout
+            flags = ("--send-timeout-s", "30", "--send-buffer-bytes", "4096", "--redis-prefix", "timed")
+            timed_gateway = launch_gateway(logs, timed, redis.url, *flags)
+            try:
+                yield SlowMesh(engine_url, microservice, gateway, redis, timed_gateway)
+            finally:
+                timed_gateway.stop()
         finally:
             gateway.stop()
     finally:
@@ -114,3 +129,37 @@ def test_a_dropped_slow_reader_releases_its_slot(slow_mesh: SlowMesh) -> None:
     released = time.monotonic() - dropped
     record("dropped reader: slot released after s", "gateway", released)
     assert released < SEND_TIMEOUT_S
+
+
+def test_a_stalled_reader_is_cut_off_at_the_request_timeout(slow_mesh: SlowMesh) -> None:
+    gateway = slow_mesh.timed_gateway
+    assert gateway is not None
+    wait_until(lambda: _idle(slow_mesh), 30, what="an idle mesh before the test")
+    sent = time.monotonic()
+    sock = _open_stream(gateway.url)
+    try:
+        wait_until(lambda: slow_mesh.slots_held(prefix="timed") == 1, 10, what="the slot to be held")
+        wait_until(
+            lambda: slow_mesh.slots_held(prefix="timed") == 0,
+            REQUEST_TIMEOUT_S + 5,
+            interval_s=0.05,
+            what="the slot released",
+        )
+        released = time.monotonic() - sent
+        # the reply was cut off because the client took nothing (not ended by the relay's own deadline)
+        assert "reply not taken within the request timeout" in gateway.log_tail(200), gateway.log_tail()
+        sock.settimeout(10)  # the connection is closed (reset): what was buffered, then nothing more
+        with contextlib.suppress(ConnectionResetError):
+            while sock.recv(65536):  # type: ignore[attr-defined]
+                pass
+        wait_until(lambda: engine_running(slow_mesh.engine_url) == 0, 10, what="the generation to stop")
+    finally:
+        sock.close()  # type: ignore[attr-defined]
+    record("stalled reader: slot released after s", "gateway", released, f"request timeout {REQUEST_TIMEOUT_S:g} s")
+    assert released <= REQUEST_TIMEOUT_S + 1, released
+    r = httpx.post(
+        gateway.url + CHAT,
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text

@@ -44,7 +44,7 @@ from ..store import StoreUnavailable
 from ..tickets import Ticket
 from ..upstreams import Upstream
 from .common import ClientGone, admission_error, authenticate
-from .dispatch import connect, relay_from
+from .dispatch import connect, relay_from, reply_deadline
 
 log = logging.getLogger("genmesh.gateway.http")
 
@@ -253,16 +253,23 @@ class _Exchange:
                 (b"x-upstream", up.name.encode()),
                 self.rid_header,
             ]
-            await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
-            async for chunk in relay:
-                if stream and self.first_output is None:
-                    self.first_output = time.monotonic()
-                if stream and self.leg[1] is not None:
-                    self.leg[1].stream_output()
-                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
-            self.finished = True
-            await self.send({"type": "http.response.body", "body": b""})
-            completed = True
+            try:
+                # the route's request timeout bounds the reply too: a client that stops reading
+                # holds it (and its slot) no longer than that (http_server aborts its connection)
+                async with asyncio.timeout_at(reply_deadline(route, sent_at)):
+                    await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
+                    async for chunk in relay:
+                        if stream and self.first_output is None:
+                            self.first_output = time.monotonic()
+                        if stream and self.leg[1] is not None:
+                            self.leg[1].stream_output()
+                        await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    self.finished = True
+                    await self.send({"type": "http.response.body", "body": b""})
+                completed = True
+            except TimeoutError:
+                out.error = "reply timeout"
+                log.warning("reply not taken within the request timeout (%g s): cut off", route.request_timeout_s)
         finally:
             resp = self.leg[0] or resp  # after a failover: the upstream that took over
             watched = self.leg[1]
@@ -337,7 +344,10 @@ class _Exchange:
         st = self.st
         route = ticket.route
         await self._give_back(key, ticket)
-        status = str(resp.status) if completed and out.error is None else ("499" if not completed else "502")
+        if not completed:
+            status = "504" if out.error == "reply timeout" else "499"
+        else:
+            status = str(resp.status) if out.error is None else "502"
         st.metrics.requests.labels(route.name, status).inc()
         ttft = None if self.first_output is None else self.first_output - self.started
         st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)

@@ -23,6 +23,11 @@ from .common import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
 
+# How long past the route's request timeout a reply may still be going out: the relay's own
+# deadline ends a stream with its failure events, which a client that reads gets within this; a
+# client that reads nothing holds the reply past it, and the reply is then cut off (``reply_deadline``).
+REPLY_GRACE_S = 0.5
+
 _UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
 
 
@@ -95,6 +100,12 @@ async def connect(
         front = True
         st.metrics.retries.labels(route.name).inc()
         log.warning("%s answered %d; trying another upstream", up.url, resp.status)
+
+
+def reply_deadline(route: ModelRoute, sent_at: float) -> float:
+    """When the whole reply must have gone out, whatever the client does: the route's
+    ``request_timeout_s`` after the request was sent upstream, and ``REPLY_GRACE_S``."""
+    return sent_at + route.request_timeout_s + REPLY_GRACE_S
 
 
 def relay_from(

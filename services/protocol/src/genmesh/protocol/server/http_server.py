@@ -19,6 +19,10 @@ those, per connection and with no cost per reply chunk:
   transport's; when a client takes nothing of the reply while the buffer stays full for
   ``send_timeout_s``, the connection is aborted. The app sees the client disconnect, so it
   cancels its upstream request (the engine stops generating) and gives back its slot.
+* **an unfinished reply to a client that is behind is aborted**: when the app gives up on a reply
+  it has begun (a request deadline passed while the client took nothing) and the transport's
+  buffer is above its high-water mark, the connection is aborted at once rather than closed
+  (a close would wait, up to ``send_timeout_s``, for the client to take the buffered bytes).
 
 Every refusal is OpenAI error JSON.
 """
@@ -187,6 +191,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _url_path(self) -> str:
         return self._path.split(b"?", 1)[0].decode("latin-1")
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await app(scope, receive, send)
+            finally:
+                unfinished = cycle.response_started and not cycle.response_complete and not cycle.disconnected
+                if unfinished and self.flow.write_paused:  # the client is behind: nothing more reaches it in time
+                    cycle.disconnected = True
+                    self.transport.abort()
+
+        super()._start_asgi_task(cycle, guarded)
 
     def send_400_response(self, msg: str) -> None:
         """Malformed HTTP: OpenAI error JSON, not uvicorn's plain text."""
