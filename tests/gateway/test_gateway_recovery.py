@@ -147,3 +147,75 @@ def test_admin_endpoints_answer_503_with_retry_after_while_redis_is_away(
     own_redis.start()
     made = httpx.post(gw.url + "/admin/keys", json={"tenant": "t"}, headers=admin, timeout=10)
     assert made.status_code == 201  # the same gateway, once Redis is back
+
+
+async def test_a_frozen_redis_is_every_request_s_503_within_the_redis_timeout(
+    start_gateway: Any, fake: Any, helpers: Any, own_redis: Any
+) -> None:
+    """Redis SIGSTOPped (the test's own): each request's admission (key, limits, slot) has the
+    Redis timeout in all, so every one of a burst gets its 503 within it, not one timeout per call."""
+    timeout_s = 1.0
+    models = {"m": helpers.model_config(fake.url, max_concurrency=4)}
+    gw = start_gateway(models, "--redis-timeout-s", str(timeout_s), redis_url=own_redis.url)
+    async with httpx.AsyncClient() as client:
+        url = gw.url + "/v1/chat/completions"
+        assert (await client.post(url, json=helpers.chat("m", "warm"), timeout=10)).status_code == 200
+
+        async def timed(i: int) -> tuple[httpx.Response, float]:
+            began = asyncio.get_running_loop().time()
+            r = await client.post(url, json=helpers.chat("m", f"frozen {i}", stream=i % 2 == 0), timeout=30)
+            return r, asyncio.get_running_loop().time() - began
+
+        own_redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            results = await asyncio.gather(*(timed(i) for i in range(3)))
+        finally:
+            own_redis.proc.send_signal(signal.SIGCONT)
+        for r, took in results:
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "queue_store_unavailable"
+            assert int(r.headers["retry-after"]) >= 1
+            assert took <= timeout_s + 1.0, took  # one budget, not one per Redis call (was 2-3 x)
+        r = await client.post(url, json=helpers.chat("m", "thawed"), timeout=30)
+        assert r.status_code == 200, r.text
+
+
+async def test_an_open_circuit_closes_as_soon_as_the_upstream_is_healthy_again(
+    start_gateway: Any, fake: Any, helpers: Any
+) -> None:
+    """Past its cool-down an open circuit is probed every circuit_probe_interval_s, and a failed probe
+    does not start the cool-down again: the upstream is offered again within a fraction of a second
+    of its health check saying 200 (health_interval_s is long here: the half-open probes do it).
+    While no upstream of the model is healthy, the gateway's readiness says so."""
+    models = {"m": helpers.model_config(fake.url, max_concurrency=2)}
+    flags = ("--circuit-cooldown-s", "1", "--circuit-probe-interval-s", "0.2", "--health-interval-s", "30")
+    gw = start_gateway(models, *flags)
+    fake.control(fail_status=503, health_status=503)
+    async with httpx.AsyncClient() as client:
+        url = gw.url + "/v1/chat/completions"
+
+        async def refused() -> bool:
+            r = await client.post(url, json=helpers.chat("m", "down"), timeout=10)
+            assert r.status_code == 503, r.text
+            return r.json()["error"].get("code") == "no_healthy_upstream"
+
+        await until(refused, 10, "the circuit to open")
+        ready = await client.get(gw.url + "/ready", timeout=5)
+        assert ready.status_code == 503
+        assert ready.json()["no_healthy_upstream"] == ["m"]
+        # half-open: probed again and again (each probe fails), never waiting a whole cool-down
+        checks = fake.stats()["health_checks"]
+        await until(lambda: fake.stats()["health_checks"] >= checks + 5, 10, "half-open probes")
+        assert (await client.get(gw.url + "/ready", timeout=5)).status_code == 503
+        fake.control(fail_status=0, health_status=200)
+        healthy = asyncio.get_running_loop().time()
+
+        async def ready_again() -> bool:
+            return (await client.get(gw.url + "/ready", timeout=5)).status_code == 200
+
+        await until(ready_again, 10, "the circuit to close", every_s=0.02)
+        lag_s = asyncio.get_running_loop().time() - healthy
+        assert lag_s < 1.0, lag_s  # was up to a cool-down plus a health interval
+        assert (await client.get(gw.url + "/ready", timeout=5)).json()["no_healthy_upstream"] == []
+        r = await client.post(url, json=helpers.chat("m", "back", stream=True), timeout=10)
+        assert r.status_code == 200, r.text

@@ -5,7 +5,8 @@
 ``prompt_tokens=5, completion_tokens=max_tokens``. It counts requests in flight (and the most at
 once), records the order in which requests started (their ``user`` field), counts clients that
 went away before the end, and can hold every request at the start (``POST /control {"hold": true}``)
-or answer every one with an error status (``{"fail_status": 503}``, no Retry-After; 0 clears it).
+or answer every one with an error status (``{"fail_status": 503}``, no Retry-After; 0 clears it),
+and answer its health check with another status (``{"health_status": 503}``; it counts health checks).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class FakeUpstream:
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail_status = 0
+        self.health_status = 200
+        self.health_checks = 0
         self.reset()
 
     def reset(self) -> None:
@@ -46,6 +49,7 @@ class FakeUpstream:
             "aborted": self.aborted,
             "order": self.order,
             "held": not self.gate.is_set(),
+            "health_checks": self.health_checks,
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -62,7 +66,8 @@ class FakeUpstream:
             if not msg.get("more_body"):
                 break
         if path in ("/health", "/v1/health_check"):
-            await _json(send, 200, {"status": "ok"})
+            self.health_checks += 1
+            await _json(send, self.health_status, {"status": "ok" if self.health_status == 200 else "down"})
         elif path == "/stats":
             await _json(send, 200, self.stats())
         elif path == "/control":
@@ -75,6 +80,8 @@ class FakeUpstream:
                 self.delay_s = float(ctl["delay_ms"]) / 1000
             if "fail_status" in ctl:
                 self.fail_status = int(ctl["fail_status"])
+            if "health_status" in ctl:
+                self.health_status = int(ctl["health_status"])
             await _json(send, 200, self.stats())
         elif path in ("/v1/chat/completions", "/v1/completions") and self.fail_status:
             error = {"message": "the fake upstream fails on request", "type": "service_unavailable_error"}

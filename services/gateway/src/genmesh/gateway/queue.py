@@ -62,6 +62,7 @@ class Admission:
         self._holds: dict[str, asyncio.Task[None]] = {}
         self._releasing: dict[str, tuple[list[str], asyncio.Future[None]]] = {}
         self._flushing: dict[str, asyncio.Future[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- script plumbing ---------------------------------------------------------------------------
 
@@ -100,7 +101,10 @@ class Admission:
         self._tracked[route.name][ticket.id] = ticket
         deadline = ticket.arrived + route.max_queue_wait_s
         try:
-            granted = await self._admit(ticket, exclude, front)
+            try:
+                granted = await self.store.within(ticket.admit_by, self._admit(ticket, exclude, front))
+            finally:
+                ticket.admit_by = None
             if granted is None:
                 granted = await self._wait(ticket, deadline, exclude)
                 if prefix_keys := self._prefix_keys(ticket):  # granted from the queue: remember it too
@@ -108,7 +112,7 @@ class Admission:
                     with contextlib.suppress(StoreUnavailable):
                         await self.store.call(self.store.scripts.remember(keys=prefix_keys, args=args))
         except BaseException:
-            await self._shielded_release(ticket)
+            self._release_soon(ticket)  # not waited for: with Redis away it would wait its own timeout
             raise
         ticket.upstream = granted
         ticket.granted_at = time.monotonic()
@@ -220,9 +224,10 @@ class Admission:
         finally:
             self._flushing.pop(route.name, None)
 
-    async def _shielded_release(self, ticket: Ticket) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.release(ticket)
+    def _release_soon(self, ticket: Ticket) -> None:
+        task = asyncio.ensure_future(self.release(ticket))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- background work ---------------------------------------------------------------------------
 

@@ -58,6 +58,9 @@ class GatewaySettings(ServiceSettings):
     health_timeout_s: float = Field(default=1.0, gt=0, description="upstream health probe timeout")
     circuit_failures: int = Field(default=3, ge=1, description="failures in a row that open an upstream's circuit")
     circuit_cooldown_s: float = Field(default=5.0, gt=0, description="seconds an open circuit waits before probing")
+    circuit_probe_interval_s: float = Field(
+        default=0.5, gt=0, description="probe period of an open circuit once its cool-down has passed (half-open)"
+    )
     progress_timeout_s: float = Field(
         default=30.0,
         ge=0,

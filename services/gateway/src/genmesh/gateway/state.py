@@ -108,10 +108,11 @@ class GatewayState:
         with contextlib.suppress(Exception):
             redis_ok = bool(await self.redis.ping())
         upstreams = {name: {u.name: u.available() for u in pool} for name, pool in self.pool.models.items()}
-        models_ok = all(any(v.values()) for v in upstreams.values())
+        unserved = self.pool.unserved()  # a model with no healthy upstream: its requests get 503
         listening = self.admission.grants.listening
-        ok = redis_ok and models_ok and listening
-        return ok, {"redis": redis_ok, "grant_listener": listening, "upstreams": upstreams}
+        ok = redis_ok and not unserved and listening
+        detail = {"redis": redis_ok, "grant_listener": listening, "upstreams": upstreams}
+        return ok, {**detail, "no_healthy_upstream": unserved}
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -1,11 +1,14 @@
 """The gateway's Redis: the client, its scripts and the metrics, with one way to call them.
 
 A Redis failure on the request path leaves as ``StoreUnavailable`` (the client gets a 503) and
-is counted in ``genmesh_gateway_redis_errors``.
+is counted in ``genmesh_gateway_redis_errors``. ``within`` bounds a piece of Redis work by one
+deadline, whatever calls (and client-side retries) it makes: a request's admission is given
+``redis_timeout_s`` in all, so a frozen Redis becomes its 503 within that.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +43,18 @@ class Store:
         except (RedisError, OSError) as exc:
             self.metrics.redis_errors.inc()
             raise StoreUnavailable(f"queue store unavailable: {type(exc).__name__}") from exc
+
+    async def within(self, deadline: float | None, work: Awaitable[T]) -> T:
+        """Await ``work`` (Redis calls) until ``deadline`` (``time.monotonic()``; None: its own
+        calls' timeouts only); past it Redis counts as unavailable."""
+        if deadline is None:
+            return await work
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await work
+        except TimeoutError as exc:
+            self.metrics.redis_errors.inc()
+            raise StoreUnavailable("queue store unavailable: no answer in time") from exc
 
 
 async def start_after(store: Store, index: str, after: str | None, missing: Exception) -> int:

@@ -37,6 +37,9 @@ class Ticket:
     granted_at: float | None = None
     prefix: tuple[str, ...] = ()  # the prompt's prefix block hashes (prefix-affinity), shortest first
     affinity: str = ""  # how the prefix routed it: hit, fallback, miss ("" when queued or not affine)
+    # the deadline of its first admission's Redis work (limits, the admit script): None once it is
+    # queued or holds a slot (a later admission, after a wait or for a failover, has its own)
+    admit_by: float | None = None
 
     @property
     def klass(self) -> str:

@@ -8,6 +8,11 @@ Progress: an upstream can pass its health probe while generating nothing (a hung
 ``/health`` has not noticed yet). So the gateway watches the streams it relays: when an upstream
 has streams in flight but none of them has carried a byte for ``progress_timeout_s``, its circuit
 opens as after failures. (Unary replies arrive whole at the end, so they are not watched.)
+
+An open circuit is out for ``circuit_cooldown_s``; then it is half-open: probed every
+``circuit_probe_interval_s`` (not every ``health_interval_s``) until a probe succeeds, and a failed
+probe does not start the cool-down again. So an upstream that recovers (an engine whose new core
+is up) is offered again within a fraction of a second of its health check saying so.
 """
 
 from __future__ import annotations
@@ -53,9 +58,13 @@ class Upstream:
     def record_success(self) -> None:
         self.failures = 0
 
+    def half_open(self) -> bool:
+        """Open, with its cool-down over: probed often until a probe succeeds."""
+        return not self.probed_ok and time.monotonic() >= self.open_until
+
     def record_failure(self, reason: str) -> None:
         self.failures += 1
-        if self.failures >= self.threshold and time.monotonic() >= self.open_until:
+        if self.failures >= self.threshold and self.available():  # an open circuit stays as it is
             self._open(f"after {self.failures} failures ({reason})")
 
     def _open(self, why: str) -> None:
@@ -79,7 +88,7 @@ class Upstream:
         """Open the circuit if streams are in flight but none has carried output for ``timeout_s``."""
         now = time.monotonic()
         silent = now - self.last_output
-        if timeout_s > 0 and self.streams and silent >= timeout_s and now >= self.open_until:
+        if timeout_s > 0 and self.streams and silent >= timeout_s and self.available():
             self._open(f"after {silent:.0f} s without output on any of its {self.streams} stream(s)")
 
 
@@ -105,12 +114,23 @@ class Pool:
     def any_available(self, route: ModelRoute, exclude: frozenset[int] = frozenset()) -> bool:
         return any(self.caps(route, exclude))
 
+    def unserved(self) -> list[str]:
+        """The models none of whose upstreams is available now."""
+        return [name for name, pool in self.models.items() if not any(u.available() for u in pool)]
+
     async def probe_forever(self, client: httpx.AsyncClient) -> None:
+        """Every upstream each ``health_interval_s``; half-open ones each ``circuit_probe_interval_s``."""
+        s = self.settings
+        due = 0.0
         while True:
-            for up in (u for pool in self.models.values() for u in pool):
-                up.check_progress(self.settings.progress_timeout_s)
-            await self.probe_all(client)
-            await asyncio.sleep(self.settings.health_interval_s)
+            ups = [u for pool in self.models.values() for u in pool]
+            everyone = time.monotonic() >= due
+            if everyone:
+                due = time.monotonic() + s.health_interval_s
+                for up in ups:
+                    up.check_progress(s.progress_timeout_s)
+            await asyncio.gather(*(self._probe(client, u) for u in ups if everyone or u.half_open()))
+            await asyncio.sleep(min(s.health_interval_s, s.circuit_probe_interval_s))
 
     async def probe_all(self, client: httpx.AsyncClient) -> None:
         ups = [u for pool in self.models.values() for u in pool]

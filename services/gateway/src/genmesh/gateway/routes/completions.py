@@ -132,14 +132,22 @@ class _Exchange:
         st = self.st
         route_name = "-"
         try:
-            key = await authenticate(st, authorization)
+            # the admission's Redis work (the key, its limits, a slot or a place in the queue) has
+            # redis_timeout_s in all, not counting the time the client takes to send its body
+            budget_s = st.settings.redis_timeout_s
+            began = time.monotonic()
+            try:
+                key = await st.admission.store.within(began + budget_s, authenticate(st, authorization))
+            except StoreUnavailable as exc:
+                raise admission_error(exc, 1) from exc
+            budget_s -= time.monotonic() - began
             raw = await self._read_body()
             body = decode_json_object(raw, st.settings.max_json_depth)
             route = _route(st, body, self.path)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
             stream = bool(body.get("stream") or body.get("streaming"))
-            await self._serve(key, route, priority, raw, body, stream)
+            await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
         except OpenAIError as err:
             st.metrics.requests.labels(route_name, str(err.status)).inc()
             st.activity.finished(route_name, err.status)
@@ -184,12 +192,19 @@ class _Exchange:
                 return
 
     async def _serve(
-        self, key: ApiKey, route: ModelRoute, priority: int, raw: bytes, body: dict[str, Any], stream: bool
+        self,
+        key: ApiKey,
+        route: ModelRoute,
+        priority: int,
+        raw: bytes,
+        body: dict[str, Any],
+        stream: bool,
+        admit_by: float | None = None,
     ) -> None:
         st = self.st
-        ticket = Ticket(id=uuid.uuid4().hex, route=route, tenant=key.tenant, priority=priority)
+        ticket = Ticket(id=uuid.uuid4().hex, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
         try:
-            await st.limiter.acquire(key, ticket.id)
+            await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
         except StoreUnavailable as exc:
             raise admission_error(exc, 1) from exc
         task = asyncio.current_task()
