@@ -403,6 +403,20 @@ async def test_readiness_is_cached_and_concurrent_probes_share_one_engine_call()
     assert calls == ["/health"]
 
 
+async def test_a_not_ready_answer_is_not_cached_so_a_recovered_engine_is_seen_at_once() -> None:
+    status = [503]
+
+    async def engine(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok" if status[0] == 200 else "restarting"}, status=status[0])
+
+    async with app_client(engine, ready_cache_ttl_s=60) as client:
+        assert (await client.get("/v1/ready")).status_code == 503
+        status[0] = 200  # the engine's new core is up
+        assert (await client.get("/v1/ready")).status_code == 200
+        status[0] = 503
+        assert (await client.get("/v1/ready")).status_code == 200  # a ready answer is reused for the TTL
+
+
 async def test_readiness_with_zero_ttl_asks_every_time() -> None:
     calls: list[str] = []
 

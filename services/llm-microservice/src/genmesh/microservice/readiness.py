@@ -46,12 +46,17 @@ class ReadinessProbe:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def check(self) -> Readiness:
+        """A "ready" answer is reused for ``ttl_s``; a "not ready" one only by the probes that were
+        waiting for it, so a recovered engine is seen ready by the next probe, not ``ttl_s`` later."""
+        asked = self.clock()
         last = self._last
-        if last is not None and self.clock() - last.checked_at < self.ttl_s:
+        if last is not None and last.ready and asked - last.checked_at < self.ttl_s:
             return last
         async with self._lock:
             last = self._last  # another probe may have refreshed it while we waited
-            if last is not None and self.clock() - last.checked_at < self.ttl_s:
+            if last is not None and (
+                last.checked_at >= asked or (last.ready and self.clock() - last.checked_at < self.ttl_s)
+            ):
                 return last
             self._last = await self._ask_engine()
             return self._last
