@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from genmesh.relay import DONE_EVENT, Outcome
+from genmesh.relay import DONE_EVENT, Outcome, split_events
 
 _ERROR = b'data: {"error"'
 _NOT_AGAIN = (b'"code":"total_timeout"', b'"code": "total_timeout"')
@@ -60,6 +60,17 @@ class Continuation:
         self.finished = False  # a finish_reason or [DONE] went out: nothing is left to generate
 
     # -- watching a leg ------------------------------------------------------------------------------
+
+    def see_all(self, chunk: bytes) -> tuple[bytes, bool]:
+        """A relayed chunk's events (``see``): what to send on, and whether the leg failed in it
+        (what came before the failure is sent on)."""
+        sent: list[bytes] = []
+        for event in split_events(chunk):
+            out = self.see(event)
+            if out is None:
+                return b"".join(sent), True
+            sent.append(out)
+        return b"".join(sent), False
 
     def see(self, event: bytes) -> bytes | None:
         """The event to send on (maybe rewritten), b"" to drop it, or None: the leg failed here."""

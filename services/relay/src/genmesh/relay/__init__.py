@@ -1,8 +1,8 @@
 """The one streaming relay the microservice and the gateway share.
 
 ``client``: the upstream HTTP client (aiohttp; a read deadline per read, abort to cancel the
-upstream's generation). ``stream``: relaying a reply event by event with first-token and total
-deadlines, one event in hand at a time (so buffering per stream is what the sockets hold, which
+upstream's generation). ``stream``: relaying a reply in whole events with first-token and total
+deadlines, one read in hand at a time (so buffering per stream is what the sockets hold, which
 the server bounds: ``genmesh.protocol.server.http_server``), an error event and ``[DONE]`` when the
 upstream fails. Not imported by the wire models (``genmesh.protocol``).
 """
@@ -15,7 +15,7 @@ from .client import (
     UpstreamProtocolError,
     UpstreamResponse,
 )
-from .stream import DONE_EVENT, Failures, Outcome, StreamEnd, error_event, relay_stream, relay_unary
+from .stream import DONE_EVENT, Failures, Outcome, StreamEnd, error_event, relay_stream, relay_unary, split_events
 
 __all__ = [
     "DONE_EVENT",
@@ -31,4 +31,5 @@ __all__ = [
     "error_event",
     "relay_stream",
     "relay_unary",
+    "split_events",
 ]

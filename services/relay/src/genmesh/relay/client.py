@@ -8,8 +8,9 @@ module only fixes what the routes rely on:
   ``UpstreamProtocolError``. aiohttp never resends a POST on a reused connection the upstream had
   just closed (it retries only idempotent methods), and neither does this module. To keep that race
   rare, idle connections are dropped after ``keepalive_s``, below uvicorn's default of 5 s.
-* ``UpstreamResponse.read(deadline)`` gives the body as it arrives, with one deadline per read
-  (a timer only while a read actually waits); ``abort`` closes the connection so that the upstream
+* ``UpstreamResponse.read(deadline)`` gives the body as it arrives, with one deadline per read;
+  a stream's reads share one deadline, so one timer per response serves them all (set again only
+  when the deadline changes), not one per read that waits; ``abort`` closes the connection so that the upstream
   sees the client go and stops generating; ``close`` hands a cleanly finished connection back.
 * Nothing is added or changed on the way: no ``Accept-Encoding`` or ``User-Agent`` of ours, no
   decompression, no cookies kept between requests, no redirects followed.
@@ -50,12 +51,16 @@ _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 class UpstreamResponse:
     """Status and headers (names lower-case) of an upstream reply; the body is read with ``read``."""
 
-    __slots__ = ("_closed", "_content", "_resp", "headers", "status")
+    __slots__ = ("_closed", "_content", "_deadline", "_expired", "_resp", "_timer", "_waiting", "headers", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
         self._content = resp.content
         self._closed = False
+        self._deadline: float | None = None  # what the timer is set for
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting: asyncio.Task[Any] | None = None  # the task in a read that waits for data
+        self._expired = False  # the timer cancelled that read
         self.status = resp.status
         self.headers = [(k.lower(), v) for k, v in resp.raw_headers]
 
@@ -77,11 +82,11 @@ class UpstreamResponse:
                 return data
             if deadline is None:
                 return await content.readany()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if time.monotonic() >= deadline:
                 raise TimeoutError
-            async with asyncio.timeout(remaining):
-                return await content.readany()
+            if deadline != self._deadline:
+                self._set_timer(deadline)
+            return await self._wait(content)
         except TimeoutError:  # a subclass of OSError: ours, not a broken connection
             raise
         except (aiohttp.ClientError, OSError) as exc:
@@ -89,16 +94,49 @@ class UpstreamResponse:
                 raise UpstreamAborted("response closed") from exc
             raise UpstreamProtocolError(f"upstream stream failed: {type(exc).__name__}: {exc}") from exc
 
+    async def _wait(self, content: aiohttp.StreamReader) -> bytes:
+        """``readany``, cancelled by the timer (``TimeoutError``) if the deadline passes first."""
+        task = asyncio.current_task()
+        self._waiting = task
+        try:
+            return await content.readany()
+        except asyncio.CancelledError:
+            if self._expired and task is not None and task.uncancel() == 0:
+                raise TimeoutError from None  # our timer's cancel alone
+            raise
+        finally:
+            self._waiting = None
+            self._expired = False
+
+    def _set_timer(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._deadline = deadline
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._waiting is not None and not self._expired:
+            self._expired = True
+            self._waiting.cancel()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def abort(self) -> None:
         """Close the connection now (the upstream sees the client leave)."""
         if not self._closed:
             self._closed = True
+            self._stop_timer()
             self._resp.close()
 
     def close(self) -> None:
         """Done with this response: aiohttp keeps the connection if the reply ended cleanly, else closes it."""
         if not self._closed:
             self._closed = True
+            self._stop_timer()
             self._resp.release()
 
 

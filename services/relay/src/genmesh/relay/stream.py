@@ -1,14 +1,18 @@
-"""Relaying one upstream reply to our client: event by event, with deadlines, never buffered whole.
+"""Relaying one upstream reply to our client: whole events as they come, with deadlines, never buffered whole.
 
-Streams are relayed as the upstream framed them, one SSE event (``data: ...`` and a blank line) at
-a time: an event goes out before the next is read, so what a stream holds is one event in hand
-plus what the sockets buffer (bounded by ``genmesh.protocol.server.http_server``). The upstream's bytes
-pass unchanged; the relay reads an event only to see the first generated text (the first-token
-deadline is met by text, not by keep-alive comments), the stream's last event (``StreamEnd``:
-``[DONE]`` for chat and completions, ``response.completed``/``incomplete``/``failed`` for the
-Responses API), and a usage chunk (accounted, and dropped when ``strip_usage``: the gateway asked
-for it, not its client). Every way a stream can fail (connection cut, garbage, a deadline, the end
-without its last event) ends it with the ``StreamEnd``'s failure events (by default one error
+Streams are relayed as the upstream framed them, in whole SSE events (``data: ...`` and a blank
+line): every whole event one read brought goes out, as one chunk, before the next read, so what a
+stream holds is one read in hand plus what the sockets buffer (bounded by
+``genmesh.protocol.server.http_server``). When the client keeps up that is one event per chunk; when
+it is behind, the events that piled up meanwhile go out in one socket write. The upstream's bytes
+pass unchanged and are not parsed: the relay only scans them (C-speed ``bytes`` searches) for the
+first generated text (the first-token deadline is met by text, not by keep-alive comments), the
+stream's last event (``StreamEnd``: ``[DONE]`` for chat and completions,
+``response.completed``/``incomplete``/``failed`` for the Responses API), and a usage chunk, the one
+event it parses (accounted, and dropped when ``strip_usage``: the gateway asked for it, not its
+client). ``split_events`` gives a chunk's events to a consumer that rewrites them one by one.
+Every way a stream can fail (connection cut, garbage, a deadline, the end without its last event)
+ends it with the ``StreamEnd``'s failure events (by default one error
 event and ``[DONE]``, written by sse-starlette); what the error says is the hop's own (``Failures``).
 """
 
@@ -46,9 +50,27 @@ def error_event(err: OpenAIError) -> bytes:
 DONE_EVENT = ServerSentEvent(data="[DONE]", sep="\n").encode()
 
 
+def split_events(chunk: bytes) -> list[bytes]:
+    """The whole SSE events of a relayed chunk, each with its blank line (a tail without one last)."""
+    events: list[bytes] = []
+    start = 0
+    for end in _EVENT_END.finditer(chunk):
+        events.append(chunk[start : end.end()])
+        start = end.end()
+    if start < len(chunk):
+        events.append(chunk[start:])
+    return events
+
+
+def _last_event_end(buf: bytes) -> int:
+    """Where the last whole event in ``buf`` ends (0: none yet): after its ``\n\n`` or ``\n\r\n``."""
+    lf, crlf = buf.rfind(b"\n\n"), buf.rfind(b"\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+
+
 class StreamEnd:
-    """How a relayed stream ends: ``ended`` sees each whole event and says whether it is the
-    stream's last; ``failure`` is what the client gets when the upstream fails before that. By
+    """How a relayed stream ends: ``ended`` sees whole events (one, or several in a chunk) and says
+    whether the stream's last is among them; ``failure`` is what the client gets when the upstream fails before that. By
     default (chat, completions) an error event and ``[DONE]``; the Responses API says it with its
     own events (a subclass). One instance per stream: a subclass may keep what it saw."""
 
@@ -102,7 +124,7 @@ async def relay_stream(
     total_deadline: float,
     ending: StreamEnd | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """SSE relay, one event at a time (deadlines are ``time.monotonic()`` values)."""
+    """SSE relay, whole events as they come (deadlines are ``time.monotonic()`` values)."""
     last_event = ending or StreamEnd()
     buf = b""
     saw_done = False
@@ -121,29 +143,23 @@ async def relay_stream(
                 return
             if not chunk:
                 break
-            buf += chunk
-            while True:
-                end = _EVENT_END.search(buf)
-                if end is None:
-                    break
-                event, buf = buf[: end.end()], buf[end.end() :]
-                last = last_event.ended(event)
-                if out.first_token_at is None and (last or _TOKEN.search(event)):
-                    out.first_token_at = time.monotonic()
-                saw_done = saw_done or last
-                if _USAGE.search(event):
-                    payload = event.split(b"data:", 1)[-1].strip()
-                    try:
-                        obj = orjson.loads(payload)
-                    except ValueError:
-                        obj = None
-                    _usage_from(obj, out)
-                    if strip_usage and isinstance(obj, dict) and obj.get("choices") == []:
-                        continue
-                yield event
-            if len(buf) > _MAX_EVENT:
-                yield buf
-                buf = b""
+            buf = buf + chunk if buf else chunk
+            cut = _last_event_end(buf)
+            if not cut:
+                if len(buf) > _MAX_EVENT:
+                    yield buf
+                    buf = b""
+                continue
+            events, buf = (buf, b"") if cut == len(buf) else (buf[:cut], buf[cut:])
+            if last_event.ended(events):
+                saw_done = True
+            if waiting_first and (saw_done or _TOKEN.search(events)):
+                out.first_token_at = time.monotonic()
+            if _USAGE.search(events):
+                events = _account(events, out, strip_usage)
+                if not events:
+                    continue
+            yield events
         if buf:
             yield buf
         if not saw_done and failures.cut is not None:
@@ -153,6 +169,24 @@ async def relay_stream(
         out.error = type(exc).__name__
         if not saw_done:
             yield buf + last_event.failure(failures.broken(exc.__cause__ or exc))
+
+
+def _account(events: bytes, out: Outcome, strip_usage: bool) -> bytes:
+    """Usage read from the events that carry it; with ``strip_usage`` the usage-only chunk
+    (``choices: []``) taken out. The other events pass as they are."""
+    kept: list[bytes] = []
+    for event in split_events(events):
+        if _USAGE.search(event):
+            payload = event.split(b"data:", 1)[-1].strip()
+            try:
+                obj = orjson.loads(payload)
+            except ValueError:
+                obj = None
+            _usage_from(obj, out)
+            if strip_usage and isinstance(obj, dict) and obj.get("choices") == []:
+                continue
+        kept.append(event)
+    return b"".join(kept)
 
 
 async def relay_unary(resp: UpstreamResponse, out: Outcome, *, total_deadline: float) -> AsyncGenerator[bytes, None]:

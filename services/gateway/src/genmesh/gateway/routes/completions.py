@@ -315,12 +315,12 @@ class _Exchange:
         cont = failover.Continuation(self.path, body)
         exclude: frozenset[int] = frozenset()
         while True:
-            async for event in relay:
-                sent = cont.see(event)
-                if sent is None:
-                    break
+            async for chunk in relay:
+                sent, broke = cont.see_all(chunk)
                 if sent:
                     yield sent
+                if broke:
+                    break
             else:
                 if not cont.ended_early(error_event(bad_gateway("upstream stream ended early")) + DONE_EVENT):
                     if cont.legs > 1:

@@ -22,6 +22,7 @@ import orjson
 
 from genmesh.protocol import OpenAIError, invalid_request, now
 from genmesh.protocol.response_objects import ErrorEvent, ResponseErrorDetail, ResponseLifecycleEvent, ResponseObject
+from genmesh.relay import split_events
 
 from ..auth import ApiKey
 from ..responses_store import input_items, too_large
@@ -86,14 +87,21 @@ class ResponsesExchange(_Exchange):
         async for chunk in relay:
             parts.append(chunk)
             if len(parts) == 1 and not chunk.lstrip().startswith(b"{"):
-                break  # a stream: one SSE event per chunk from here
+                break  # a stream: whole SSE events in each chunk from here
         else:  # a unary reply, rewritten once whole
             if parts:
                 yield await self._unary(b"".join(parts))
             return
-        yield await self._event(parts[0])
+        yield await self._events(parts[0])
         async for chunk in relay:
-            yield await self._event(chunk)
+            yield await self._events(chunk)
+
+    async def _events(self, chunk: bytes) -> bytes:
+        """A relayed chunk (one or more whole events) with each event rewritten (``_event``)."""
+        events = split_events(chunk)
+        if len(events) == 1:
+            return await self._event(chunk)
+        return b"".join([await self._event(event) for event in events])
 
     async def _unary(self, body: bytes) -> bytes:
         try:
