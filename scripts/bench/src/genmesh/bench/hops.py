@@ -96,7 +96,12 @@ def microservice(args: argparse.Namespace) -> int:
 
 
 def gateway_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=["queue", "mesh", "all"], default="all")
+    p.add_argument(
+        "--mode",
+        choices=["queue", "mesh", "all", "tracing"],
+        default="all",
+        help="tracing: the queue mode's load with tracing off / on (collector up) / on (collector down), interleaved",
+    )
     p.add_argument("--log-dir", default="bench-results/gateway", help="logs of the servers this starts")
     p.add_argument("--json", dest="json_out", type=Path, help="also write the results to this JSON file")
     g = p.add_argument_group("queue mode")
@@ -123,6 +128,14 @@ def gateway(args: argparse.Namespace) -> int:
         return 2
     results: dict[str, Any] = {}
     try:
+        if args.mode == "tracing":
+            from . import tracing_cost
+
+            doc = tracing_cost.run(args, Path(args.log_dir), say)
+            print(json.dumps(doc["configs"], indent=2))
+            if args.json_out:
+                save(doc, args.json_out)
+            return 1 if any(c["errors"] for c in doc["configs"].values()) else 0
         if args.mode in ("queue", "all"):
             results["queue"] = gateway_queue(args)
         if args.mode in ("mesh", "all"):

@@ -109,8 +109,10 @@ def start_gateway(
     model: str,
     prefix: str = "",
     extra: Sequence[str] = (),
+    **env: str,
 ) -> tuple[ManagedServer, ManagedServer]:
-    """A private Redis, and the gateway (auth off) on it routing ``model`` to ``upstream``; stopped by ``stack``."""
+    """A private Redis, and the gateway (auth off, ``env`` added to its environment) on it routing ``model``
+    to ``upstream``; stopped by ``stack``."""
     if (binary := shutil.which("redis-server")) is None:
         raise FileNotFoundError("redis-server not found: run 'make redis' (scripts/ensure_redis.sh install)")
     argv = [binary, "--port", PORT, "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
@@ -119,7 +121,7 @@ def start_gateway(
     config.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
     argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis.url]
     argv += ["--auth", "off", "--log-level", "warning", *extra]
-    return stack.enter_context(start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready")), redis
+    return stack.enter_context(start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready", **env)), redis
 
 
 @dataclass(frozen=True)

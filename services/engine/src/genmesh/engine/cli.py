@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from genmesh.protocol.server.logs import configure_logging
+from genmesh.protocol.server.tracing import configure_tracing
 
 from .models import ovms_config
 from .models.source import ModelSourceError
@@ -24,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
+    tracer = configure_tracing("genmesh-engine")
     try:
         models = ovms_config.load(settings)
     except (ModelSourceError, ovms_config.RepositoryError) as exc:
@@ -31,7 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     switch = ShutdownSwitch()
     app = create_app(settings, models, switch)
-    return serve(app, settings.host, settings.port, settings.log_level, switch, settings.http_limits())
+    try:
+        return serve(app, settings.host, settings.port, settings.log_level, switch, settings.http_limits())
+    finally:
+        tracer.shutdown()
 
 
 if __name__ == "__main__":

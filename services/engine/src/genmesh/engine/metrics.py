@@ -13,6 +13,9 @@ from genmesh.protocol.server.metrics import Metrics, counter, gauge, histogram
 from .core.ipc import Stats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Why a core is replaced (supervisor.py): each series exists at 0 from the start, so that
+# increase() sees the first restart (a counter series born at 1 reads as no increase).
+CORE_RESTART_CAUSES = ("exited", "hung", "start_failed")
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 
@@ -80,7 +83,11 @@ class EngineMetrics:
         self.e2e = f.e2e.labels(model=model)
         self.core_uptime = f.core_uptime.labels(model=model)
         self._model = model
+        self.model = model
+        self.last_waiting = 0  # the core's last report, for traces (client/request_trace.py)
         f.info.labels(model=model).set(1)
+        for cause in CORE_RESTART_CAUSES:
+            f.core_restarts.labels(model=model, cause=cause)
 
     def core_restarted(self, cause: str) -> None:
         self.families.core_restarts.labels(model=self._model, cause=cause).inc()
@@ -88,6 +95,7 @@ class EngineMetrics:
     def set_stats(self, stats: Stats) -> None:
         self.running.set(stats.running)
         self.waiting.set(stats.waiting)
+        self.last_waiting = stats.waiting
         self.kv_cache_usage.set(stats.cache_usage)
 
     def render(self) -> bytes:

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from genmesh.protocol.server.asgi import serve
 from genmesh.protocol.server.logs import configure_logging
+from genmesh.protocol.server.tracing import configure_tracing
 
 from .app import create_app
 from .config import load_config
@@ -18,6 +19,7 @@ from .settings import parse_settings
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
+    tracer = configure_tracing("genmesh-gateway", settings.trace_content)
     try:
         settings.admin_secret()
     except OSError as exc:
@@ -29,7 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"genmesh-gateway: cannot load routing config {settings.config}: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings, config)
-    serve(app, settings.host, settings.port, settings.log_level, limits=settings.http_limits())
+    try:
+        serve(app, settings.host, settings.port, settings.log_level, limits=settings.http_limits())
+    finally:
+        tracer.shutdown()
     return 0
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 from genmesh.protocol.server.metrics import Metrics, counter, gauge, histogram
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Latency buckets that suit an accelerator (tens of ms) and a CPU (seconds) alike; the engine's are the same.
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
 _AFFINITY = (
     "prefix-affinity decisions: hit (the prefix's upstream), fallback (imbalance guard, full or "
     "unhealthy: least-loaded instead), miss (prefix not known)"
@@ -23,6 +26,24 @@ class GatewayMetrics(Metrics):
         "model",
         "priority",
         buckets=_WAIT_BUCKETS,
+    )
+    ttft = histogram(
+        "genmesh_gateway_time_to_first_token_seconds",
+        "Time from arrival at the gateway to the first generated token relayed (streams)",
+        "model",
+        buckets=_LATENCY_BUCKETS,
+    )
+    tpot = histogram(
+        "genmesh_gateway_time_per_output_token_seconds",
+        "Inter-token latency: a stream's time after its first token over its tokens after the first",
+        "model",
+        buckets=_TPOT_BUCKETS,
+    )
+    e2e = histogram(
+        "genmesh_gateway_e2e_request_latency_seconds",
+        "Time from arrival at the gateway to the end of a successful reply (queue wait included)",
+        "model",
+        buckets=_LATENCY_BUCKETS,
     )
     queue_depth = gauge("genmesh_gateway_queue_depth", "Requests waiting in Redis (all replicas)", "model", "priority")
     in_flight = gauge(

@@ -29,6 +29,10 @@ class GatewaySettings(ServiceSettings):
 
     port: int = Field(default=8888, ge=1, le=65535, description="HTTP port")
     config: str = Field(default="gateway.yaml", description="routing config YAML (models -> upstream pools)")
+    trace_content: bool = Field(
+        default=False,
+        description="record each request's prompt in its trace span (off: no text in traces; docs/observability.md)",
+    )
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("redis_url", "GENMESH_GATEWAY_REDIS_URL", "REDIS_URL"),

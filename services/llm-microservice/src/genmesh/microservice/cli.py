@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from genmesh.protocol.server.asgi import serve
 from genmesh.protocol.server.logs import configure_logging
+from genmesh.protocol.server.tracing import configure_tracing
 
 from .app import create_app
 from .settings import parse_settings
@@ -18,6 +19,7 @@ log = logging.getLogger("genmesh.microservice")
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
+    tracer = configure_tracing("genmesh-microservice")
     log.info(
         "relaying to %s (default model %s) on %s:%d",
         settings.llm_endpoint,
@@ -25,7 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.host,
         settings.port,
     )
-    serve(create_app(settings), settings.host, settings.port, settings.log_level, limits=settings.http_limits())
+    try:
+        serve(create_app(settings), settings.host, settings.port, settings.log_level, limits=settings.http_limits())
+    finally:
+        tracer.shutdown()
     return 0
 
 

@@ -20,6 +20,7 @@ import aiohttp
 from yarl import URL
 
 from genmesh.protocol import OpenAIError, service_unavailable
+from genmesh.protocol.server.tracing import inject
 from genmesh.relay.client import READ_BUFSIZE, bounded_connector
 
 from .settings import MicroserviceSettings
@@ -108,7 +109,7 @@ class Upstream:
                 method,
                 self._url(path),
                 json=json_body,
-                headers={"x-request-id": request_id},
+                headers=inject({"x-request-id": request_id}),
                 timeout=timeouts if timeouts is not None else self.timeout,
                 allow_redirects=False,
             )

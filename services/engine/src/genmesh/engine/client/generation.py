@@ -17,8 +17,10 @@ from genmesh.protocol import OpenAIError, internal_error, invalid_request, servi
 
 from ..core.ipc import RequestError, SamplingParams, ScoredToken
 from ..metrics import EngineMetrics
+from . import request_trace
 from .core_client import EngineDeadError
 from .output_processor import BeamResult, RequestHandle, TextOptions
+from .request_trace import RequestTrace
 from .supervisor import CoreSupervisor, EngineRestarting
 
 
@@ -110,7 +112,16 @@ class Generator:
                 self.core.abort(handle.request_id)
             code = "engine_restarting" if isinstance(exc, EngineRestarting) else "engine_unavailable"
             raise service_unavailable(f"engine unavailable: {exc}", code, self.core.retry_after_s()) from exc
-        return [Generation(h.request_id, self._run(h, endpoint, len(prompt_ids), arrival)) for h in started]
+        mt = self.metrics
+        return [
+            Generation(
+                h.request_id,
+                self._run(
+                    h, endpoint, len(prompt_ids), arrival, request_trace.begin(arrival, mt.model, p, mt.last_waiting)
+                ),
+            )
+            for h, p in zip(started, choices, strict=True)
+        ]
 
     def abort(self, generations: Sequence[Generation]) -> None:
         """Abort whatever is still running (also generations whose stream never started)."""
@@ -124,7 +135,9 @@ class Generator:
             raise service_unavailable(error.message, "engine_unavailable", self.core.retry_after_s())
         raise internal_error(error.message)
 
-    async def _run(self, handle: RequestHandle, endpoint: str, prompt: int, arrival: float) -> AsyncIterator[Event]:
+    async def _run(
+        self, handle: RequestHandle, endpoint: str, prompt: int, arrival: float, traced: RequestTrace | None = None
+    ) -> AsyncIterator[Event]:
         generated = 0
         first_token_at: float | None = None
         outcome = "cancelled"
@@ -153,6 +166,8 @@ class Generator:
             # No-op once the request ended; otherwise (client gone) abort it in the engine.
             self.core.abort(handle.request_id)
             self._observe(endpoint, outcome, prompt, generated, arrival, first_token_at)
+            if traced is not None:
+                traced.finish(outcome, prompt, generated, first_token_at)
 
     def _observe(
         self, endpoint: str, outcome: str, prompt: int, generated: int, arrival: float, first: float | None

@@ -5,7 +5,8 @@ gets, from inside the gateway: its reply is captured instead of sent, and its ti
 ``BATCH_PRIORITY``, a queue class after every interactive one, so a slot that frees goes to an
 interactive request first. What went wrong is sorted for the runner (``Outcome``): a reply (any
 status) is the line's result; a refusal before any upstream answered (the key's RPM/TPM, a full
-queue, Redis away) means "wait and try again", never a failed line.
+queue, Redis away) means "wait and try again", never a failed line. With tracing on, each line is
+the root of a trace of its own, never linked to a client's request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.types import Message
 
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
+from genmesh.protocol.server.tracing import root_span, set_status
 
 from ..auth import ApiKey
 from ..routes.completions import _Exchange
@@ -75,10 +77,16 @@ async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, reque
     exchange = (ResponsesExchange if path == RESPONSES_PATH else _Exchange)(st, path, receive, capture.send, request_id)
     token = request_id_var.set(request_id)
     try:
-        await exchange.call(key, BATCH_PRIORITY, body)
-    except OpenAIError as err:
-        retry = float(err.headers.get("Retry-After", "0") or 0)
-        return Outcome(err.status, orjson.dumps(err.body()), retry, refused=True)
+        # a trace of its own per line (its root, never linked to a client's request); the upstream call's
+        # traceparent carries it to the microservice and the engine
+        with root_span(f"batch line {path}", {"http.route": path, "genmesh.batch.line": True}) as span:
+            exchange.span = span
+            try:
+                await exchange.call(key, BATCH_PRIORITY, body)
+            except OpenAIError as err:
+                set_status(span, err.status)
+                retry = float(err.headers.get("Retry-After", "0") or 0)
+                return Outcome(err.status, orjson.dumps(err.body()), retry, refused=True)
     finally:
         request_id_var.reset(token)
     retry = (

@@ -26,12 +26,20 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
+from opentelemetry.trace import Span, StatusCode
 from starlette.types import Message, Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
 from genmesh.protocol.server.http_server import too_large
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.logs import request_id_var
+from genmesh.protocol.server.tracing import (
+    request_attributes,
+    server_span,
+    set_status,
+    tracing,
+    usage_attributes,
+)
 from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
 
 from .. import failover
@@ -90,8 +98,10 @@ async def serve(
             err = OpenAIError("Method Not Allowed", status=405, type="invalid_request_error")
             await _Exchange(st, scope["path"], receive, send, rid).send_error(err)
             return
-        ex = (exchange or _Exchange)(st, scope["path"], receive, send, rid)
-        await ex.run(authorization, priority_header)
+        with server_span("POST", scope["path"], scope["headers"]) as root:
+            ex = (exchange or _Exchange)(st, scope["path"], receive, send, rid)
+            ex.span = root
+            await ex.run(authorization, priority_header)
     finally:
         request_id_var.reset(token)
 
@@ -112,10 +122,12 @@ class _Exchange:
         self.finished = False  # the last body message is about to go: a disconnect now is the normal end
         self.gone = False
         self.leg: tuple[UpstreamResponse | None, Upstream | None] = (None, None)  # the upstream relaying now
+        self.span: Span | None = None  # the request's SERVER span, when tracing is on
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.response_started = True
+            set_status(self.span, message["status"])
         await self._send(message)
 
     async def send_error(self, err: OpenAIError) -> None:
@@ -147,6 +159,8 @@ class _Exchange:
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
             stream = bool(body.get("stream") or body.get("streaming"))
+            if self.span is not None:
+                self._annotate(body, route.name, priority, key.tenant, stream)
             await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
         except OpenAIError as err:
             st.metrics.requests.labels(route_name, str(err.status)).inc()
@@ -165,7 +179,23 @@ class _Exchange:
         one from a client, after authentication: a refusal is raised (``OpenAIError``), the
         reply goes to ``send``."""
         body = decode_json_object(raw, self.st.settings.max_json_depth)
-        await self._serve(key, _route(self.st, body, self.path), priority, raw, body, False)
+        route = _route(self.st, body, self.path)
+        if self.span is not None:
+            self._annotate(body, route.name, priority, key.tenant, False)
+        await self._serve(key, route, priority, raw, body, False)
+
+    def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
+        assert self.span is not None
+        attrs: dict[str, Any] = {
+            **request_attributes(self.path, body, model),
+            "genmesh.queue.priority": priority,
+            "genmesh.tenant": tenant,
+            "genmesh.request.stream": stream,
+        }
+        if tracing().record_content:  # opt-in (--trace-content): the prompt as the client sent it
+            prompt = body.get("messages", body.get("prompt", body.get("input")))
+            attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
+        self.span.set_attributes(attrs)
 
     async def _read_body(self) -> bytes:
         chunks: list[bytes] = []
@@ -203,10 +233,13 @@ class _Exchange:
     ) -> None:
         st = self.st
         ticket = Ticket(id=uuid.uuid4().hex, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
+        started = time.monotonic()
         try:
             await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
         except StoreUnavailable as exc:
             raise admission_error(exc, 1) from exc
+        if self.span is not None:  # the key's limits: an attribute, not a span of its own (spans cost ~0.1 ms each)
+            self.span.set_attribute("genmesh.admission.duration_s", time.monotonic() - started)
         task = asyncio.current_task()
         assert task is not None
         watch = asyncio.ensure_future(self._watch(task))
@@ -299,6 +332,16 @@ class _Exchange:
                 await relay.aclose()
                 st.spawn(self._finish(key, ticket, resp, out, name, completed=False))
 
+    def _observe_latency(self, model: str, out: Outcome) -> None:
+        """TTFT, inter-token latency and end-to-end latency of a successful reply, as the client saw them."""
+        now = time.monotonic()
+        metrics = self.st.metrics
+        metrics.e2e.labels(model).observe(now - self.started)
+        if out.first_token_at is not None:
+            metrics.ttft.labels(model).observe(out.first_token_at - self.started)
+            if out.completion_tokens > 1:
+                metrics.tpot.labels(model).observe((now - out.first_token_at) / (out.completion_tokens - 1))
+
     async def _failover(
         self,
         relay: AsyncGenerator[bytes, None],
@@ -366,6 +409,18 @@ class _Exchange:
         st.metrics.requests.labels(route.name, status).inc()
         ttft = None if self.first_output is None else self.first_output - self.started
         st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
+        if status == "200":
+            self._observe_latency(route.name, out)
+        if self.span is not None and self.span.is_recording():
+            attrs: dict[str, Any] = {
+                "genmesh.upstream": upstream,
+                **usage_attributes(out.prompt_tokens, out.completion_tokens),
+            }
+            if out.first_token_at is not None:
+                attrs["genmesh.time_to_first_token_s"] = out.first_token_at - self.started
+            self.span.set_attributes(attrs)
+            if out.error is not None:
+                self.span.set_status(StatusCode.ERROR, out.error)
         if out.prompt_tokens or out.completion_tokens:
             await st.limiter.account(key, out.prompt_tokens, out.completion_tokens)
         if log.isEnabledFor(logging.INFO):

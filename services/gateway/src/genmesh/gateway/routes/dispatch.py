@@ -12,6 +12,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 
+from opentelemetry.trace import SpanKind
+
+from genmesh.protocol.server.tracing import inject_raw, span
 from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..config import ModelRoute
@@ -28,6 +31,7 @@ log = logging.getLogger("genmesh.gateway.http")
 # client that reads nothing holds the reply past it, and the reply is then cut off (``reply_deadline``).
 REPLY_GRACE_S = 0.5
 
+CLIENT = SpanKind.CLIENT
 _UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
 
 
@@ -48,7 +52,10 @@ async def connect(
     headers = [*_UPSTREAM_HEADERS, rid_header]
     while True:
         try:
-            idx = await st.admission.acquire(ticket, exclude, front)
+            with span("gateway.queue", {"genmesh.queue.priority": ticket.priority}) as queued:
+                idx = await st.admission.acquire(ticket, exclude, front)
+                if queued is not None:
+                    queued.set_attributes({"genmesh.queue.position": ticket.position})
         except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
             raise admission_error(exc, route.retry_after_s) from exc
         up = st.pool.upstreams(route)[idx]
@@ -59,7 +66,11 @@ async def connect(
         try:
             try:
                 async with asyncio.timeout(wait_s):
-                    resp = await st.upstream.post(up.url, path, send_body, headers)
+                    with span("gateway.upstream", {"genmesh.upstream": up.name}, CLIENT) as call:
+                        sent = headers if call is None else inject_raw(list(headers))
+                        resp = await st.upstream.post(up.url, path, send_body, sent)
+                        if call is not None:
+                            call.set_attributes({"url.full": up.url + path, "http.response.status_code": resp.status})
             except BaseException:
                 if stream:
                     up.stream_ended()

@@ -13,6 +13,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from genmesh.protocol.server.tracing import annotate, request_attributes, span, tracing
+
 from ..normalise import EngineCall, normalise_chat, normalise_completion, normalise_embeddings
 from .responding import json_body, relay_call, state_of
 
@@ -36,7 +38,11 @@ def relaying(normalise: Normalise) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         st = state_of(request)
-        call = normalise(await json_body(request), st.settings.llm_model_id)
+        body = await json_body(request)
+        with span("microservice.normalise"):
+            call = normalise(body, st.settings.llm_model_id)
+        if tracing().enabled:
+            annotate(request_attributes(request.url.path, call.body))
         return await relay_call(request, call)
 
     return endpoint

@@ -20,10 +20,12 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
+from opentelemetry.trace import Span, SpanKind
 
 from genmesh.protocol import OpenAIError, normalise_upstream_error
 from genmesh.protocol.server.asgi import body_limits, unless_disconnected
 from genmesh.protocol.server.inputs import decode_json_object
+from genmesh.protocol.server.tracing import current, end_span, span, start_span, usage_attributes
 from genmesh.relay import Failures, Outcome, StreamEnd, UpstreamResponse, relay_stream
 
 from ..metrics import MicroserviceMetrics
@@ -32,6 +34,7 @@ from ..state import MicroserviceState
 from ..upstream import Reply, Upstream, relayed_headers
 
 T = TypeVar("T")
+CLIENT = SpanKind.CLIENT
 log = logging.getLogger("genmesh.microservice.http")
 
 
@@ -78,9 +81,10 @@ async def relay_unary(request: Request, upstream: Upstream, method: str, path: s
     deadline_s = state_of(request).settings.request_timeout_s
     try:
         async with asyncio.timeout(deadline_s):
-            reply = await unless_disconnected(
-                request, upstream.fetch(upstream.open(method, path, request_id(request), body))
-            )
+            with span("microservice.relay", {"url.full": upstream.endpoint + path}, CLIENT):
+                reply = await unless_disconnected(
+                    request, upstream.fetch(upstream.open(method, path, request_id(request), body))
+                )
     except TimeoutError as exc:
         raise deadline_error("total", deadline_s) from exc
     if reply.status >= 400:
@@ -118,9 +122,18 @@ async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None =
     if not call.stream:
         return await relay_unary(request, st.upstream, "POST", call.path, call.body)
     started = time.monotonic()
-    response = await unless_disconnected(request, st.upstream.open("POST", call.path, request_id(request), call.body))
+    relaying = start_span("microservice.relay", {"url.full": st.upstream.endpoint + call.path}, CLIENT)
+    try:
+        with current(relaying):
+            response = await unless_disconnected(
+                request, st.upstream.open("POST", call.path, request_id(request), call.body)
+            )
+    except BaseException as exc:
+        end_span(relaying, error=type(exc).__name__)
+        raise
     if response.status != 200:
         # The engine refuses before streaming (validation, context length, ...): relay that reply as is.
+        end_span(relaying, {"http.response.status_code": response.status})
         return _error_json(await st.upstream.read(response))
     upstream, out, s = UpstreamResponse(response), Outcome(), st.settings
     events = relay_stream(
@@ -133,7 +146,7 @@ async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None =
         ending=end,
     )
     return StreamingResponse(
-        _observed(events, upstream, out, st.metrics, request.url.path, started),
+        _observed(events, upstream, out, st.metrics, request.url.path, started, relaying),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
@@ -149,6 +162,7 @@ async def _observed(
     metrics: MicroserviceMetrics,
     endpoint: str,
     started: float,
+    relaying: Span | None = None,
 ) -> AsyncIterator[bytes]:
     """The relayed events, measured; the engine connection handed back when the stream ended
     cleanly, else closed (which is how the engine learns to stop generating)."""
@@ -165,6 +179,7 @@ async def _observed(
             upstream.close()
         else:
             upstream.abort()
+        end_span(relaying, usage_attributes(out.prompt_tokens, out.completion_tokens), out.error)
     if out.error is not None:
         metrics.stream_errors.labels(endpoint=endpoint).inc()
         log.warning("stream from the engine failed: %s", out.error)

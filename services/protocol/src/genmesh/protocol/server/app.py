@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI
 from pydantic import BaseModel
 from starlette.middleware import Middleware
 
-from .asgi import BodyLimitMiddleware, RequestIdMiddleware, document_routes, install_error_handlers
+from .asgi import BodyLimitMiddleware, RequestIdMiddleware, TracingMiddleware, document_routes, install_error_handlers
 from .limits import HttpLimits
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -72,5 +72,6 @@ def service_app(
     for m in middleware:
         options: dict[str, Any] = dict(m.kwargs)
         app.add_middleware(m.cls, *m.args, **options)
+    app.add_middleware(TracingMiddleware)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -23,6 +23,7 @@ from ..errors import OpenAIError, from_validation_error, internal_error
 from .inputs import decode_json_object
 from .limits import HttpLimits
 from .logs import request_id_var
+from .tracing import server_span, set_status, tracing
 
 T = TypeVar("T")
 REQUEST_ID_HEADER = "x-request-id"
@@ -256,3 +257,24 @@ def serve(
         switch.attach(server)
     server.run()
     return switch.exit_code if switch is not None else 0
+
+
+class TracingMiddleware:
+    """A SERVER span around every POST (its parent: the request's ``traceparent``, else a new trace),
+    current while the app runs and ends when the response is sent, streams included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not tracing().enabled or scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        with server_span("POST", scope["path"], scope.get("headers", [])) as made:
+
+            async def send_status(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    set_status(made, int(message["status"]))
+                await send(message)
+
+            await self.app(scope, receive, send_status)

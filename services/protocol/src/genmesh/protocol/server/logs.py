@@ -1,4 +1,4 @@
-"""Structured logs: one JSON object per line on stderr, each with the request id it belongs to."""
+"""Structured logs: one JSON object per line on stderr, each with the request id (and trace id) it belongs to."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import sys
 
 from pythonjsonlogger.json import JsonFormatter
 
-FIELDS = "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s"
+from .tracing import current_trace_id
+
+FIELDS = "%(asctime)s %(levelname)s %(name)s %(request_id)s %(trace_id)s %(message)s"
 
 # The request a line of log belongs to: set per request by the ASGI middleware (asgi.py).
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -17,6 +19,7 @@ request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id
 class RequestIdLogFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id_var.get()
+        record.trace_id = current_trace_id()  # "-" unless tracing is on and the line belongs to a trace
         return True
 
 

@@ -23,6 +23,7 @@ from genmesh.protocol import (
     now,
 )
 from genmesh.protocol.server.asgi import CheckedRoute
+from genmesh.protocol.server.tracing import annotate
 
 from ...client.generation import Collected, Delta, Event, Finished
 from ...client.n_choices import Reply, usage_of_results
@@ -44,6 +45,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     ids = job.prompt_ids
     scoring = ScoringPlan.of(body, len(ids))
     head = Reply(new_id("chatcmpl"), job.model, now(), job.n, len(ids), body.include_usage())
+    annotate({"gen_ai.response.id": head.rid, "gen_ai.request.model": job.model})
     writer = _Writer(st.tokenizer, head, job.plan, bool(body.logprobs), scoring.top, body.prompt_logprobs)
     return await generated_reply(request, st, ids, scoring, job.gens, bool(body.stream), writer)
 

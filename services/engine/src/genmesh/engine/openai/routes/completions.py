@@ -17,6 +17,7 @@ from genmesh.protocol import (
     now,
 )
 from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
+from genmesh.protocol.server.tracing import annotate
 
 from ...client.generation import Beams, Collected, Delta, Event, Finished
 from ...client.n_choices import Reply, total_usage, usage_of_results
@@ -42,6 +43,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     scoring = ScoringPlan.of(body, len(ids))
     echo = _echo_text(st.tokenizer, body, ids) if body.echo else ""
     reply = Reply(new_id("cmpl"), model, now(), body.n or 1, len(ids), body.include_usage())
+    annotate({"gen_ai.response.id": reply.rid, "gen_ai.request.model": model})
     view = _View(st.tokenizer, body, ids, echo)
     if body.max_tokens == 0:
         check_context(len(ids), prompt_limit(st), "prompt")

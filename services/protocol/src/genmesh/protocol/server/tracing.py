@@ -1,0 +1,277 @@
+"""OpenTelemetry traces for every genmesh service: off, and then nearly free, unless an OTLP endpoint is set.
+
+``configure_tracing`` (each service's CLI calls it next to ``configure_logging``) sets up a tracer
+provider only when ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set
+(and ``OTEL_SDK_DISABLED`` is not ``true``). Everything else is the SDK's, configured by the standard
+``OTEL_*`` variables: ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (the service's own name
+by default), ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based, always on),
+``OTEL_EXPORTER_OTLP_*`` (OTLP over HTTP/protobuf) and ``OTEL_BSP_*``. Spans go through a
+``BatchSpanProcessor``: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048) that a background thread
+exports; when the collector is slow or down the queue fills and new spans are dropped, so a request
+never waits for the collector.
+
+W3C ``traceparent`` / ``tracestate`` are accepted on every hop; a malformed one is ignored (a new
+trace starts). ``inject`` writes the current span's context into the headers of an upstream call.
+Prompt and completion text are never recorded unless the service's ``--trace-content`` setting asks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+log = logging.getLogger("genmesh.tracing")
+
+SHUTDOWN_TIMEOUT_S = 3.0  # the most a stopping service waits to export its last spans
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROPAGATOR = TraceContextTextMapPropagator()
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
+# GenAI semantic conventions' operation names, by OpenAI path
+OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/responses": "chat",
+}
+Attributes = Mapping[str, Any]
+
+
+class Tracing:
+    """The process's tracer (a no-op one when tracing is off) and whether text may be recorded."""
+
+    def __init__(self, tracer: Tracer | None = None, provider: Any = None, record_content: bool = False) -> None:
+        self.enabled = tracer is not None
+        self.tracer: Tracer = tracer if tracer is not None else trace.NoOpTracer()
+        self.provider = provider
+        self.record_content = record_content
+
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Export what is queued and stop, giving up after ``timeout_s`` (a collector that is down must not
+        hold a stopping service: the exporter would retry for its whole timeout)."""
+        if self.provider is not None:
+            stopping = threading.Thread(target=self.provider.shutdown, name="otel-shutdown", daemon=True)
+            stopping.start()
+            stopping.join(timeout_s)
+
+
+_current = Tracing()
+
+
+def tracing() -> Tracing:
+    """The process's tracing (off until ``configure_tracing`` turns it on)."""
+    return _current
+
+
+def tracing_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def configure_tracing(service_name: str, record_content: bool = False) -> Tracing:
+    """Turn tracing on when an OTLP endpoint is configured (see the module's docstring); else leave it off."""
+    global _current
+    if not tracing_wanted():
+        _current = Tracing(record_content=record_content)
+        return _current
+    # imported only when on: the SDK and the exporter cost nothing to a service that does not trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    defaults = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
+    resource = Resource.create(defaults)
+    if resource.attributes.get(SERVICE_NAME) == "unknown_service":
+        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
+    try:
+        # the sampler from OTEL_TRACES_SAMPLER; shut down by the service (Tracing.shutdown, bounded), not at exit
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    except ValueError as exc:  # an OTEL_* value the SDK refuses: serve, untraced, and say why
+        log.error("tracing off: the OpenTelemetry settings are invalid: %s", exc)
+        _current = Tracing()
+        return _current
+    _current = Tracing(provider.get_tracer("genmesh"), provider, record_content)
+    log.info("tracing on: OTLP spans of %s", resource.attributes.get(SERVICE_NAME))
+    return _current
+
+
+def extract(headers: Iterable[tuple[bytes, bytes]]) -> Context | None:
+    """The trace context of W3C ``traceparent`` / ``tracestate`` headers (None: none, or malformed)."""
+    carrier: dict[str, str] = {}
+    for key, value in headers:
+        if key in _TRACE_HEADERS:
+            carrier[key.decode("latin-1")] = value.decode("latin-1")
+    if "traceparent" not in carrier:
+        return None
+    context = _PROPAGATOR.extract(carrier)
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
+
+
+def inject(headers: MutableMapping[str, str], span: Span | None = None) -> MutableMapping[str, str]:
+    """``traceparent`` (and ``tracestate``) of ``span``, or of the current span, added to ``headers``."""
+    if _current.enabled:
+        context = trace.set_span_in_context(span) if span is not None else None
+        _PROPAGATOR.inject(headers, context)
+    return headers
+
+
+def inject_raw(headers: list[tuple[bytes, bytes]], span: Span | None = None) -> list[tuple[bytes, bytes]]:
+    """``inject`` for raw ASGI-style header lists."""
+    if _current.enabled:
+        carrier: dict[str, str] = {}
+        inject(carrier, span)
+        headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items())
+    return headers
+
+
+def current_trace_id() -> str:
+    """The current trace's id in hex, for the logs ("-" when none)."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else "-"
+
+
+def request_attributes(path: str, body: Mapping[str, Any], model: str | None = None) -> dict[str, Any]:
+    """GenAI request attributes of an OpenAI request body (never its text)."""
+    attrs: dict[str, Any] = {"gen_ai.operation.name": OPERATIONS.get(path, "chat")}
+    name = model if model is not None else body.get("model")
+    if isinstance(name, str):
+        attrs["gen_ai.request.model"] = name
+    limit = body.get("max_completion_tokens", body.get("max_tokens", body.get("max_output_tokens")))
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        attrs["gen_ai.request.max_tokens"] = limit
+    temperature = body.get("temperature")
+    if isinstance(temperature, int | float) and not isinstance(temperature, bool):
+        attrs["gen_ai.request.temperature"] = float(temperature)
+    return attrs
+
+
+def span_name(attrs: Attributes) -> str:
+    """The GenAI convention's span name: ``{operation} {model}``."""
+    model = attrs.get("gen_ai.request.model")
+    operation = str(attrs.get("gen_ai.operation.name", "chat"))
+    return f"{operation} {model}" if model else operation
+
+
+def usage_attributes(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {"gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens}
+
+
+def annotate(attrs: Attributes) -> None:
+    """Attributes on the current span (nothing when tracing is off)."""
+    if _current.enabled:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(attrs)
+
+
+_OFF: AbstractContextManager[None] = nullcontext()  # reusable: nullcontext keeps no state
+
+
+def span(
+    name: str, attrs: Attributes | None = None, kind: SpanKind = SpanKind.INTERNAL
+) -> AbstractContextManager[Span | None]:
+    """A child of the current span around a block (None, and nothing done, when tracing is off)."""
+    if not _current.enabled:
+        return _OFF
+    return _current.tracer.start_as_current_span(name, kind=kind, attributes=attrs)
+
+
+@contextmanager
+def current(made: Span | None) -> Iterator[None]:
+    """``made`` as the current span in the block (not ended by it)."""
+    if made is None:
+        yield
+        return
+    with trace.use_span(made, end_on_exit=False):
+        yield
+
+
+def start_span(
+    name: str, attrs: Attributes | None = None, kind: SpanKind = SpanKind.INTERNAL, context: Context | None = None
+) -> Span | None:
+    """A span the caller ends (``end_span``), a child of ``context`` or of the current span."""
+    if not _current.enabled:
+        return None
+    return _current.tracer.start_span(name, context=context, kind=kind, attributes=attrs)
+
+
+def end_span(made: Span | None, attrs: Attributes | None = None, error: str | None = None) -> None:
+    if made is None:
+        return
+    if attrs:
+        made.set_attributes(attrs)
+    if error is not None:
+        made.set_status(trace.StatusCode.ERROR, error)
+    made.end()
+
+
+def clock_anchor() -> tuple[int, float]:
+    """The wall clock (ns) and ``time.perf_counter()`` read together, to place perf-counter readings in time."""
+    return time.time_ns(), time.perf_counter()
+
+
+def past_span(
+    name: str,
+    start_s: float,
+    end_s: float,
+    context: Context | None,
+    attrs: Attributes | None = None,
+    anchor: tuple[int, float] | None = None,
+) -> None:
+    """A span recorded afterwards from two ``time.perf_counter()`` readings (the engine's phases); spans
+    placed with one ``anchor`` meet exactly where their readings do."""
+    if not _current.enabled:
+        return
+    now_ns, now_pc = anchor or clock_anchor()
+    start_ns = now_ns - int((now_pc - start_s) * 1e9)
+    made = _current.tracer.start_span(name, context=context, attributes=attrs, start_time=start_ns)
+    made.end(end_time=now_ns - int((now_pc - end_s) * 1e9))
+
+
+def current_context() -> Context | None:
+    """The current context, to parent spans made later elsewhere (None when tracing is off)."""
+    if not _current.enabled:
+        return None
+    from opentelemetry.context import get_current
+
+    return get_current()
+
+
+def server_span(method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) -> AbstractContextManager[Span | None]:
+    """The SERVER span of one request, current in the block: a child of the request's ``traceparent``,
+    else the root of a new trace (None, and nothing done, when tracing is off)."""
+    if not _current.enabled:
+        return _OFF
+    attrs = {"gen_ai.operation.name": OPERATIONS.get(path, "chat"), "http.route": path}
+    return _current.tracer.start_as_current_span(
+        f"{method} {path}", context=extract(headers), kind=SpanKind.SERVER, attributes=attrs
+    )
+
+
+def root_span(name: str, attrs: Attributes | None = None) -> AbstractContextManager[Span | None]:
+    """The root of a new trace, current in the block, whatever span is current now: work a service
+    starts itself (a batch line), never linked to the request that happens to be running (None, and
+    nothing done, when tracing is off)."""
+    if not _current.enabled:
+        return _OFF
+    return _current.tracer.start_as_current_span(name, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs)
+
+
+def set_status(made: Span | None, status: int) -> None:
+    """The HTTP status on a SERVER span (a 5xx marks it failed)."""
+    if made is not None:
+        made.set_attribute("http.response.status_code", status)
+        if status >= 500:
+            made.set_status(trace.StatusCode.ERROR)

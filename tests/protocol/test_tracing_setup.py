@@ -1,0 +1,88 @@
+"""genmesh.protocol.server.tracing in-process: when tracing turns on, what a bad OTEL_* value does,
+that a malformed traceparent is ignored, and that a stopping service waits for a collector that is
+down no longer than its bound."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from genmesh.protocol.server import tracing as tracing_module
+from genmesh.protocol.server.tracing import Tracing, configure_tracing, extract, inject, span, tracing, tracing_wanted
+
+
+@pytest.fixture(autouse=True)
+def _restore() -> Iterator[None]:
+    yield
+    tracing().shutdown(0.1)
+    tracing_module._current = Tracing()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once closed
+
+
+def test_only_an_endpoint_turns_tracing_on() -> None:
+    assert not tracing_wanted({})
+    assert not tracing_wanted({"OTEL_SERVICE_NAME": "x", "OTEL_TRACES_SAMPLER": "always_on"})
+    assert tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    assert tracing_wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
+    assert not tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
+    assert not tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": " "})
+
+
+def test_off_means_no_spans_and_no_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert not configure_tracing("svc").enabled
+    with span("x") as made:
+        assert made is None
+    assert inject({}) == {}
+
+
+def test_a_refused_setting_leaves_the_service_untraced(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "64")  # larger than the queue: the SDK refuses it
+    assert not configure_tracing("svc").enabled
+    assert "tracing off" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "garbage", "00-" + "0" * 32 + "-" + "1" * 16 + "-01", "00-" + "a" * 32 + "-" + "0" * 16 + "-01", "00-xyz"],
+)
+def test_a_malformed_traceparent_is_ignored(value: str) -> None:
+    assert extract([(b"traceparent", value.encode()), (b"tracestate", b"a=b")]) is None
+
+
+def test_a_valid_traceparent_is_the_parent_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", closed_port_url())
+    configure_tracing("svc")
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    context = extract([(b"traceparent", f"00-{trace_id}-{parent}-01".encode())])
+    assert context is not None
+    with tracing().tracer.start_as_current_span("server", context=context):
+        headers = inject({})
+    assert headers["traceparent"].startswith(f"00-{trace_id}-")
+    assert parent not in headers["traceparent"]  # the new span is the next hop's parent
+
+
+def test_stopping_with_the_collector_down_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+    made = configure_tracing("svc")
+    assert made.enabled
+    for _ in range(50):
+        with span("s"):
+            pass
+    started = time.monotonic()
+    made.shutdown(1.0)
+    assert time.monotonic() - started < 5  # the exporter alone would retry for its 10 s timeout
