@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from support.batches import chat_line, client, submit, wait_for
 from support.mesh import Mesh, launch, wait_up
 from support.polling import wait_until
 from support.servers import MODEL_NAME
@@ -189,3 +190,43 @@ def test_a_bad_collector_changes_nothing_for_clients(mesh: Mesh, receiver: OtlpR
     trace_id = secrets.token_hex(16)
     chat(mesh, {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}, max_tokens=2)
     wait_until(lambda: {s.service for s in receiver.trace(trace_id)} == SERVICES, 60, what="spans after recovery")
+
+
+def test_each_batch_line_is_a_trace_of_its_own(mesh: Mesh, receiver: OtlpReceiver) -> None:
+    """A batch line goes through the interactive exchange as the root of its own trace (never a child
+    of the request that created the batch, nor of any other), carried to the microservice and the engine."""
+    seen = {s.span_id for s in list(receiver.spans)}
+    sdk = client(mesh.url("gateway"))
+    batch = submit(sdk, [chat_line(f"traced-line-{i}", max_tokens=2) for i in range(2)])
+    done = wait_for(sdk, batch.id, 180)
+    assert done.status == "completed", done
+    assert done.request_counts.completed == 2
+
+    def line_spans() -> list[ReceivedSpan]:
+        return [
+            s
+            for s in list(receiver.spans)
+            if s.span_id not in seen and s.service == "genmesh-gateway" and s.name == "batch line /v1/chat/completions"
+        ]
+
+    wait_until(lambda: len(line_spans()) == 2, 30, interval_s=0.1, what="the two batch lines' spans")
+    lines = line_spans()
+    created = {
+        s.trace_id
+        for s in list(receiver.spans)
+        if s.span_id not in seen and s.service == "genmesh-gateway" and s.name in ("POST /v1/batches", "POST /v1/files")
+    }
+    assert created, "the requests that uploaded the file and created the batch are traced"
+    assert len({s.trace_id for s in lines}) == 2
+    for line in lines:
+        assert line.parent_id == ""  # a root: linked to no client's request
+        assert line.trace_id not in created
+        assert line.attributes["genmesh.queue.priority"] == -1  # BATCH_PRIORITY
+        assert line.attributes["gen_ai.request.model"] == MODEL_NAME
+        assert line.attributes["http.response.status_code"] == 200
+        assert 1 <= line.attributes["gen_ai.usage.output_tokens"] <= 2
+        spans = whole_trace(receiver, line.trace_id)
+        upstream = one(spans, "genmesh-gateway", "gateway.upstream")
+        assert upstream.parent_id == line.span_id
+        engine = one(spans, "genmesh-engine", "POST /v1/chat/completions")
+        assert engine.trace_id == line.trace_id
