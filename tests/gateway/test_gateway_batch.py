@@ -4,6 +4,7 @@ on a real Redis."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,18 @@ from openai.types.chat import ChatCompletion
 
 from support.aof_redis import AofRedis
 from support.batches import chat_line, client, create_key, jsonl, read_lines, submit, usage, wait_done, wait_for
-from support.gateway_helpers import ADMIN_KEY, counter
+from support.gateway_helpers import ADMIN_KEY, RedisServer, counter, private_redis
 from support.servers import MODEL_NAME
+
+
+# A Redis of this module's own. The session's shared gateways (``shared_gateway``, the embeddings mesh's) live
+# on the session Redis for the whole run, and every gateway runs a batch runner and publishes console activity:
+# there they would claim this module's batch lines (and fail them: they route other models) and count as
+# replicas on the console.
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from private_redis(tmp_path_factory)
+
 
 BATCH_FLAGS = ("--batch-lease-ttl-s", "3", "--batch-poll-interval-s", "0.2")
 

@@ -26,9 +26,19 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from support.batches import chat_line, client, submit
 from support.browser import browser
-from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config
+from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config, private_redis
 from support.polling import wait_until
 from support.servers import MODEL_NAME, Server, free_port, start_server
+
+
+# A Redis of this module's own. The session's shared gateways (``shared_gateway``, the embeddings mesh's) live
+# on the session Redis for the whole run, and every gateway runs a batch runner and publishes console activity:
+# there they would claim this module's batch lines (and fail them: they route other models) and count as
+# replicas on the console.
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from private_redis(tmp_path_factory)
+
 
 __all__ = ["browser"]
 

@@ -88,12 +88,17 @@ class RedisServer:
         self.proc = None
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server started for a fixture and stopped after it."""
     server = RedisServer(free_port(), tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from private_redis(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
