@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,8 +26,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from support.batches import chat_line, client, submit
 from support.browser import browser
 from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config, private_redis
+from support.hostile import start_microservice
 from support.polling import wait_until
-from support.servers import MODEL_NAME, Server, free_port, start_server
+from support.servers import MODEL_NAME, Server, free_port
 
 
 # A Redis of this module's own. The session's shared gateways (``shared_gateway``, the embeddings mesh's) live
@@ -57,16 +57,7 @@ CSP_PARTS = (
 
 @pytest.fixture
 def own_microservice(engine_url: str, tmp_path: Path) -> Iterator[Server]:
-    port = free_port()
-    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", engine_url, "--port", str(port)]
-    server = start_server(
-        "microservice",
-        [*argv, "--model-id", MODEL_NAME],
-        port,
-        tmp_path,
-        health_path="/v1/health_check",
-        env={"OPENAI_API_KEY": ""},
-    )
+    server = start_microservice(tmp_path, engine_url)
     yield server
     server.stop()
 

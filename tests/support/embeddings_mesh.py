@@ -3,7 +3,6 @@ the chat model and all-MiniLM-L6-v2 side by side, each model on gateway slots of
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,8 @@ import pytest
 import yaml
 
 from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway, model_config
-from support.servers import EMBEDDING_NAME, MODEL_NAME, Server, free_port, start_server
+from support.hostile import start_microservice
+from support.servers import EMBEDDING_NAME, MODEL_NAME, Server
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
@@ -41,16 +41,7 @@ def embeddings_mesh(
 ) -> Iterator[Mesh]:
     """Gateway (auth on) -> microservice -> the engine serving the chat and the embedding model."""
     logs: Path = tmp_path_factory.mktemp("embeddings-mesh")
-    port = free_port()
-    argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", embedding_engine_url, "--port", str(port)]
-    ms = start_server(
-        "microservice",
-        [*argv, "--model-id", MODEL_NAME],
-        port,
-        logs,
-        health_path="/v1/health_check",
-        env={"OPENAI_API_KEY": ""},
-    )
+    ms = start_microservice(logs, embedding_engine_url)
     upstreams = [{"url": ms.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
     models = {
         MODEL_NAME: model_config(ms.url, upstreams=upstreams),
