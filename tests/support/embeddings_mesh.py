@@ -13,7 +13,7 @@ import openai
 import pytest
 import yaml
 
-from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway, model_config
+from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway, model_config, private_redis
 from support.hostile import start_microservice
 from support.servers import EMBEDDING_NAME, MODEL_NAME, Server
 
@@ -36,10 +36,14 @@ class Mesh:
 
 
 @pytest.fixture(scope="session")
-def embeddings_mesh(
-    embedding_engine_url: str, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Mesh]:
-    """Gateway (auth on) -> microservice -> the engine serving the chat and the embedding model."""
+def embeddings_mesh(embedding_engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """Gateway (auth on) -> microservice -> the engine serving the chat and the embedding model.
+
+    On a Redis of its own: every gateway runs a batch runner, and the suite's other session gateways
+    (shared_gateway) route only the chat model, so on a shared Redis they would claim this mesh's
+    embeddings batch lines and fail them."""
+    redis_gen = private_redis(tmp_path_factory)
+    redis_server = next(redis_gen)
     logs: Path = tmp_path_factory.mktemp("embeddings-mesh")
     ms = start_microservice(logs, embedding_engine_url)
     upstreams = [{"url": ms.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
@@ -53,3 +57,4 @@ def embeddings_mesh(
     yield Mesh(gw, ms, redis_server)
     gw.stop()
     ms.stop()
+    next(redis_gen, None)  # stops the server
