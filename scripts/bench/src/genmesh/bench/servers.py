@@ -24,6 +24,8 @@ import yaml
 MODEL_NAME = "SmolLM2-135M-Instruct"
 VLLM_VENV = Path(".venv-vllm")
 VLLM_MODEL = Path("models/SmolLM2-135M-Instruct-hf")
+ST_VENV = Path(".venv-st")
+EMBEDDING_MODEL = Path("models/all-MiniLM-L6-v2")
 LLAMA_SERVER = Path(".cache/llama.cpp/bin/llama-server")
 PORT = "<port>"  # stands for the free port in a server's argv
 
@@ -220,4 +222,22 @@ def llama_peer(model: str, cache_prompt: bool, parallel: int, threads: int) -> P
     else:
         version_file = LLAMA_SERVER.parent.parent / "VERSION"
         peer.version = version_file.read_text().strip() if version_file.is_file() else "unknown version"
+    return peer
+
+
+def st_peer(max_batch: int = 64) -> Peer:
+    """sentence-transformers on PyTorch CPU behind ``scripts/st_embeddings_server.py`` (``make st-peer``)."""
+    batching = f"dynamic batching up to {max_batch} inputs" if max_batch else "one request at a time"
+    settings = f"`scripts/st_embeddings_server.py` (FastAPI, {batching}), fp32, `SentenceTransformer.encode`"
+    argv = [str(ST_VENV / "bin" / "python"), "scripts/st_embeddings_server.py", "--model", str(EMBEDDING_MODEL)]
+    argv += ["--port", PORT, "--max-batch", str(max_batch)]
+    peer = Peer("st", "sentence-transformers (torch CPU)", settings, argv, 300.0)
+    site = "lib/python*/site-packages/"
+    dists = sorted(ST_VENV.glob(site + "sentence_transformers-*.dist-info"))
+    torch = sorted(ST_VENV.glob(site + "torch-*.dist-info"))
+    if not dists:
+        peer.note = "skipped: no sentence-transformers in .venv-st (run `make st-peer`)"
+    else:
+        names = [d.name.removesuffix(".dist-info").replace("-", " ") for d in dists + torch]
+        peer.version = ", ".join(names)
     return peer
