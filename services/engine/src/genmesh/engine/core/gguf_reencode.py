@@ -5,7 +5,7 @@ OpenVINO GenAI 2026.4 builds its model from a GGUF with weights of the form
 ``make_int4_weights``: ``round(-bias / scale)`` packed into 4 bits). A type whose blocks carry a
 float minimum (Q4_1, Q4_K: ``scale * q + min``) loses the fractional part of ``-min / scale``:
 every block is shifted by up to half a quantisation step, and blocks whose ``-min / scale`` falls
-outside 0..15 wrap around. Measured on SmolLM2-135M-Instruct Q4_1 (README, Accuracy): 0.27 nats
+outside 0..15 wrap around. Measured on SmolLM2-135M-Instruct Q4_1 (docs/accuracy.md): 0.27 nats
 median error per generated token against the GGUF's own weights with f32 arithmetic, 74 %
 top-token agreement; a copy of the file whose every block minimum was moved to that integer zero
 point gives bit-identical output.
