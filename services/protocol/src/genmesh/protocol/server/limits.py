@@ -2,8 +2,8 @@
 
 Each service's settings class inherits these fields through ``settings.ServiceSettings`` (so each is
 read from that service's own ``GENMESH_<SERVICE>_*`` variable and flag) and hands ``http_limits()`` to the server
-(``http_server.py``) and to the JSON checks (``inputs.py``). The README's "Limits and hardening"
-section lists them with their defaults.
+(``http_server.py``) and to the JSON checks (``inputs.py``). docs/limits.md lists them with their
+defaults.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDic
 
 from .limits import HttpLimits
 
-LIMITS_GROUP = "limits (README: Limits and hardening)"
+LIMITS_GROUP = "limits (docs/limits.md)"
 
 
 @dataclass(frozen=True)
