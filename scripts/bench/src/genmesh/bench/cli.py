@@ -1,4 +1,4 @@
-"""``genmesh-bench``: one load generator, several benchmarks (README: Benchmarks).
+"""``genmesh-bench``: one load generator, several benchmarks (docs/benchmarking.md).
 ``serve`` follows vLLM's ``benchmark_serving`` (datasets, sweeps, metrics, JSON results, charts)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``genmesh-bench engine`` (README: Benchmarks): HTTP server against in-process pipeline, in rounds that
+"""``genmesh-bench engine`` (docs/benchmarking.md): HTTP server against in-process pipeline, in rounds that
 alternate which goes first. A ``/health`` poll costs the API process 0.5 ms of CPU and the client 0.3 ms:
 at 50 a second that took 4 % of the two cores, which a real probe does not, hence every 100 ms."""
 

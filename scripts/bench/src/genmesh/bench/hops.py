@@ -1,4 +1,4 @@
-"""``genmesh-bench microservice`` and ``gateway`` (README: Benchmarks): what each hop costs. The queue
+"""``genmesh-bench microservice`` and ``gateway`` (docs/benchmarking.md): what each hop costs. The queue
 mode sends with a minimal keep-alive client: on 2 cores the general one, not the gateway, set the
 pace. ``--upstream-delay-ms 5 --max-concurrency 4`` keeps the pool full, so requests wait in the
 Redis queue (330-390 req/s here, against the upstream's own ceiling of 800)."""

@@ -1,4 +1,4 @@
-"""``genmesh-bench report`` (``make bench-report``, README: Benchmarks): every line, each alone on
+"""``genmesh-bench report`` (``make bench-report``, docs/benchmarking.md): every line, each alone on
 the machine, at every load level, into ``docs/benchmarks.md``; a peer that cannot run here is
 skipped with a note saying why (nothing is ever faked)."""
 
