@@ -50,6 +50,24 @@ def test_streams_record_time_to_first_token(microservice_url: str) -> None:
     assert first_token_sum > 0
 
 
+def test_a_stream_is_counted_timed_and_carries_its_request_id(microservice_url: str) -> None:
+    """A stream's body goes around the middleware (``EventStream``); its start still goes through it."""
+    ok_before = sample(microservice_url, REQUESTS, endpoint=CHAT, status="200")
+    timed_before = sample(microservice_url, "genmesh_microservice_request_duration_seconds_count", endpoint=CHAT)
+    body = {"messages": "Hello", "max_tokens": 6, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", microservice_url + CHAT, json=body, headers={"X-Request-ID": "stream-rid-7"}) as r:
+        assert r.status_code == 200
+        assert r.headers["x-request-id"] == "stream-rid-7"
+        assert r.headers["content-type"] == "text/event-stream; charset=utf-8"
+        events = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert len(events) >= 7  # the role, six tokens (maybe more chunks), [DONE]
+    assert sample(microservice_url, REQUESTS, endpoint=CHAT, status="200") == ok_before + 1
+    timed = sample(microservice_url, "genmesh_microservice_request_duration_seconds_count", endpoint=CHAT)
+    assert timed == timed_before + 1
+    assert sample(microservice_url, "genmesh_microservice_requests_in_flight") == 0
+
+
 @GENMESH_ENGINE_ONLY
 def test_a_flood_of_readiness_probes_is_not_a_flood_on_the_engine(microservice_url: str) -> None:
     name = "genmesh_microservice_readiness_checks_total"

@@ -88,6 +88,12 @@ class EngineSettings(ServiceSettings):
     stats_log_interval_s: float = Field(default=10.0, ge=0, description="seconds between scheduler log lines (0: off)")
     startup_timeout_s: float = Field(default=600.0, gt=0, description="seconds allowed for the model to load")
     stall_timeout_s: float = Field(default=60.0, gt=0, description="engine loop silent this long counts as unhealthy")
+    stream_interval: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="a stream's SSE events written this many at a time after its first text (1: each alone)",
+    )
     # Structured output (grammar/): what a request's schema, regex or EBNF may cost.
     structured_max_depth: int = Field(
         default=32, ge=1, le=256, description="deepest JSON schema accepted for structured output"

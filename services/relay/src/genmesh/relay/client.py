@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -77,16 +76,16 @@ class UpstreamResponse:
             raise UpstreamAborted("response closed")
         content = self._content
         try:
-            data = content.read_nowait()  # what is already buffered, without a timer
-            if data or content.at_eof():
-                return data
             if deadline is None:
                 return await content.readany()
-            if time.monotonic() >= deadline:
-                raise TimeoutError
             if deadline != self._deadline:
                 self._set_timer(deadline)
-            return await self._wait(content)
+            elif self._timer is None:  # this deadline's timer has fired: what is buffered, else the timeout
+                data = content.read_nowait()
+                if data or content.at_eof():
+                    return data
+                raise TimeoutError
+            return await self._wait(content)  # (returns at once what is already buffered)
         except TimeoutError:  # a subclass of OSError: ours, not a broken connection
             raise
         except (aiohttp.ClientError, OSError) as exc:
@@ -109,6 +108,7 @@ class UpstreamResponse:
             self._expired = False
 
     def _set_timer(self, deadline: float) -> None:
+        """One timer per deadline, not one per read (a deadline already past fires at once)."""
         if self._timer is not None:
             self._timer.cancel()
         self._deadline = deadline

@@ -75,6 +75,8 @@ class StreamEnd:
     own events (a subclass). One instance per stream: a subclass may keep what it saw."""
 
     def ended(self, event: bytes) -> bool:
+        if b"[DONE]" not in event and b'"type":"response.' not in event:
+            return False  # (a plain search first: most events are neither)
         return _LAST.search(event) is not None
 
     def failure(self, err: OpenAIError) -> bytes:

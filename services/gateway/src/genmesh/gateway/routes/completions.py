@@ -306,14 +306,16 @@ class _Exchange:
                 # holds it (and its slot) no longer than that (http_server aborts its connection)
                 async with asyncio.timeout_at(reply_deadline(route, sent_at)):
                     await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
+                    send = self._send  # the body: straight to the server (``send`` watches the start only)
                     async for chunk in relay:
-                        if stream and self.first_output is None:
-                            self.first_output = time.monotonic()
-                        if stream and self.leg[1] is not None:
-                            self.leg[1].stream_output()
-                        await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+                        if stream:
+                            if self.first_output is None:
+                                self.first_output = time.monotonic()
+                            if (watched := self.leg[1]) is not None:
+                                watched.stream_output()
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     self.finished = True
-                    await self.send({"type": "http.response.body", "body": b""})
+                    await send({"type": "http.response.body", "body": b""})
                 completed = True
             except TimeoutError:
                 out.error = "reply timeout"

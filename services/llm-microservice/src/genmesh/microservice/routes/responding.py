@@ -19,12 +19,13 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from opentelemetry.trace import Span, SpanKind
 
 from genmesh.protocol import OpenAIError, normalise_upstream_error
 from genmesh.protocol.server.asgi import body_limits, unless_disconnected
 from genmesh.protocol.server.inputs import decode_json_object
+from genmesh.protocol.server.streaming import EventStream
 from genmesh.protocol.server.tracing import current, end_span, span, start_span, usage_attributes
 from genmesh.relay import Failures, Outcome, StreamEnd, UpstreamResponse, relay_stream
 
@@ -145,11 +146,7 @@ async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None =
         total_deadline=started + s.request_timeout_s,
         ending=end,
     )
-    return StreamingResponse(
-        _observed(events, upstream, out, st.metrics, request.url.path, started, relaying),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-    )
+    return EventStream(_observed(events, upstream, out, st.metrics, request.url.path, started, relaying), SSE_HEADERS)
 
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}

@@ -3,6 +3,7 @@
 * ``app``: the FastAPI app every service builds (middleware order, lifespan, version);
 * ``metrics``: each service's Prometheus metrics in a registry of its own;
 * ``asgi``: the FastAPI app's middleware (request id, body limit), error handlers and ``serve``;
+* ``streaming``: a streamed reply whose body goes around the middleware (one ASGI call per chunk);
 * ``http_server``: uvicorn's HTTP protocol with the limits hostile clients need;
 * ``inputs``: request bodies decoded and checked before any work;
 * ``limits``: the HTTP limits, a typed setting of every service;

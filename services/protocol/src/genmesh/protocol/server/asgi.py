@@ -23,6 +23,7 @@ from ..errors import OpenAIError, from_validation_error, internal_error
 from .inputs import decode_json_object
 from .limits import HttpLimits
 from .logs import request_id_var
+from .streaming import BODY_SEND
 from .tracing import server_span, set_status, tracing
 
 T = TypeVar("T")
@@ -96,7 +97,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 class RequestIdMiddleware:
-    """Accept ``X-Request-ID`` or create one; expose it to logs; echo it on the response."""
+    """Accept ``X-Request-ID`` or create one; expose it to logs; echo it on the response. Being the
+    outermost of our middleware, it leaves the send it was given in the scope, for ``EventStream``."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -112,6 +114,7 @@ class RequestIdMiddleware:
                 break
         rid = rid or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
+        scope[BODY_SEND] = send  # a stream's body messages skip the wrappers below (streaming.py)
         token = request_id_var.set(rid)
 
         async def send_with_id(message: Message) -> None:

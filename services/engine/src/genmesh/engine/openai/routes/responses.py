@@ -33,7 +33,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     prompt_tokens = len(job.prompt_ids)
     if body.stream:
         events = ResponseEvents(base, job.plan, prompt_tokens)
-        return sse(events.events(merged(st.generator, job.gens)))
+        return sse(events.events(merged(st.generator, job.gens)), st.settings.stream_interval)
     result = (await unless_disconnected(request, collect_all(st.generator, job.gens)))[0]
     reason = result.finished.reason
     output = unary_output(result.text, reason, job.plan)
