@@ -7,8 +7,13 @@ provider only when ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTL
 by default), ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based, always on),
 ``OTEL_EXPORTER_OTLP_*`` (OTLP over HTTP/protobuf) and ``OTEL_BSP_*``. Spans go through a
 ``BatchSpanProcessor``: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048) that a background thread
-exports; when the collector is slow or down the queue fills and new spans are dropped, so a request
-never waits for the collector.
+exports; when the collector is slow or down the queue fills and its oldest spans are dropped (counted,
+one warning a minute), so a request never waits for the collector.
+
+Cheap per request: a span is started with ``start_span`` and made current by a plain context manager
+(no generator context managers), the upstream's ``traceparent`` is formatted directly
+(``trace_headers``), and a caller may gather attributes and set them once (the gateway makes one span
+per request; docs/observability.md gives the cost).
 
 W3C ``traceparent`` / ``tracestate`` are accepted on every hop; a malformed one is ignored (a new
 trace starts). ``inject`` writes the current span's context into the headers of an upstream call.
