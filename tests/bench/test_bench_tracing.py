@@ -1,6 +1,7 @@
 """genmesh-bench gateway --mode tracing, run small: three real gateways (tracing off, on with a
 collector, on with the collector down) on the fake upstream, interleaved; the collector really got
-spans, every request was answered, and each configuration has its ratio to tracing off. Figures
+spans, every request was answered, and each configuration has its ratio to tracing off and the
+gateway's CPU per request. Figures
 are the benchmark's business (make bench-gateway), not this test's."""
 
 from __future__ import annotations
@@ -26,4 +27,6 @@ def test_the_tracing_benchmark_measures_three_configurations(tmp_path: Path) -> 
     assert configs["on_collector_up"]["exports_received"] > 0
     assert configs["on_collector_down"]["throughput_vs_off"] > 0
     assert "added_latency_ms" in configs["on_collector_up"]
+    assert all(c["gateway_cpu_ms_per_request"] > 0 for c in configs.values())  # the gateway did work
+    assert configs["on_collector_up"]["cpu_vs_off"] > 0
     assert [len(r) for r in doc["rounds"].values()] == [1, 1, 1]

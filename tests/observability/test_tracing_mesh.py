@@ -2,7 +2,8 @@
 gateway) exported to a real OTLP/HTTP receiver started here: one request is one trace with
 parent-linked spans from all three services and the GenAI attributes; a malformed ``traceparent``
 starts a new trace; a collector that errs, is slow or is down changes nothing for clients, the
-gateway's memory stays bounded, and spans flow again once it is back."""
+gateway's memory stays bounded, and spans flow again once it is back (the newest: a full queue drops
+its oldest)."""
 
 from __future__ import annotations
 
@@ -87,15 +88,20 @@ def test_one_request_is_one_trace_across_the_three_services(mesh: Mesh, receiver
     spans = whole_trace(receiver, trace_id)
     gw = one(spans, "genmesh-gateway", "POST /v1/chat/completions")
     assert (gw.kind, gw.parent_id) == (SERVER, parent)  # the caller's span is its parent
-    queue = one(spans, "genmesh-gateway", "gateway.queue")
-    upstream = [one(spans, "genmesh-gateway", "gateway.upstream")]
-    assert upstream[0].kind == CLIENT
-    assert {queue.parent_id, upstream[0].parent_id} == {gw.span_id}
-    assert len([s for s in spans if s.service == "genmesh-gateway"]) == 3  # spans cost: the rest are attributes
-    assert gw.attributes["genmesh.admission.duration_s"] >= 0
-    assert 0 < gw.attributes["genmesh.time_to_first_token_s"] < (gw.end_ns - gw.start_ns) / 1e9
+    # one span at the gateway (spans cost CPU): its phases are attributes, in the order they happened
+    assert len([s for s in spans if s.service == "genmesh-gateway"]) == 1
+    whole_s = (gw.end_ns - gw.start_ns) / 1e9
+    admission, queued = gw.attributes["genmesh.admission.duration_s"], gw.attributes["genmesh.queue.wait_s"]
+    upstream_s, ttft = gw.attributes["genmesh.upstream.response_s"], gw.attributes["genmesh.time_to_first_token_s"]
+    assert admission >= 0
+    assert queued >= 0
+    assert upstream_s > 0
+    assert admission + queued + upstream_s <= ttft < whole_s
+    assert gw.attributes["genmesh.queue.position"] >= 0
     ms = one(spans, "genmesh-microservice", "POST /v1/chat/completions")
-    assert (ms.kind, ms.parent_id) == (SERVER, upstream[0].span_id)
+    assert (ms.kind, ms.parent_id) == (SERVER, gw.span_id)
+    assert gw.start_ns <= ms.start_ns
+    assert ms.end_ns <= gw.end_ns
     normalise = one(spans, "genmesh-microservice", "microservice.normalise")
     ms_relay = one(spans, "genmesh-microservice", "microservice.relay")
     assert (normalise.parent_id, ms_relay.parent_id, ms_relay.kind) == (ms.span_id, ms.span_id, CLIENT)
@@ -116,7 +122,7 @@ def test_one_request_is_one_trace_across_the_three_services(mesh: Mesh, receiver
         assert server.attributes["gen_ai.request.max_tokens"] == 6
         assert server.attributes["gen_ai.request.temperature"] == 0.5
     assert gw.attributes["genmesh.queue.priority"] == 5
-    assert gw.attributes["genmesh.upstream"] == upstream[0].attributes["genmesh.upstream"]
+    assert gw.attributes["genmesh.upstream"] == r.headers["x-upstream"]
     assert "genmesh.tenant" in gw.attributes
     assert gw.attributes["http.response.status_code"] == 200
     usage = gw.attributes["gen_ai.usage.input_tokens"], gw.attributes["gen_ai.usage.output_tokens"]
@@ -226,7 +232,9 @@ def test_each_batch_line_is_a_trace_of_its_own(mesh: Mesh, receiver: OtlpReceive
         assert line.attributes["http.response.status_code"] == 200
         assert 1 <= line.attributes["gen_ai.usage.output_tokens"] <= 2
         spans = whole_trace(receiver, line.trace_id)
-        upstream = one(spans, "genmesh-gateway", "gateway.upstream")
-        assert upstream.parent_id == line.span_id
+        assert len([s for s in spans if s.service == "genmesh-gateway"]) == 1
+        assert line.attributes["genmesh.queue.wait_s"] >= 0
+        microservice = one(spans, "genmesh-microservice", "POST /v1/chat/completions")
+        assert microservice.parent_id == line.span_id
         engine = one(spans, "genmesh-engine", "POST /v1/chat/completions")
         assert engine.trace_id == line.trace_id

@@ -1,9 +1,11 @@
 """genmesh.protocol.server.tracing in-process: when tracing turns on, what a bad OTEL_* value does,
-that a malformed traceparent is ignored, and that a stopping service waits for a collector that is
-down no longer than its bound."""
+that a malformed traceparent is ignored, that an incoming sampled flag is honoured and carried on,
+that a full span queue drops spans with a count (not a warning each), and that a stopping service
+waits for a collector that is down no longer than its bound."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -11,7 +13,17 @@ from collections.abc import Iterator
 import pytest
 
 from genmesh.protocol.server import tracing as tracing_module
-from genmesh.protocol.server.tracing import Tracing, configure_tracing, extract, inject, span, tracing, tracing_wanted
+from genmesh.protocol.server.tracing import (
+    Tracing,
+    configure_tracing,
+    extract,
+    inject,
+    server_span,
+    span,
+    trace_headers,
+    tracing,
+    tracing_wanted,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -86,3 +98,38 @@ def test_stopping_with_the_collector_down_is_bounded(monkeypatch: pytest.MonkeyP
     started = time.monotonic()
     made.shutdown(1.0)
     assert time.monotonic() - started < 5  # the exporter alone would retry for its 10 s timeout
+
+
+@pytest.mark.parametrize("flags", ["01", "00"])
+def test_the_callers_sampled_flag_is_honoured_and_carried_on(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", closed_port_url())
+    configure_tracing("svc")  # the default sampler: parent-based, always on
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    headers = [(b"traceparent", f"00-{trace_id}-{parent}-{flags}".encode()), (b"tracestate", b"vendor=x")]
+    with server_span("POST", "/v1/chat/completions", headers) as made:
+        assert made is not None
+        assert made.is_recording() == (flags == "01")
+        sent = {k.decode(): v.decode() for k, v in trace_headers(made)}
+        assert sent == inject({})  # what the SDK's propagator writes
+    assert sent["traceparent"].startswith(f"00-{trace_id}-")
+    assert sent["traceparent"].endswith(f"-{flags}")
+    assert parent not in sent["traceparent"]
+    assert sent["tracestate"] == "vendor=x"
+    assert trace_headers(None) == []
+
+
+def test_a_full_span_queue_drops_with_a_count_not_a_warning_each(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8")
+    made = configure_tracing("svc")
+    caplog.set_level(logging.WARNING)
+    for _ in range(200):  # the collector is down: the queue fills at once
+        with span("s"):
+            pass
+    assert made.dropped_spans >= 200 - 2 * 8  # the queue, and a batch the exporter holds
+    drops = [r for r in caplog.records if "dropping" in r.getMessage().lower()]
+    assert len(drops) == 1, [r.getMessage() for r in drops]  # one line, not one per span
+    assert "spans" in drops[0].getMessage()

@@ -5,7 +5,9 @@ sampling (``OTEL_TRACES_SAMPLER=always_on``) exporting to a collector that accep
 OTLP/HTTP sink, ``python -m genmesh.bench.tracing_cost --sink PORT``); tracing on with the collector
 down (its endpoint a closed port). Rounds are interleaved (off, up, down, off, up, down, ...): each
 round measures throughput with ``--clients`` keep-alive clients and latency one request at a time.
-Reported: the median of the rounds per configuration, and its ratio to tracing off.
+Reported: the median of the rounds per configuration, and its ratio to tracing off, and the
+gateway's CPU seconds per request in the throughput rounds (its process's user + system time: robust
+on a shared machine, where throughput is not).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from .hops import FAKE_UPSTREAM, admitted, keepalive_load
 from .results import make_result
@@ -49,16 +53,19 @@ def run(args: argparse.Namespace, log_dir: Path, say: Any) -> dict[str, Any]:
         )
         closed = f"http://127.0.0.1:{free_port()}"
         route = {"url": upstream.url, "health_path": "/health", "max_concurrency": args.max_concurrency}
-        ports = {}
+        ports, procs = {}, {}
         for config in CONFIGS:
             gw, _ = start_gateway(
                 stack, Path(tmp), route, log_dir, "bench", prefix=f"tracing-{config}-", **_env(config, sink.url, closed)
             )
             ports[config] = int(gw.url.rsplit(":", 1)[1])
+            procs[config] = psutil.Process(gw.proc.pid)
             asyncio.run(keepalive_load(ports[config], args.clients, args.clients * 4))  # warm
         for i in range(args.passes):
             for config in CONFIGS:
+                cpu_before = _cpu_s(procs[config])
                 load = asyncio.run(keepalive_load(ports[config], args.clients, args.requests))
+                cpu_ms = 1000 * (_cpu_s(procs[config]) - cpu_before) / args.requests
                 single = asyncio.run(keepalive_load(ports[config], 1, max(20, args.requests // 20)))
                 ok = [o.e2e_s for o in single.outputs if o.success]
                 errors = sum(not o.success for o in load.outputs + single.outputs)
@@ -66,23 +73,39 @@ def run(args: argparse.Namespace, log_dir: Path, say: Any) -> dict[str, Any]:
                     {
                         "req_per_s": admitted(make_result(config, load, None)),
                         "latency_p50_ms": 1000 * statistics.median(ok) if ok else float("nan"),
+                        "gateway_cpu_ms_per_request": cpu_ms,
                         "errors": errors,
                     }
                 )
-                say(f"tracing round {i + 1}/{args.passes} {config}: {rounds[config][-1]['req_per_s']:.0f} req/s")
+                rps = rounds[config][-1]["req_per_s"]
+                say(f"tracing round {i + 1}/{args.passes} {config}: {rps:.0f} req/s, gateway CPU {cpu_ms:.3f} ms/req")
         exports = _exports(sink.url)
     summary: dict[str, Any] = {}
     for config in CONFIGS:
         rps = statistics.median(r["req_per_s"] for r in rounds[config])
         p50 = statistics.median(r["latency_p50_ms"] for r in rounds[config])
-        summary[config] = {"req_per_s": rps, "latency_p50_ms": p50, "errors": sum(r["errors"] for r in rounds[config])}
+        cpu = statistics.median(r["gateway_cpu_ms_per_request"] for r in rounds[config])
+        summary[config] = {
+            "req_per_s": rps,
+            "latency_p50_ms": p50,
+            "gateway_cpu_ms_per_request": cpu,
+            "errors": sum(r["errors"] for r in rounds[config]),
+        }
     base = summary["off"]
     for config in CONFIGS[1:]:
         summary[config]["throughput_vs_off"] = summary[config]["req_per_s"] / base["req_per_s"]
         summary[config]["added_latency_ms"] = summary[config]["latency_p50_ms"] - base["latency_p50_ms"]
+        cpu_ms = summary[config]["gateway_cpu_ms_per_request"]
+        summary[config]["cpu_vs_off"] = cpu_ms / base["gateway_cpu_ms_per_request"]
     # the collector got spans (a benchmark whose "on" gateways did not trace would measure nothing)
     summary["on_collector_up"]["exports_received"] = exports
     return {"configs": summary, "rounds": rounds, "clients": args.clients, "requests": args.requests}
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    """The process's CPU seconds so far (user + system, its threads included)."""
+    times = proc.cpu_times()
+    return float(times.user + times.system)
 
 
 def _exports(sink_url: str) -> int:

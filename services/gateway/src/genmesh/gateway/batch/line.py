@@ -80,13 +80,15 @@ async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, reque
         # a trace of its own per line (its root, never linked to a client's request); the upstream call's
         # traceparent carries it to the microservice and the engine
         with root_span(f"batch line {path}", {"http.route": path, "genmesh.batch.line": True}) as span:
-            exchange.span = span
+            exchange.trace(span)
             try:
                 await exchange.call(key, BATCH_PRIORITY, body)
             except OpenAIError as err:
                 set_status(span, err.status)
                 retry = float(err.headers.get("Retry-After", "0") or 0)
                 return Outcome(err.status, orjson.dumps(err.body()), retry, refused=True)
+            finally:
+                exchange.end_trace()
     finally:
         request_id_var.reset(token)
     retry = (

@@ -36,7 +36,7 @@ from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import (
     request_attributes,
     server_span,
-    set_status,
+    trace_headers,
     tracing,
     usage_attributes,
 )
@@ -100,8 +100,11 @@ async def serve(
             return
         with server_span("POST", scope["path"], scope["headers"]) as root:
             ex = (exchange or _Exchange)(st, scope["path"], receive, send, rid)
-            ex.span = root
-            await ex.run(authorization, priority_header)
+            ex.trace(root)
+            try:
+                await ex.run(authorization, priority_header)
+            finally:
+                ex.end_trace()
     finally:
         request_id_var.reset(token)
 
@@ -122,12 +125,37 @@ class _Exchange:
         self.finished = False  # the last body message is about to go: a disconnect now is the normal end
         self.gone = False
         self.leg: tuple[UpstreamResponse | None, Upstream | None] = (None, None)  # the upstream relaying now
-        self.span: Span | None = None  # the request's SERVER span, when tracing is on
+        # tracing (trace): the request's span, its attributes gathered here and set once at its end (one
+        # lock and one pass in the SDK), and the headers that carry its context to the upstream
+        self.span: Span | None = None
+        self.traced: dict[str, Any] | None = None  # None: not traced, or not sampled
+        self.own_headers = [self.rid_header]
+        self.limits_done = self.started  # when the key's limits let it on to the queue
+
+    def trace(self, span: Span | None) -> None:
+        """Trace the request in ``span`` (its SERVER span, or a batch line's root; None: tracing off)."""
+        self.span = span
+        if span is not None:
+            self.own_headers = [self.rid_header, *trace_headers(span)]
+            if span.is_recording():
+                self.traced = {}
+
+    def end_trace(self) -> None:
+        """The gathered attributes onto the span, before it ends (none once it has: a request cut off
+        finishes after its span)."""
+        if self.span is not None and self.traced:
+            if getattr(self.span, "end_time", None) is None:
+                self.span.set_attributes(self.traced)
+            self.traced.clear()
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.response_started = True
-            set_status(self.span, message["status"])
+            if self.traced is not None:
+                status = int(message["status"])
+                self.traced["http.response.status_code"] = status
+                if status >= 500 and self.span is not None:
+                    self.span.set_status(StatusCode.ERROR)
         await self._send(message)
 
     async def send_error(self, err: OpenAIError) -> None:
@@ -159,7 +187,7 @@ class _Exchange:
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
             stream = bool(body.get("stream") or body.get("streaming"))
-            if self.span is not None:
+            if self.traced is not None:
                 self._annotate(body, route.name, priority, key.tenant, stream)
             await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
         except OpenAIError as err:
@@ -180,22 +208,20 @@ class _Exchange:
         reply goes to ``send``."""
         body = decode_json_object(raw, self.st.settings.max_json_depth)
         route = _route(self.st, body, self.path)
-        if self.span is not None:
+        if self.traced is not None:
             self._annotate(body, route.name, priority, key.tenant, False)
         await self._serve(key, route, priority, raw, body, False)
 
     def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
-        assert self.span is not None
-        attrs: dict[str, Any] = {
-            **request_attributes(self.path, body, model),
-            "genmesh.queue.priority": priority,
-            "genmesh.tenant": tenant,
-            "genmesh.request.stream": stream,
-        }
+        assert self.traced is not None
+        attrs = self.traced
+        attrs.update(request_attributes(self.path, body, model))
+        attrs["genmesh.queue.priority"] = priority
+        attrs["genmesh.tenant"] = tenant
+        attrs["genmesh.request.stream"] = stream
         if tracing().record_content:  # opt-in (--trace-content): the prompt as the client sent it
             prompt = body.get("messages", body.get("prompt", body.get("input")))
             attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
-        self.span.set_attributes(attrs)
 
     async def _read_body(self) -> bytes:
         chunks: list[bytes] = []
@@ -238,8 +264,9 @@ class _Exchange:
             await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
         except StoreUnavailable as exc:
             raise admission_error(exc, 1) from exc
-        if self.span is not None:  # the key's limits: an attribute, not a span of its own (spans cost ~0.1 ms each)
-            self.span.set_attribute("genmesh.admission.duration_s", time.monotonic() - started)
+        self.limits_done = time.monotonic()
+        if self.traced is not None:  # the key's limits: an attribute, not a span of its own (spans cost CPU)
+            self.traced["genmesh.admission.duration_s"] = self.limits_done - started
         task = asyncio.current_task()
         assert task is not None
         watch = asyncio.ensure_future(self._watch(task))
@@ -276,10 +303,15 @@ class _Exchange:
         try:
             send_body, strip_usage = await self.prepare(key, raw, body, stream)
             ticket.prefix = prefix_of(route, self.prompt_source(body))
-            resp, idx, sent_at = await connect(st, self.path, self.rid_header, ticket, send_body, stream)
+            resp, idx, sent_at = await connect(st, self.path, self.own_headers, ticket, send_body, stream)
         except BaseException:
             st.spawn(self._give_back(key, ticket))
             raise
+        if self.traced is not None:  # the queue and the upstream call: attributes of the one span
+            answered = time.monotonic()
+            self.traced["genmesh.queue.position"] = ticket.position
+            self.traced["genmesh.queue.wait_s"] = max(0.0, (ticket.granted_at or answered) - self.limits_done)
+            self.traced["genmesh.upstream.response_s"] = answered - sent_at
         up = st.pool.upstreams(route)[idx]
         self.leg = (resp, up)
         out = Outcome()
@@ -384,7 +416,8 @@ class _Exchange:
             await st.admission.release(ticket)
             exclude = exclude | {idx}
             try:
-                resp, idx, sent_at = await connect(st, self.path, self.rid_header, ticket, cont.resend(), True, exclude)
+                resend = cont.resend()
+                resp, idx, sent_at = await connect(st, self.path, self.own_headers, ticket, resend, True, exclude)
             except OpenAIError:
                 yield cont.failure  # no other upstream: the failure as it came
                 return
@@ -413,15 +446,15 @@ class _Exchange:
         st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
         if status == "200":
             self._observe_latency(route.name, out)
-        if self.span is not None and self.span.is_recording():
-            attrs: dict[str, Any] = {
-                "genmesh.upstream": upstream,
-                **usage_attributes(out.prompt_tokens, out.completion_tokens),
-            }
+        if self.traced is not None:
+            attrs = self.traced
+            attrs["genmesh.upstream"] = upstream
+            attrs.update(usage_attributes(out.prompt_tokens, out.completion_tokens))
             if out.first_token_at is not None:
                 attrs["genmesh.time_to_first_token_s"] = out.first_token_at - self.started
-            self.span.set_attributes(attrs)
-            if out.error is not None:
+            if not completed:  # spawned: the span may have ended already (then this is not seen)
+                self.end_trace()
+            if out.error is not None and self.span is not None:
                 self.span.set_status(StatusCode.ERROR, out.error)
         if out.prompt_tokens or out.completion_tokens:
             await st.limiter.account(key, out.prompt_tokens, out.completion_tokens)

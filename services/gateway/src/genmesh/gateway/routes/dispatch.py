@@ -12,9 +12,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 
-from opentelemetry.trace import SpanKind
-
-from genmesh.protocol.server.tracing import inject_raw, span
 from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..config import ModelRoute
@@ -31,31 +28,28 @@ log = logging.getLogger("genmesh.gateway.http")
 # client that reads nothing holds the reply past it, and the reply is then cut off (``reply_deadline``).
 REPLY_GRACE_S = 0.5
 
-CLIENT = SpanKind.CLIENT
 _UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
 
 
 async def connect(
     st: GatewayState,
     path: str,
-    rid_header: tuple[bytes, bytes],
+    own_headers: list[tuple[bytes, bytes]],
     ticket: Ticket,
     send_body: bytes,
     stream: bool,
     exclude: frozenset[int] = frozenset(),
 ) -> tuple[UpstreamResponse, int, float]:
     """Take a slot and open the upstream response; a connect failure is retried on another upstream
-    (``exclude``: upstreams not to try; a failover's starts in front of the queue). Returns the
-    response, the upstream's index and when the request was sent."""
+    (``exclude``: upstreams not to try; a failover's starts in front of the queue; ``own_headers``:
+    the request's id and trace context). Returns the response, the upstream's index and when the
+    request was sent."""
     route = ticket.route
     front = bool(exclude)
-    headers = [*_UPSTREAM_HEADERS, rid_header]
+    headers = [*_UPSTREAM_HEADERS, *own_headers]
     while True:
         try:
-            with span("gateway.queue", {"genmesh.queue.priority": ticket.priority}) as queued:
-                idx = await st.admission.acquire(ticket, exclude, front)
-                if queued is not None:
-                    queued.set_attributes({"genmesh.queue.position": ticket.position})
+            idx = await st.admission.acquire(ticket, exclude, front)
         except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
             raise admission_error(exc, route.retry_after_s) from exc
         up = st.pool.upstreams(route)[idx]
@@ -66,11 +60,7 @@ async def connect(
         try:
             try:
                 async with asyncio.timeout(wait_s):
-                    with span("gateway.upstream", {"genmesh.upstream": up.name}, CLIENT) as call:
-                        sent = headers if call is None else inject_raw(list(headers))
-                        resp = await st.upstream.post(up.url, path, send_body, sent)
-                        if call is not None:
-                            call.set_attributes({"url.full": up.url + path, "http.response.status_code": resp.status})
+                    resp = await st.upstream.post(up.url, path, send_body, headers)
             except BaseException:
                 if stream:
                     up.stream_ended()

@@ -3,6 +3,7 @@ OpenAI error handlers, the routers, documented bodies, and the middleware around
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -40,6 +41,10 @@ def state_lifespan(name: str, start: Callable[[], Awaitable[S]]) -> Lifespan:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await start()
         setattr(app.state, name, state)
+        # the startup heap (modules, the app, the state: ~100k objects) out of the collector's reach: a
+        # full collection then walks only what requests made, not 50-80 ms of objects that live forever
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

@@ -7,8 +7,13 @@ provider only when ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTL
 by default), ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based, always on),
 ``OTEL_EXPORTER_OTLP_*`` (OTLP over HTTP/protobuf) and ``OTEL_BSP_*``. Spans go through a
 ``BatchSpanProcessor``: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048) that a background thread
-exports; when the collector is slow or down the queue fills and new spans are dropped, so a request
-never waits for the collector.
+exports; when the collector is slow or down the queue fills and its oldest spans are dropped (counted,
+one warning a minute), so a request never waits for the collector.
+
+Cheap per request: a span is started with ``start_span`` and made current by a plain context manager
+(no generator context managers), the upstream's ``traceparent`` is formatted directly
+(``trace_headers``), and a caller may gather attributes and set them once (the gateway makes one span
+per request; docs/observability.md gives the cost).
 
 W3C ``traceparent`` / ``tracestate`` are accepted on every hop; a malformed one is ignored (a new
 trace starts). ``inject`` writes the current span's context into the headers of an upstream call.
@@ -21,17 +26,19 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterable, Mapping, MutableMapping
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import Token
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.context import Context, attach, detach
+from opentelemetry.trace import Span, SpanKind, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 log = logging.getLogger("genmesh.tracing")
 
+DROP_LOG_INTERVAL_S = 60.0  # at most one warning a minute about spans dropped for a full queue
 SHUTDOWN_TIMEOUT_S = 3.0  # the most a stopping service waits to export its last spans
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -48,11 +55,19 @@ Attributes = Mapping[str, Any]
 class Tracing:
     """The process's tracer (a no-op one when tracing is off) and whether text may be recorded."""
 
-    def __init__(self, tracer: Tracer | None = None, provider: Any = None, record_content: bool = False) -> None:
+    def __init__(
+        self, tracer: Tracer | None = None, provider: Any = None, record_content: bool = False, processor: Any = None
+    ) -> None:
         self.enabled = tracer is not None
         self.tracer: Tracer = tracer if tracer is not None else trace.NoOpTracer()
         self.provider = provider
         self.record_content = record_content
+        self.processor = processor
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans dropped so far because the export queue was full (a slow or absent collector)."""
+        return int(getattr(self.processor, "dropped", 0))
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Export what is queued and stop, giving up after ``timeout_s`` (a collector that is down must not
@@ -78,6 +93,44 @@ def tracing_wanted(environ: Mapping[str, str] | None = None) -> bool:
     return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
+def _dropping_processor_class() -> type:
+    """``BatchSpanProcessor`` whose full queue drops its oldest span, as the SDK's does, but without the
+    SDK's warning per span (a log record for every span: with the collector down, that made a request
+    dearer than exporting it): it counts them instead, and says so at most once a minute."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    class DroppingBatchProcessor(BatchSpanProcessor):
+        def __init__(self, exporter: Any) -> None:
+            super().__init__(exporter)
+            self.dropped = 0
+            self._said_at = -DROP_LOG_INTERVAL_S
+            inner = getattr(self, "_batch_processor", None)  # the SDK's queue (a bounded deque), when it has one
+            queue = getattr(inner, "_queue", None)
+            self._queue: Any = queue if getattr(queue, "maxlen", None) else None
+
+        def on_end(self, span: ReadableSpan) -> None:
+            queue = self._queue
+            if (
+                queue is None
+                or len(queue) < queue.maxlen
+                or span.context is None
+                or not span.context.trace_flags.sampled
+            ):
+                super().on_end(span)
+                return
+            # full: the newest spans are the ones worth keeping (the collector back, they show what
+            # happens now); the deque's bound drops the oldest, and the worker is already awake
+            queue.appendleft(span)
+            self.dropped += 1
+            now = time.monotonic()
+            if now - self._said_at >= DROP_LOG_INTERVAL_S:
+                self._said_at = now
+                log.warning("trace collector slow or down: dropping spans (queue full; %d so far)", self.dropped)
+
+    return DroppingBatchProcessor
+
+
 def configure_tracing(service_name: str, record_content: bool = False) -> Tracing:
     """Turn tracing on when an OTLP endpoint is configured (see the module's docstring); else leave it off."""
     global _current
@@ -88,7 +141,8 @@ def configure_tracing(service_name: str, record_content: bool = False) -> Tracin
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    _DroppingBatchProcessor = _dropping_processor_class()
 
     defaults = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
     resource = Resource.create(defaults)
@@ -97,12 +151,13 @@ def configure_tracing(service_name: str, record_content: bool = False) -> Tracin
     try:
         # the sampler from OTEL_TRACES_SAMPLER; shut down by the service (Tracing.shutdown, bounded), not at exit
         provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        processor = _DroppingBatchProcessor(OTLPSpanExporter())
+        provider.add_span_processor(processor)
     except ValueError as exc:  # an OTEL_* value the SDK refuses: serve, untraced, and say why
         log.error("tracing off: the OpenTelemetry settings are invalid: %s", exc)
         _current = Tracing()
         return _current
-    _current = Tracing(provider.get_tracer("genmesh"), provider, record_content)
+    _current = Tracing(provider.get_tracer("genmesh"), provider, record_content, processor)
     log.info("tracing on: OTLP spans of %s", resource.attributes.get(SERVICE_NAME))
     return _current
 
@@ -179,23 +234,47 @@ def annotate(attrs: Attributes) -> None:
 _OFF: AbstractContextManager[None] = nullcontext()  # reusable: nullcontext keeps no state
 
 
+class _CurrentSpan:
+    """A started span, current in the block and ended at its end: ``start_as_current_span``'s work
+    without its generator-based context managers (a third of a span's cost on the event loop). An
+    exception escaping the block is recorded on the span, which is marked failed, as the SDK does."""
+
+    __slots__ = ("end", "made", "token")
+
+    def __init__(self, made: Span, end: bool = True) -> None:
+        self.made = made
+        self.end = end  # False: current in the block, ended by the caller
+        self.token: Token[Context] | None = None
+
+    def __enter__(self) -> Span:
+        self.token = attach(set_span_in_context(self.made))
+        return self.made
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            # an error only: not GeneratorExit, CancelledError (BaseExceptions), as the SDK does
+            if isinstance(exc, Exception) and self.made.is_recording():
+                self.made.record_exception(exc)
+                self.made.set_status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            if self.token is not None:
+                detach(self.token)
+            if self.end:
+                self.made.end()
+
+
 def span(
     name: str, attrs: Attributes | None = None, kind: SpanKind = SpanKind.INTERNAL
 ) -> AbstractContextManager[Span | None]:
     """A child of the current span around a block (None, and nothing done, when tracing is off)."""
     if not _current.enabled:
         return _OFF
-    return _current.tracer.start_as_current_span(name, kind=kind, attributes=attrs)
+    return _CurrentSpan(_current.tracer.start_span(name, kind=kind, attributes=attrs))
 
 
-@contextmanager
-def current(made: Span | None) -> Iterator[None]:
+def current(made: Span | None) -> AbstractContextManager[Span | None]:
     """``made`` as the current span in the block (not ended by it)."""
-    if made is None:
-        yield
-        return
-    with trace.use_span(made, end_on_exit=False):
-        yield
+    return _OFF if made is None else _CurrentSpan(made, end=False)
 
 
 def start_span(
@@ -255,9 +334,8 @@ def server_span(method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) 
     if not _current.enabled:
         return _OFF
     attrs = {"gen_ai.operation.name": OPERATIONS.get(path, "chat"), "http.route": path}
-    return _current.tracer.start_as_current_span(
-        f"{method} {path}", context=extract(headers), kind=SpanKind.SERVER, attributes=attrs
-    )
+    context = extract(headers)
+    return _CurrentSpan(_current.tracer.start_span(f"{method} {path}", context, SpanKind.SERVER, attrs))
 
 
 def root_span(name: str, attrs: Attributes | None = None) -> AbstractContextManager[Span | None]:
@@ -266,7 +344,22 @@ def root_span(name: str, attrs: Attributes | None = None) -> AbstractContextMana
     nothing done, when tracing is off)."""
     if not _current.enabled:
         return _OFF
-    return _current.tracer.start_as_current_span(name, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs)
+    return _CurrentSpan(_current.tracer.start_span(name, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs))
+
+
+def trace_headers(made: Span | None) -> list[tuple[bytes, bytes]]:
+    """W3C ``traceparent`` (and ``tracestate``) naming ``made`` as the parent, for an upstream call's raw
+    headers; formatted directly, once per request (none when ``made`` is None)."""
+    if made is None:
+        return []
+    ctx = made.get_span_context()
+    if not ctx.is_valid:
+        return []
+    value = b"00-%032x-%016x-%02x" % (ctx.trace_id, ctx.span_id, ctx.trace_flags)
+    headers = [(b"traceparent", value)]
+    if ctx.trace_state:
+        headers.append((b"tracestate", ctx.trace_state.to_header().encode("latin-1")))
+    return headers
 
 
 def set_status(made: Span | None, status: int) -> None:
