@@ -19,10 +19,13 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from genmesh.engine.metrics import MetricFamilies
+from genmesh.gateway.console import engine_metrics
 from support.batches import chat_line, client, submit
 from support.browser import browser
 from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config, private_redis
@@ -387,3 +390,31 @@ def test_replicas_publish_only_while_a_console_is_open(
     assert r.hgetall(replicas) == published
     assert r.zcard(history) == samples
     assert not r.exists(viewed)
+
+
+def test_engine_metrics_scan_reads_what_a_prometheus_parser_reads() -> None:
+    """The console's line scan of an engine's /metrics against prometheus_client's parser, on a real
+    engine registry with two models (one with a brace and a space in its label), histograms and restarts."""
+    families = MetricFamilies()
+    for model, running, waiting, kv in (("a", 2, 5, 0.25), ('b} "x y', 1, 0, 0.5)):
+        families.running.labels(model).set(running)
+        families.waiting.labels(model).set(waiting)
+        families.kv_cache_usage.labels(model).set(kv)
+        families.ttft.labels(model).observe(0.3)
+        families.core_restarts.labels(model, "hung").inc(3)
+        families.core_restarts.labels(model, "exited")
+    text = families.render().decode()
+    wanted = {
+        "genmesh_engine_kv_cache_usage_ratio": "kv_cache_usage",
+        "genmesh_engine_requests_running": "running",
+        "genmesh_engine_requests_waiting": "waiting",
+        "genmesh_engine_core_restarts_total": "restarts",
+    }
+    expected: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                expected[wanted[sample.name]] = expected.get(wanted[sample.name], 0.0) + sample.value
+    assert expected == {"kv_cache_usage": 0.75, "running": 3.0, "waiting": 5.0, "restarts": 6.0}
+    assert engine_metrics.parse(text) == expected
+    assert engine_metrics.parse('# HELP nothing\nother_metric 1\ngenmesh_engine_requests_running{m="a"} x\n') == {}
