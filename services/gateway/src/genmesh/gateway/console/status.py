@@ -20,6 +20,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import orjson
 from redis.exceptions import RedisError
 
@@ -60,6 +61,11 @@ class StatusBoard:
         self._computed = asyncio.Event()  # set (and replaced) after each computation
         self._history: dict[str, list[list[float | None]]] = {}  # the charts, read from Redis incrementally
         self._history_ms = 0  # the time (ms, Redis's clock) of the newest sample read
+        self._session: aiohttp.ClientSession | None = None  # the engines' metrics, opened on first use
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
     def viewed(self) -> None:
         """A viewer asked for the status: keep computing (and the other replicas publishing) a while."""
@@ -170,11 +176,13 @@ class StatusBoard:
     async def _engines(self) -> dict[tuple[str, str], dict[str, Any]]:
         pairs = [(m, u) for m, pool in self.st.pool.models.items() for u in pool]
         timeout = min(self.settings.health_timeout_s, self.settings.console_interval_s)
-        results = await asyncio.gather(
-            *(
-                engine_metrics.scrape(self.st.http, u.config.metrics_url or u.url + "/metrics", timeout)
-                for _, u in pairs
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
             )
+        session = self._session
+        results = await asyncio.gather(
+            *(engine_metrics.scrape(session, u.config.metrics_url or u.url + "/metrics", timeout) for _, u in pairs)
         )
         return {(m, u.name): r for (m, u), r in zip(pairs, results, strict=True)}
 
