@@ -54,7 +54,6 @@ class StatusBoard:
         self.snapshot: dict[str, Any] = {"schema": SCHEMA_VERSION, "computed_at": None, "seq": 0}
         self.body = orjson.dumps(self.snapshot)  # the snapshot as served: serialized once, not per viewer
         self.computations = 0
-        self.publications = 0  # activity published while a console was open on another replica only
         self.viewed_at = -math.inf  # monotonic time of the last /console/status served here
         self.watching = False  # the loop's state: computing for a viewer here
         self._wake = asyncio.Event()  # a first view while not watching: compute now, not at the next tick
@@ -110,7 +109,6 @@ class StatusBoard:
         st = self.st
         with contextlib.suppress(RedisError, OSError):
             if await st.redis.exists(st.keyspace.console_viewed()):
-                self.publications += 1
                 async with st.redis.pipeline(transaction=False) as pipe:
                     self._publish(pipe)
                     await pipe.execute()
