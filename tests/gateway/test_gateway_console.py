@@ -19,10 +19,13 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from genmesh.engine.metrics import MetricFamilies
+from genmesh.gateway.console import engine_metrics
 from support.batches import chat_line, client, submit
 from support.browser import browser
 from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config, private_redis
@@ -338,3 +341,80 @@ def test_every_replica_shows_the_same_charts(start_gateway: StartGateway, fake_u
     times = [t for t, _ in status(a.url)["history"]["queue_depth"]]
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= 0.5 * 0.8 - 0.001, gaps
+
+
+def test_replicas_publish_only_while_a_console_is_open(
+    start_gateway: StartGateway, fake_upstream: Server, redis_server: RedisServer
+) -> None:
+    prefix = "viewed"
+    flags = ("--auth", "on", "--console-interval-s", "0.3", "--console-viewed-ttl-s", "1.5", "--redis-prefix", prefix)
+    models = {"m": model_config(fake_upstream.url)}
+    a = start_gateway(models, *flags)
+    start_gateway(models, *flags)  # b: never asked for its status
+    r = redis_server.client()
+    viewed, replicas = f"{prefix}:{{console}}:viewed", f"{prefix}:{{console}}:replicas"
+    history = f"{prefix}:{{console}}:history:queue_depth"
+
+    def marker_checks() -> int:
+        """EXISTS calls so far: each replica's status loop makes one per interval while nobody watches."""
+        return int(r.info("commandstats").get("cmdstat_exists", {}).get("calls", 0))
+
+    def idle_intervals(n: int) -> None:
+        base = marker_checks()
+        wait_until(lambda: marker_checks() >= base + 2 * n, 20, what=f"{n} idle intervals of both replicas")
+
+    # nobody watching: both loops only check the marker; nothing is published, computed or sampled
+    idle_intervals(5)
+    assert not r.exists(viewed)
+    assert not r.exists(replicas)
+    assert not r.exists(history)
+
+    # a console opens on a: its first answer is a fresh computation, not a stale or empty snapshot
+    first = status(a.url)
+    assert first["seq"] >= 1, first
+    assert first["redis"]["ok"], first
+    assert time.time() - first["computed_at"] < 5
+    ttl_ms = r.pttl(viewed)
+    assert 0 < ttl_ms <= 1500, ttl_ms
+    # b, never asked, publishes its activity while the marker lives: a counts two replicas
+    wait_until(lambda: status(a.url)["replicas"] == 2, 10, what="the unviewed replica to publish")
+    assert len(r.hkeys(replicas)) == 2
+    assert status(a.url)["gateway_id"].encode() in r.hkeys(replicas)
+    wait_until(lambda: r.zcard(history) >= 3, 10, what="chart samples while viewed")
+
+    # the console closes: the marker lapses after its TTL, and then nothing more is written
+    wait_until(lambda: not r.exists(viewed), 10, what="the viewed marker to expire")
+    idle_intervals(2)  # a replica may finish the interval it was in
+    published, samples = r.hgetall(replicas), r.zcard(history)
+    idle_intervals(5)
+    assert r.hgetall(replicas) == published
+    assert r.zcard(history) == samples
+    assert not r.exists(viewed)
+
+
+def test_engine_metrics_scan_reads_what_a_prometheus_parser_reads() -> None:
+    """The console's line scan of an engine's /metrics against prometheus_client's parser, on a real
+    engine registry with two models (one with a brace and a space in its label), histograms and restarts."""
+    families = MetricFamilies()
+    for model, running, waiting, kv in (("a", 2, 5, 0.25), ('b} "x y', 1, 0, 0.5)):
+        families.running.labels(model).set(running)
+        families.waiting.labels(model).set(waiting)
+        families.kv_cache_usage.labels(model).set(kv)
+        families.ttft.labels(model).observe(0.3)
+        families.core_restarts.labels(model, "hung").inc(3)
+        families.core_restarts.labels(model, "exited")
+    text = families.render().decode()
+    wanted = {
+        "genmesh_engine_kv_cache_usage_ratio": "kv_cache_usage",
+        "genmesh_engine_requests_running": "running",
+        "genmesh_engine_requests_waiting": "waiting",
+        "genmesh_engine_core_restarts_total": "restarts",
+    }
+    expected: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                expected[wanted[sample.name]] = expected.get(wanted[sample.name], 0.0) + sample.value
+    assert expected == {"kv_cache_usage": 0.75, "running": 3.0, "waiting": 5.0, "restarts": 6.0}
+    assert engine_metrics.parse(text) == expected
+    assert engine_metrics.parse('# HELP nothing\nother_metric 1\ngenmesh_engine_requests_running{m="a"} x\n') == {}

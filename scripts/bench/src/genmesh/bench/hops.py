@@ -9,12 +9,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,24 +188,62 @@ def gateway_queue(args: argparse.Namespace) -> Result:
     }
 
 
-async def _with_consoles(url: str, consoles: int, work: Awaitable[Load]) -> Load:
-    """``work`` while ``consoles`` viewers each poll ``/console/status`` once a second, as the page does."""
-    stop = asyncio.Event()
+CONSOLE_SETTLE_S = 6.5  # after the consoles close: the gateway's viewed marker lapses (5 s) and its loop goes idle
+
+
+async def _poll_status(url: str, consoles: int, stop: Any, ready: Any) -> None:
+    """``consoles`` viewers each polling ``/console/status`` once a second, as the page does, until ``stop``;
+    ``ready`` once each has had its first answer."""
+    started = [0]
 
     async def viewer(client: httpx.AsyncClient, offset_s: float) -> None:
         await asyncio.sleep(offset_s)
         while not stop.is_set():
             (await client.get(url + "/console/status")).raise_for_status()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+            started[0] += 1
+            if started[0] == consoles:
+                ready.set()
+            await asyncio.sleep(1.0)
 
     async with httpx.AsyncClient(timeout=10) as client:
-        tasks = [asyncio.create_task(viewer(client, i / max(consoles, 1))) for i in range(consoles)]
-        try:
-            return await work
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks)
+        await asyncio.gather(*(viewer(client, i / max(consoles, 1)) for i in range(consoles)))
+
+
+def _viewers_main(url: str, consoles: int, stop: Any, ready: Any) -> None:
+    asyncio.run(_poll_status(url, consoles, stop, ready))
+
+
+@contextlib.contextmanager
+def open_consoles(url: str, consoles: int) -> Iterator[None]:
+    """``consoles`` open consoles in a process of their own (as browsers are: not on the load's event loop);
+    after they close, waits until the gateway stops computing for them."""
+    ctx = multiprocessing.get_context("spawn")
+    stop, ready = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_viewers_main, args=(url, consoles, stop, ready), daemon=True)
+    proc.start()
+    try:
+        if not ready.wait(60):  # started (its imports done) and polling before the load begins
+            raise RuntimeError("the consoles did not start polling in 60 s")
+        yield
+    finally:
+        stop.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+        time.sleep(CONSOLE_SETTLE_S)
+
+
+def idle_cpu(url: str, pid: int, consoles: int, seconds: float = 10.0, rounds: int = 2) -> dict[str, float]:
+    """The idle gateway's CPU ms per second with ``consoles`` open and with none (interleaved rounds, medians)."""
+    proc, out = psutil.Process(pid), {"none": list[float](), "consoles": list[float]()}
+    for i in range(rounds):
+        for name in ("none", "consoles") if i % 2 == 0 else ("consoles", "none"):
+            with open_consoles(url, consoles) if name == "consoles" else contextlib.nullcontext():
+                time.sleep(2.0)  # the consoles' first computation and the loops settled
+                cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
+                time.sleep(seconds)
+                out[name].append(1000 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0))
+    return {k: round(statistics.median(v), 1) for k, v in out.items()}
 
 
 def status_cost(url: str, pid: int, calls: int = 300) -> dict[str, Any]:
@@ -231,16 +270,23 @@ def status_cost(url: str, pid: int, calls: int = 300) -> dict[str, Any]:
 
 def console_overhead(args: argparse.Namespace, url: str, port: int, pid: int) -> Result:
     """Interleaved passes with ``args.consoles`` open consoles and with none (alternating which goes first):
-    the ratio of the medians of admitted req/s, and the status endpoint's cost per call."""
+    the ratio of the medians of admitted req/s, the gateway's CPU per request (robust to a shared machine)
+    and per second idle in both cases, and the status endpoint's cost per call."""
+    proc = psutil.Process(pid)
     rates: dict[str, list[float]] = {"none": [], "consoles": []}
+    cpu_ms: dict[str, list[float]] = {"none": [], "consoles": []}
     for i in range(args.passes):
         order = ("none", "consoles") if i % 2 == 0 else ("consoles", "none")
         for name in order:
-            load_ = keepalive_load(port, args.clients, args.requests)
-            load = asyncio.run(_with_consoles(url, args.consoles, load_) if name == "consoles" else load_)
-            rates[name].append(admitted(make_result(name, load, None)))
+            with open_consoles(url, args.consoles) if name == "consoles" else contextlib.nullcontext():
+                cpu0 = sum(proc.cpu_times()[:2])
+                result = make_result(name, asyncio.run(keepalive_load(port, args.clients, args.requests)), None)
+                cpu = sum(proc.cpu_times()[:2]) - cpu0
+            rates[name].append(admitted(result))
+            cpu_ms[name].append(1000 * cpu / max(1, result["completed"] + result["failed"]))
         say(f"console pass {i + 1}/{args.passes}: " + ", ".join(f"{k} {v[-1]:.0f} req/s" for k, v in rates.items()))
     none, with_ = statistics.median(rates["none"]), statistics.median(rates["consoles"])
+    cpu_none, cpu_with = statistics.median(cpu_ms["none"]), statistics.median(cpu_ms["consoles"])
     return {
         "consoles": args.consoles,
         "clients": args.clients,
@@ -248,6 +294,9 @@ def console_overhead(args: argparse.Namespace, url: str, port: int, pid: int) ->
         "admitted_per_s": {k: [round(x, 1) for x in v] for k, v in rates.items()},
         "median_admitted_per_s": {"none": round(none, 1), "consoles": round(with_, 1)},
         "ratio_consoles_vs_none": round(with_ / none, 4) if none else None,
+        "gateway_cpu_ms_per_request": {"none": round(cpu_none, 4), "consoles": round(cpu_with, 4)},
+        "ratio_cpu_per_request_consoles_vs_none": round(cpu_with / cpu_none, 4) if cpu_none else None,
+        "idle_gateway_cpu_ms_per_s": idle_cpu(url, pid, args.consoles),
         "status_endpoint": status_cost(url, pid),
         "errors": 0,
         "targets": {"ratio_consoles_vs_none": ">= 0.98"},

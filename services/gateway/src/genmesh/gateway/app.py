@@ -25,7 +25,8 @@ ADMIN_PATHS = frozenset({"/metrics"})
 
 
 class GatewayApp:
-    """Sends ``/v1/chat/completions`` and ``/v1/completions`` straight to the hot path, the rest
+    """Sends ``/v1/chat/completions`` and ``/v1/completions`` straight to the hot path, and
+    ``GET /console/status`` (polled by every open console) straight to its handler; the rest
     (lifespan included) to ``api``."""
 
     def __init__(self, api: FastAPI) -> None:
@@ -39,6 +40,9 @@ class GatewayApp:
                 return
             if path == responses.PATH and scope["method"] == "POST":
                 await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)
+                return
+            if path == console.STATUS_PATH and scope["method"] == "GET":
+                await console.serve_status(self.api.state.gateway, scope, receive, send)
                 return
             if path in DOC_PATHS or path in ADMIN_PATHS:
                 try:

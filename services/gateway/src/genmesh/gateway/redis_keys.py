@@ -108,6 +108,11 @@ class KeySpace:
         """HASH gateway id -> JSON of that replica's recent activity (console), TTL a few intervals."""
         return f"{self.prefix}:{{console}}:replicas"
 
+    def console_viewed(self) -> str:
+        """STRING set while a console is open on any replica (TTL ``console_viewed_ttl_s``, renewed each interval
+        by the replica serving it): the other replicas publish their activity only while it exists."""
+        return f"{self.prefix}:{{console}}:viewed"
+
     def console_history(self) -> list[str]:
         """One ZSET per chart series (CONSOLE_HISTORY_SERIES): score = sample time ms, member "ms:value";
         trimmed to and expiring after ``console_history_s``. All tagged ``{console}`` for one Lua script."""

@@ -80,7 +80,17 @@ class GatewaySettings(ServiceSettings):
     )
 
     console_interval_s: float = Field(
-        default=1.0, gt=0, le=60, description="console: status computed (and a history sample taken) this often"
+        default=1.0,
+        gt=0,
+        le=60,
+        description="console: while a console is open, status computed (and a history sample taken) this often",
+    )
+    console_viewed_ttl_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="console: replicas keep publishing (and the viewed one computing) this long after the last "
+        "/console/status call; with no console open the status loop only checks a Redis marker",
     )
     console_window_s: float = Field(
         default=300.0, gt=0, le=3600, description="console: queue wait and TTFT percentiles over this recent window"

@@ -127,5 +127,6 @@ class GatewayState:
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
         await self.upstream.aclose()
+        await self.console.aclose()
         await self.http.aclose()
         await self.redis.aclose()

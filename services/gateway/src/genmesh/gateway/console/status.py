@@ -1,11 +1,14 @@
-"""The console's status: computed once per interval per replica, shared by every viewer.
+"""The console's status: computed once per interval per replica while a console is open, shared by every viewer.
 
-Each interval this replica publishes its own activity (``activity.py``) and reads the shared
-picture from Redis: every live replica's activity, the queues by priority, the slot leases per
-upstream, the API keys' windows, and the charts' history, to which it appends one sample unless
-another replica already did in this interval (``SAMPLE`` in ``lua_scripts.py``). The engines'
-metrics are read over HTTP. Viewers get the last snapshot, so a hundred open consoles cost what
-one does. Redis away: the snapshot says so (``redis.ok`` false) and keeps what this replica knows.
+Nobody watching, nothing computed: the loop only checks, once per interval, whether a console is
+open on another replica (``console_viewed`` in Redis, set by the replica serving it). While one is
+open, every replica publishes its own activity (``activity.py``) each interval, and the replica
+serving the console reads the shared picture from Redis: every live replica's activity, the queues
+by priority, the slot leases per upstream, the API keys' windows, and the charts' history, to which
+it appends one sample unless another replica already did in this interval (``SAMPLE`` in
+``lua_scripts.py``). The engines' metrics are read over HTTP. Viewers get the last snapshot, so a
+hundred open consoles cost what one does. Redis away: the snapshot says so (``redis.ok`` false) and
+keeps what this replica knows.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import orjson
 from redis.exceptions import RedisError
 
@@ -33,6 +37,7 @@ log = logging.getLogger("genmesh.gateway.console")
 SCHEMA_VERSION = 1
 MAX_WAITING_LISTED = 200  # per replica: waiting requests published with tenant and age
 RECENT_BATCHES_PER_KEY = 3  # finished batches leave the active index: each listed key's latest stay in view
+FULL_HISTORY_EVERY = 60  # computations: the charts are read in full this often, else only their new samples
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -49,15 +54,79 @@ class StatusBoard:
         self.snapshot: dict[str, Any] = {"schema": SCHEMA_VERSION, "computed_at": None, "seq": 0}
         self.body = orjson.dumps(self.snapshot)  # the snapshot as served: serialized once, not per viewer
         self.computations = 0
+        self.viewed_at = -math.inf  # monotonic time of the last /console/status served here
+        self.watching = False  # the loop's state: computing for a viewer here
+        self._wake = asyncio.Event()  # a first view while not watching: compute now, not at the next tick
+        self._computed = asyncio.Event()  # set (and replaced) after each computation
+        self._history: dict[str, list[list[float | None]]] = {}  # the charts, read from Redis incrementally
+        self._history_ms = 0  # the time (ms, Redis's clock) of the newest sample read
+        self._session: aiohttp.ClientSession | None = None  # the engines' metrics, opened on first use
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def viewed(self) -> None:
+        """A viewer asked for the status: keep computing (and the other replicas publishing) a while."""
+        self.viewed_at = time.monotonic()
+        if not self.watching:
+            self._wake.set()
+
+    def fresh(self) -> bool:
+        at = self.snapshot.get("computed_at")
+        return at is not None and time.time() - at < 2 * self.settings.console_interval_s + 1
+
+    async def wait_fresh(self) -> None:
+        """A view after a quiet spell: wait (a bounded while) for the computation it woke."""
+        if not self.fresh():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._computed.wait(), max(2.0, self.settings.console_interval_s))
+
+    def watched(self) -> bool:
+        return time.monotonic() - self.viewed_at < self.settings.console_viewed_ttl_s
 
     async def run_forever(self) -> None:
         while True:
             started = time.monotonic()
+            self.watching = self.watched()
             try:
-                await self.refresh()
+                if self.watching:
+                    await self.refresh()
+                else:
+                    await self.publish_if_viewed()
             except Exception:  # the console must never take the gateway down
                 log.exception("console status failed")
-            await asyncio.sleep(max(0.05, self.settings.console_interval_s - (time.monotonic() - started)))
+            delay = max(0.05, self.settings.console_interval_s - (time.monotonic() - started))
+            if self.watching:
+                await asyncio.sleep(delay)
+            elif not self.watched():  # (else a view came meanwhile: compute at once)
+                self._wake.clear()  # a view here wakes the loop at once
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def publish_if_viewed(self) -> None:
+        """No console here: publish this replica's activity only while one is open on another replica."""
+        st = self.st
+        with contextlib.suppress(RedisError, OSError):
+            if await st.redis.exists(st.keyspace.console_viewed()):
+                async with st.redis.pipeline(transaction=False) as pipe:
+                    self._publish(pipe)
+                    await pipe.execute()
+        self._history, self._history_ms = {}, 0  # not followed meanwhile: read in full when viewed again
+
+    def _publish(self, pipe: Any) -> None:
+        st = self.st
+        mine = {
+            "at": time.time(),
+            "models": st.activity.snapshot(self.settings.console_window_s),
+            "waiting": self._waiting_here(),
+        }
+        replicas_key = st.keyspace.console_replicas()
+        pipe.hset(replicas_key, st.admission.gateway_id, orjson.dumps(mine))
+        pipe.pexpire(replicas_key, int(self._stale_s() * 1000) * 10)
+
+    def _stale_s(self) -> float:
+        return 3 * self.settings.console_interval_s + 2
 
     async def refresh(self) -> None:
         self.computations += 1
@@ -77,6 +146,7 @@ class StatusBoard:
             shared = await self._shared()
         except (RedisError, OSError) as exc:
             redis_ok, error = False, f"Redis unavailable: {type(exc).__name__}"
+            self._history, self._history_ms = {}, 0
         snap["redis"] = {"ok": redis_ok, "error": error, "location": self.settings.redis_location()}
         snap["replicas"] = shared.get("replicas", 1)
         snap["models"] = self._models(shared)
@@ -87,6 +157,8 @@ class StatusBoard:
         snap["compute_ms"] = round((time.time() - snap["computed_at"]) * 1000, 3)
         self.snapshot = snap
         self.body = orjson.dumps(snap)
+        done, self._computed = self._computed, asyncio.Event()
+        done.set()
 
     # -- what this replica knows ----------------------------------------------------------------
 
@@ -102,11 +174,13 @@ class StatusBoard:
     async def _engines(self) -> dict[tuple[str, str], dict[str, Any]]:
         pairs = [(m, u) for m, pool in self.st.pool.models.items() for u in pool]
         timeout = min(self.settings.health_timeout_s, self.settings.console_interval_s)
-        results = await asyncio.gather(
-            *(
-                engine_metrics.scrape(self.st.http, u.config.metrics_url or u.url + "/metrics", timeout)
-                for _, u in pairs
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
             )
+        session = self._session
+        results = await asyncio.gather(
+            *(engine_metrics.scrape(session, u.config.metrics_url or u.url + "/metrics", timeout) for _, u in pairs)
         )
         return {(m, u.name): r for (m, u), r in zip(pairs, results, strict=True)}
 
@@ -116,19 +190,14 @@ class StatusBoard:
         st = self.st
         ks = st.keyspace
         interval_ms = int(self.settings.console_interval_s * 1000)
-        mine = {
-            "at": time.time(),
-            "models": st.activity.snapshot(self.settings.console_window_s),
-            "waiting": self._waiting_here(),
-        }
         replicas_key = ks.console_replicas()
-        stale_s = 3 * self.settings.console_interval_s + 2
+        stale_s = self._stale_s()
         async with st.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(replicas_key, st.admission.gateway_id, orjson.dumps(mine))
-            pipe.pexpire(replicas_key, int(stale_s * 1000) * 10)
+            pipe.set(ks.console_viewed(), st.admission.gateway_id, px=int(self.settings.console_viewed_ttl_s * 1000))
+            self._publish(pipe)
             pipe.hgetall(replicas_key)
             await_results = await pipe.execute()
-        raw_replicas: dict[Any, Any] = await_results[2]
+        raw_replicas: dict[Any, Any] = await_results[-1]
         replicas: list[dict[str, Any]] = []
         gone = []
         for rid, blob in raw_replicas.items():
@@ -146,24 +215,18 @@ class StatusBoard:
         batches = await self._batches(keys)
         totals = self._aggregate(replicas)
         depth_all = sum(depths.values())
+        ttfts = [x for m in totals.values() for x in m["ttfts"]]
         sample = [
             depth_all,
             round(sum(m["tokens_per_s"] for m in totals.values()), 3),
-            _arg(percentile([x for m in totals.values() for x in m["ttfts"]], 0.5)),
-            _arg(percentile([x for m in totals.values() for x in m["ttfts"]], 0.99)),
+            _arg(percentile(ttfts, 0.5)),
+            _arg(percentile(ttfts, 0.99)),
             round(sum(m["rate_429"] for m in totals.values()), 3),
             round(sum(m["rate_5xx"] for m in totals.values()), 3),
         ]
         history_keys = ks.console_history()
         horizon_ms = int(self.settings.console_history_s * 1000)
         await st.scripts.sample(keys=history_keys, args=[int(interval_ms * 0.8), horizon_ms, *sample])
-        async with st.redis.pipeline(transaction=False) as pipe:
-            for key in history_keys:
-                pipe.zrange(key, 0, -1)
-            series = await pipe.execute()
-        history = {
-            name: [_point(m) for m in members] for name, members in zip(CONSOLE_HISTORY_SERIES, series, strict=True)
-        }
         return {
             "replicas": len(replicas),
             "totals": totals,
@@ -172,8 +235,34 @@ class StatusBoard:
             "in_flight": in_flight,
             "keys": keys,
             "batches": batches,
-            "history": history,
+            "history": await self._read_history(history_keys, horizon_ms),
         }
+
+    async def _read_history(self, history_keys: list[str], horizon_ms: int) -> dict[str, list[list[float | None]]]:
+        """The charts: in full on the first computation (and every ``FULL_HISTORY_EVERY``), then only the
+        samples newer than the last one read, kept here and trimmed to the horizon as Redis trims them."""
+        st = self.st
+        full = not self._history or self.computations % FULL_HISTORY_EVERY == 0
+        since = "-inf" if full else f"({self._history_ms}"
+        async with st.redis.pipeline(transaction=False) as pipe:
+            for key in history_keys:
+                pipe.zrangebyscore(key, since, "+inf")
+            series = await pipe.execute()
+        history = {} if full else self._history
+        if full:
+            self._history_ms = 0
+        for name, members in zip(CONSOLE_HISTORY_SERIES, series, strict=True):
+            points = history.setdefault(name, [])
+            for member in members:
+                ms, _, value = text(member).partition(":")
+                self._history_ms = max(self._history_ms, int(ms))
+                points.append([int(ms) / 1000, float(value) if value else None])
+        horizon = time.time() - horizon_ms / 1000
+        for points in history.values():
+            cut = next((i for i, p in enumerate(points) if p[0] is not None and p[0] >= horizon), len(points))
+            del points[:cut]
+        self._history = history
+        return {name: list(points) for name, points in history.items()}  # the snapshot's own: these grow
 
     @staticmethod
     def _aggregate(replicas: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -369,8 +458,3 @@ def _int(value: Any) -> int | None:
 
 def _arg(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
-
-
-def _point(member: bytes | str) -> list[float | None]:
-    ms, _, value = text(member).partition(":")
-    return [int(ms) / 1000, float(value) if value else None]

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
+from uuid import uuid4
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError
 
 from ..auth import check_admin
 from ..console import session
 from .common import gateway
+
+if TYPE_CHECKING:
+    from ..state import GatewayState
 
 router = APIRouter(prefix="/console")
 
@@ -34,6 +40,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",  # not no-referrer: that makes a browser send "Origin: null" on the login
     "Cache-Control": "no-store",
 }
+STATUS_PATH = "/console/status"
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 MAX_LOGIN_BYTES = 4096
 LOGIN_ERROR = '<p class="error" role="alert">That is not the admin key.</p>'
@@ -53,8 +60,8 @@ def _redirect(to: str, headers: dict[str, str] | None = None) -> Response:
     return Response(status_code=303, headers={**SECURITY_HEADERS, "Location": to, **(headers or {})})
 
 
-def _signed_in(request: Request) -> bool:
-    st = gateway(request)
+def _signed_in(request: Request, st: GatewayState | None = None) -> bool:
+    st = st or gateway(request)
     return not st.auth_required or session.valid(request.cookies.get(session.COOKIE), st.admin_key)
 
 
@@ -113,11 +120,26 @@ async def static(name: str) -> Response:
 
 @router.get("/status")
 async def console_status(request: Request) -> Response:
-    """The console's data (docs/console.md): the last snapshot, computed once per interval."""
-    st = gateway(request)
-    if st.auth_required and not _signed_in(request):
+    """The console's data (docs/console.md): the last snapshot, computed once per interval while viewed."""
+    return await _status(gateway(request), request)
+
+
+async def _status(st: GatewayState, request: Request) -> Response:
+    if st.auth_required and not _signed_in(request, st):
         try:
             check_admin(request.headers.get("authorization"), st.admin_key)
         except OpenAIError as err:
             return JSONResponse(err.body(), err.status, headers=SECURITY_HEADERS)
+    st.console.viewed()
+    await st.console.wait_fresh()  # the first view after a quiet spell: the computation it woke
     return Response(st.console.body, headers=SECURITY_HEADERS, media_type="application/json")
+
+
+async def serve_status(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:
+    """``GET /console/status`` as plain ASGI, before FastAPI (as the completion endpoints are): every open
+    console polls it each second, and FastAPI's routing and middleware cost twice the answer. It keeps
+    what a client sees of them: ``X-Request-ID`` echoed (or made), the same headers and errors."""
+    rid = next((v.decode("latin-1")[:128] for k, v in scope["headers"] if k == b"x-request-id"), "") or uuid4().hex
+    response = await _status(st, Request(scope, receive))
+    response.headers["x-request-id"] = rid
+    await response(scope, receive, send)
