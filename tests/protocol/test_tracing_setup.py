@@ -133,3 +133,14 @@ def test_a_full_span_queue_drops_with_a_count_not_a_warning_each(
     drops = [r for r in caplog.records if "dropping" in r.getMessage().lower()]
     assert len(drops) == 1, [r.getMessage() for r in drops]  # one line, not one per span
     assert "spans" in drops[0].getMessage()
+
+
+def test_dropped_spans_are_a_prometheus_counter_of_every_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from genmesh.protocol.server import tracing as tracing_module
+    from genmesh.protocol.server.metrics import Metrics
+
+    assert b"genmesh_tracing_dropped_spans_total 0.0" in Metrics().render()  # tracing off: none
+    monkeypatch.setattr(tracing_module, "_current", tracing_module.Tracing(processor=SimpleNamespace(dropped=7)))
+    assert b"genmesh_tracing_dropped_spans_total 7.0" in Metrics().render()

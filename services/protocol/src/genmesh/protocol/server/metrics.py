@@ -11,11 +11,15 @@ and ``GatewayMetrics().requests`` is that ``Counter``, made in the instance's re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
+
+from .tracing import tracing
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
@@ -60,11 +64,22 @@ def histogram(name: str, doc: str, *labels: str, buckets: Sequence[float]) -> Fa
     return Family(Histogram, name, doc, labels, buckets=tuple(buckets))
 
 
+class DroppedSpans(Collector):
+    """``genmesh_tracing_dropped_spans_total``: spans the process dropped because its export queue was
+    full (a slow or absent collector); read from the process's tracing when scraped."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        doc = "Trace spans dropped because the export queue was full (collector slow or down)"
+        yield CounterMetricFamily("genmesh_tracing_dropped_spans", doc, value=tracing().dropped_spans)
+
+
 class Metrics:
-    """The families declared on the subclass, made in a registry of this instance's own."""
+    """The families declared on the subclass, made in a registry of this instance's own, and the
+    process's dropped-spans counter."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.registry.register(DroppedSpans())
         for cls in reversed(type(self).__mro__):
             for attr, value in vars(cls).items():
                 if isinstance(value, Family):
