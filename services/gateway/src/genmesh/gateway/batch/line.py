@@ -1,6 +1,6 @@
 """One batch line sent through the interactive path: limits, admission, routing, relay, metering.
 
-The line is served by the same ``_Exchange`` (``routes/completions.py``) a client's request
+The line is served by the same ``Exchange`` (``routes/exchange.py``) a client's request
 gets, from inside the gateway: its reply is captured instead of sent, and its ticket has
 ``BATCH_PRIORITY``, a queue class after every interactive one, so a slot that frees goes to an
 interactive request first. What went wrong is sorted for the runner (``Outcome``): a reply (any
@@ -22,7 +22,7 @@ from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import root_span, set_status
 
 from ..auth import ApiKey
-from ..routes.completions import _Exchange
+from ..routes.exchange import Exchange
 from ..routes.responses import PATH as RESPONSES_PATH
 from ..routes.responses import ResponsesExchange
 from ..state import GatewayState
@@ -74,7 +74,7 @@ async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, reque
         await never.wait()
         return {"type": "http.disconnect"}
 
-    exchange = (ResponsesExchange if path == RESPONSES_PATH else _Exchange)(st, path, receive, capture.send, request_id)
+    exchange = (ResponsesExchange if path == RESPONSES_PATH else Exchange)(st, path, receive, capture.send, request_id)
     token = request_id_var.set(request_id)
     try:
         # a trace of its own per line (its root, never linked to a client's request); the upstream call's
