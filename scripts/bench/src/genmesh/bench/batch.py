@@ -28,7 +28,7 @@ from genmesh.engine.settings import DEFAULT_MODEL
 from .datasets import chat_batch
 from .load import Endpoint, measure
 from .render import say
-from .results import Result, describe, save
+from .results import Result, describe, percentile, save
 from .servers import MODEL_NAME, running_mesh
 
 AIMS = {"ttft_p50": 1.1, "ttft_p99": 1.25}  # interactive TTFT with the batch / alone, at most (issue 32)
@@ -86,6 +86,18 @@ def _ttft(result: Result) -> tuple[float, float]:
     return float(result["median_ttft_ms"] or 0.0), float(result["p99_ttft_ms"] or 0.0)
 
 
+def _spread(samples: list[float]) -> dict[str, float | None]:
+    return {"p50": percentile(samples, 50), "p99": percentile(samples, 99), "max": percentile(samples, 100)}
+
+
+def breakdown(result: Result) -> dict[str, dict[str, float | None]]:
+    """Where the TTFT went: the wait for a gateway slot (``x-queue-wait-ms``), and the rest (routing, the
+    microservice, the engine's own queue and the prefill), per request."""
+    waits = result["queue_waits_ms"]
+    rest = [t - w for t, w in zip(result["ttfts_ms"], waits, strict=True)] if len(waits) == len(result["ttfts_ms"]) else []
+    return {"slot_wait_ms": _spread(waits), "ttft_after_slot_ms": _spread(rest)}
+
+
 def run(args: argparse.Namespace) -> int:
     flags = ("--batch-slot-share", str(args.slot_share), "--batch-poll-interval-s", "0.2")
     with running_mesh(args.model, args.log_dir, gateway_slots=args.slots, gateway_flags=flags) as mesh:
@@ -134,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     summary["aims"] = AIMS
     summary |= {"batch_lines_per_s_with_interactive": during, "batch_lines_per_s_alone": batch_alone}
     summary["batch_throughput_share"] = during / batch_alone if batch_alone else None
+    summary["ttft_breakdown"] = {"alone": breakdown(alone), "with_batch": breakdown(mixed)}
     summary["steal_percent"] = {"alone": alone["steal_percent"], "with_batch": mixed["steal_percent"]}
     summary["validation_memory"] = memory
     summary["failed"] = {"alone": alone["failed"], "with_batch": mixed["failed"]}
