@@ -65,8 +65,11 @@ class _Capture:
             self.chunks.append(message.get("body", b""))
 
 
-async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, request_id: str) -> Outcome:
-    """Serve one line's ``body`` on ``path`` as key ``key``; the reply or the refusal."""
+async def send_line(
+    st: GatewayState, path: str, key: ApiKey, body: bytes, request_id: str, lease: str | None = None
+) -> Outcome:
+    """Serve one line's ``body`` on ``path`` as key ``key``; the reply or the refusal. ``lease``: the
+    line's batch slot lease id, its id in admission too (what preemption names)."""
     capture = _Capture()
     never = asyncio.Event()
 
@@ -82,7 +85,7 @@ async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, reque
         with root_span(f"batch line {path}", {"http.route": path, "genmesh.batch.line": True}) as span:
             exchange.span = span
             try:
-                await exchange.call(key, BATCH_PRIORITY, body)
+                await exchange.call(key, BATCH_PRIORITY, body, lease)
             except OpenAIError as err:
                 set_status(span, err.status)
                 retry = float(err.headers.get("Retry-After", "0") or 0)

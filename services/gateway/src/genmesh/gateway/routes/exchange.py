@@ -136,15 +136,16 @@ class Exchange:
             st.activity.finished(route_name, 500)
             await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
 
-    async def call(self, key: ApiKey, priority: int, raw: bytes) -> None:
+    async def call(self, key: ApiKey, priority: int, raw: bytes, ticket_id: str | None = None) -> None:
         """Serve a request made inside the gateway (a batch line, non-streaming) as ``run`` serves
         one from a client, after authentication: a refusal is raised (``OpenAIError``), the
-        reply goes to ``send``."""
+        reply goes to ``send``; ``ticket_id``: its id in admission (a batch line's lease id, so
+        that preemption finds the line holding a slot)."""
         body = decode_json_object(raw, self.st.settings.max_json_depth)
         route = route_of(self.st, body, self.path)
         if self.span is not None:
             self._annotate(body, route.name, priority, key.tenant, False)
-        await self._serve(key, route, priority, raw, body, False)
+        await self._serve(key, route, priority, raw, body, False, ticket_id=ticket_id)
 
     def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
         assert self.span is not None
@@ -192,9 +193,11 @@ class Exchange:
         body: dict[str, Any],
         stream: bool,
         admit_by: float | None = None,
+        ticket_id: str | None = None,
     ) -> None:
         st = self.st
-        ticket = Ticket(id=uuid.uuid4().hex, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
+        tid = ticket_id or uuid.uuid4().hex
+        ticket = Ticket(id=tid, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
         started = time.monotonic()
         try:
             await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
