@@ -341,10 +341,14 @@ def test_a_responses_batch_and_a_completions_batch(gateway: Any) -> None:
         assert kinds == ({"response"} if endpoint == "/v1/responses" else {"text_completion"})
 
 
-def test_an_interactive_request_preempts_a_batch_line_holding_its_slot(start_gateway: Any, engine_url: str) -> None:
-    # two slots, both held by long batch lines: an interactive request aborts the youngest and takes its slot
+@pytest.mark.parametrize("preempt", [True, False], ids=["preempt", "no-preempt"])
+def test_an_interactive_request_preempts_a_batch_line_holding_its_slot(
+    start_gateway: Any, engine_url: str, preempt: bool
+) -> None:
+    # two slots, both held by long batch lines: an interactive request aborts the youngest and takes its
+    # slot; with --no-batch-preempt it waits for a line to end
     flags = (*BATCH_FLAGS, "--batch-concurrency", "2", "--batch-slot-share", "1")
-    gw = start_gateway(_models(engine_url, slots=2), *flags)
+    gw = start_gateway(_models(engine_url, slots=2), *flags, "--batch-preempt" if preempt else "--no-batch-preempt")
     sdk = client(gw.url)
     ids = [f"p{i}" for i in range(4)]
     batch = submit(sdk, [chat_line(i, max_tokens=384, ignore_eos=True) for i in ids])
@@ -356,9 +360,14 @@ def test_an_interactive_request_preempts_a_batch_line_holding_its_slot(start_gat
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
     r = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
-    # served while both batch lines still had hundreds of tokens to go: it took a preempted line's slot
-    assert sdk.batches.retrieve(batch.id).request_counts.completed == 0
-    assert counter(_metrics(gw.url), "genmesh_gateway_batch_preemptions_total", model=MODEL_NAME) >= 1
+    preempted = counter(_metrics(gw.url), "genmesh_gateway_batch_preemptions_total", model=MODEL_NAME)
+    finished = sdk.batches.retrieve(batch.id).request_counts.completed
+    if preempt:  # served while both lines still had hundreds of tokens to go: it took a preempted line's slot
+        assert finished == 0
+        assert preempted >= 1
+    else:  # it waited for a line to end
+        assert finished >= 1
+        assert preempted == 0
     done = wait_for(sdk, batch.id, 240)
     assert done.status == "completed", done
     assert (done.request_counts.completed, done.request_counts.failed) == (4, 0)
