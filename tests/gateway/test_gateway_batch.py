@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletion
 
 from support.aof_redis import AofRedis
 from support.batches import chat_line, client, create_key, jsonl, read_lines, submit, usage, wait_done, wait_for
-from support.gateway_helpers import ADMIN_KEY, RedisServer, counter, private_redis
+from support.gateway_helpers import ADMIN_KEY, RedisServer, counter, private_redis, upstream_name
 from support.servers import MODEL_NAME
 
 
@@ -339,3 +339,38 @@ def test_a_responses_batch_and_a_completions_batch(gateway: Any) -> None:
         assert sorted(o["custom_id"] for o in out) == ["x0", "x1", "x2"]
         kinds = {o["response"]["body"]["object"] for o in out}
         assert kinds == ({"response"} if endpoint == "/v1/responses" else {"text_completion"})
+
+
+@pytest.mark.parametrize("preempt", [True, False], ids=["preempt", "no-preempt"])
+def test_an_interactive_request_preempts_a_batch_line_holding_its_slot(
+    start_gateway: Any, engine_url: str, preempt: bool
+) -> None:
+    # two slots, both held by long batch lines: an interactive request aborts the youngest and takes its
+    # slot; with --no-batch-preempt it waits for a line to end
+    flags = (*BATCH_FLAGS, "--batch-concurrency", "2", "--batch-slot-share", "1")
+    gw = start_gateway(_models(engine_url, slots=2), *flags, "--batch-preempt" if preempt else "--no-batch-preempt")
+    sdk = client(gw.url)
+    ids = [f"p{i}" for i in range(4)]
+    batch = submit(sdk, [chat_line(i, max_tokens=384, ignore_eos=True) for i in ids])
+    until_metric(gw.url, "genmesh_gateway_batch_lines_running", 2)
+    deadline, upstream = time.monotonic() + 60, upstream_name(engine_url)
+    while counter(_metrics(gw.url), "genmesh_gateway_upstream_in_flight", model=MODEL_NAME, upstream=upstream) < 2:
+        assert time.monotonic() < deadline, "the batch lines never held both slots"
+        time.sleep(0.05)
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
+    r = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    preempted = counter(_metrics(gw.url), "genmesh_gateway_batch_preemptions_total", model=MODEL_NAME)
+    finished = sdk.batches.retrieve(batch.id).request_counts.completed
+    if preempt:  # served while both lines still had hundreds of tokens to go: it took a preempted line's slot
+        assert finished == 0
+        assert preempted >= 1
+    else:  # it waited for a line to end
+        assert finished >= 1
+        assert preempted == 0
+    done = wait_for(sdk, batch.id, 240)
+    assert done.status == "completed", done
+    assert (done.request_counts.completed, done.request_counts.failed) == (4, 0)
+    out = read_lines(sdk, done.output_file_id)
+    _exactly_once(out, ids)  # the preempted line ran again from the start, and is written once
+    assert all(o["response"]["body"]["usage"]["completion_tokens"] == 384 for o in out)

@@ -90,6 +90,8 @@ async def send(client: aiohttp.ClientSession, endpoint: Endpoint, req: RequestSp
         nonlocal answered
         async with via.post(endpoint.path, json=endpoint.body(req)) as resp:
             answered = True
+            if (waited := resp.headers.get("x-queue-wait-ms", "")).isdigit():
+                out.queue_wait_s = int(waited) / 1000.0
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
             if endpoint.stream:

@@ -35,6 +35,7 @@ class RequestOutput:
     itl_s: list[float] = field(default_factory=list)
     e2e_s: float = 0.0
     error: str | None = None
+    queue_wait_s: float | None = None  # the genmesh gateway's x-queue-wait-ms (its wait for a slot), when sent
 
     @property
     def tpot_s(self) -> float | None:
@@ -190,6 +191,7 @@ def make_result(
         "tpot": [t * 1000.0 for o in ok if (t := o.tpot_s) is not None],
         "itl": [gap * 1000.0 for o in ok for gap in o.itl_s],
         "e2el": [o.e2e_s * 1000.0 for o in ok],
+        "queue_wait": [o.queue_wait_s * 1000.0 for o in ok if o.queue_wait_s is not None],
     }
     result: Result = {"label": label, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(settings or {})}
     result |= {"completed": done, "failed": len(load.outputs) - len(ok), "duration_s": load.duration_s}
@@ -209,7 +211,7 @@ def make_result(
     result["errors"] = [o.error for o in load.outputs if o.error is not None][:20]
     result |= {"health_polls": len(health_ms), "health_failures": load.health_failures}
     result |= {f"health_{p}_ms": percentile(health_ms, q) for p, q in (("p50", 50), ("p99", 99), ("max", 100))}
-    result |= {f"{name}s_ms": samples_ms[name] for name in ("ttft", "tpot", "e2el")}
+    result |= {f"{name}s_ms": samples_ms[name] for name in ("ttft", "tpot", "e2el", "queue_wait")}
     return result | {"output_lens": [o.output_tokens for o in ok], "input_lens": [o.prompt_tokens for o in ok]}
 
 

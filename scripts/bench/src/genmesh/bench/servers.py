@@ -119,11 +119,24 @@ def start_gateway(
         raise FileNotFoundError("redis-server not found: run 'make redis' (scripts/ensure_redis.sh install)")
     argv = [binary, "--port", PORT, "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
     redis = stack.enter_context(start("redis", argv, log_dir / f"{prefix}redis.log", 30.0, None))
-    config = tmp / f"{prefix}gateway.yaml"
-    config.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
-    argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis.url]
+    config = gateway_config(tmp / f"{prefix}gateway.yaml", model, upstream)
+    return gateway_on(stack, redis.url, config, log_dir / f"{prefix}gateway.log", extra, **env), redis
+
+
+def gateway_config(path: Path, model: str, upstream: dict[str, Any]) -> Path:
+    """A gateway's routing config at ``path``: ``model`` on ``upstream``."""
+    path.write_text(yaml.safe_dump({"models": {model: {"upstreams": [upstream], "max_queue_length": 100000}}}))
+    return path
+
+
+def gateway_on(
+    stack: ExitStack, redis_url: str, config: Path, log_path: Path, extra: Sequence[str] = (), **env: str
+) -> ManagedServer:
+    """A gateway (auth off) on the Redis at ``redis_url`` (another replica, when one runs there already)
+    with the routing ``config``; stopped by ``stack``."""
+    argv = [sys.executable, "-m", "genmesh.gateway", "--config", str(config), "--port", PORT, "--redis-url", redis_url]
     argv += ["--auth", "off", "--log-level", "warning", *extra]
-    return stack.enter_context(start("gateway", argv, log_dir / f"{prefix}gateway.log", 60.0, "/ready", **env)), redis
+    return stack.enter_context(start("gateway", argv, log_path, 60.0, "/ready", **env))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The grant listener: this process's waiting requests, woken by the grants published in Redis.
 
 Whoever frees a slot grants it to the head of the queue and publishes ``<id>|<upstream>`` on
-the model's channel; the listener resolves that request's future at once. A future resolved
-with ``RECHECK`` tells its request to read its state from Redis instead (after a reconnect, or
+the model's channel; the listener resolves that request's future at once (``!<lease id>`` on it
+preempts a batch line: ``on_preempt``, the batch runner, aborts it if it runs here). A future
+resolved with ``RECHECK`` tells its request to read its state from Redis instead (after a reconnect, or
 when a renewal found its entry lost). Revocations of API keys come on a channel of their own.
 """
 
@@ -38,6 +39,7 @@ class GrantListener:
         self.on_revoked = on_revoked
         self.waiting: dict[str, asyncio.Future[int]] = {}
         self.listening = False
+        self.on_preempt: Callable[[str], None] | None = None  # set by the batch runner
 
     def future(self, rid: str) -> asyncio.Future[int]:
         """The future ``rid`` waits on: a fresh one when none is pending."""
@@ -65,6 +67,10 @@ class GrantListener:
             self.revocations
         ):
             self.on_revoked(text)
+            return
+        if text.startswith("!"):
+            if self.on_preempt is not None:
+                self.on_preempt(text[1:])
             return
         rid, _, idx = text.rpartition("|")
         self.resolve(rid, int(idx) - 1)

@@ -252,6 +252,33 @@ return {epoch, n, lost}
 """
 )
 
+# An interactive request that waits for a slot while batch lines hold slots (queue.py, with
+# --batch-preempt): the youngest batch line holding a slot (the largest lease id: ids begin with
+# their take time) is preempted: its batch slot is dropped here and '!<lease id>' is published on
+# the model's channel, for the runner that runs it to abort the line and put it back (runner.py).
+# KEYS = the model's keys, then its batch ZSET; ARGV[8] = the waiting request's id
+# -> the preempted line's lease id | '' (the request no longer waits, a slot is free, or no batch
+#    line holds a slot)
+PREEMPT_BATCH = (
+    _PRELUDE
+    + """
+local st = redis.call('HGET', W, ARGV[8])
+if not st or string.sub(st, 1, 2) ~= 'q|' then return '' end
+if pick() then return '' end
+local B = KEYS[#KEYS]
+redis.call('ZREMRANGEBYSCORE', B, '-inf', now)
+local best = nil
+for _, m in ipairs(redis.call('ZRANGE', B, 0, -1)) do
+  local s = redis.call('HGET', W, m)
+  if s and string.sub(s, 1, 2) == 'g|' and (best == nil or m > best) then best = m end
+end
+if not best then return '' end
+redis.call('ZREM', B, best)
+redis.call('PUBLISH', channel, '!' .. best)
+return best
+"""
+)
+
 # Sweep expired leases and dead waiters, then hand free capacity to waiters.
 # -> {reclaimed waiters, woken}
 RECLAIM = (
@@ -537,6 +564,7 @@ class Scripts:
     finish_batch: AsyncScript
     take_batch_slot: AsyncScript
     renew_batch_slots: AsyncScript
+    preempt_batch: AsyncScript
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
@@ -562,4 +590,5 @@ class Scripts:
             finish_batch=redis.register_script(FINISH_BATCH),
             take_batch_slot=redis.register_script(TAKE_BATCH_SLOT),
             renew_batch_slots=redis.register_script(RENEW_BATCH_SLOTS),
+            preempt_batch=redis.register_script(PREEMPT_BATCH),
         )

@@ -76,6 +76,11 @@ class GatewayMetrics(Metrics):
     batch_lines = counter(
         "genmesh_gateway_batch_lines", "Batch lines this replica finished: completed or failed", "model", "outcome"
     )
+    batch_preemptions = counter(
+        "genmesh_gateway_batch_preemptions",
+        "Batch lines aborted (and put back) to give their slot to a waiting interactive request",
+        "model",
+    )
     batch_running = gauge(
         "genmesh_gateway_batch_lines_running", "Batch lines holding a batch slot of the model (all replicas)", "model"
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 import uuid
@@ -29,7 +30,7 @@ from .grants import RECHECK, GrantListener
 from .redis_keys import ModelKeys
 from .settings import GatewaySettings
 from .store import Store, StoreUnavailable, text
-from .tickets import BATCH_CLASS, NoUpstream, QueueFull, QueueTimeout, Ticket
+from .tickets import BATCH_CLASS, BATCH_PRIORITY, NoUpstream, QueueFull, QueueTimeout, Ticket
 from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway.queue")
@@ -159,16 +160,28 @@ class Admission:
         return None
 
     async def _wait(self, ticket: Ticket, deadline: float, exclude: frozenset[int]) -> int:
+        # an interactive request preempts a batch line once it has waited batch_preempt_after_s, and
+        # again at each safety re-check while it still waits (each preemption frees one slot)
+        preempts = self.settings.batch_preempt and ticket.priority != BATCH_PRIORITY
+        preempt_at = time.monotonic() + self.settings.batch_preempt_after_s if preempts else math.inf
+        recheck_at = time.monotonic() + self.settings.recheck_interval_s * random.uniform(0.8, 1.2)
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 raise QueueTimeout(f"waited {ticket.route.max_queue_wait_s:g}s in the queue for a slot")
             fut = self.grants.future(ticket.id)
-            timeout = min(remaining, self.settings.recheck_interval_s * random.uniform(0.8, 1.2))
+            if now >= preempt_at:
+                await self._preempt(ticket)  # a grant meanwhile resolves ``fut``: the wait below returns at once
+                preempt_at = now + max(self.settings.batch_preempt_after_s, self.settings.recheck_interval_s)
+            timeout = max(0.0, min(remaining, recheck_at - now, preempt_at - now))
             done, _ = await asyncio.wait({fut}, timeout=timeout)
             if done and fut.result() != RECHECK:
                 self.grants.forget(ticket.id)
                 return fut.result()
+            if not done and time.monotonic() < recheck_at:
+                continue  # woken to preempt, not to re-check
+            recheck_at = time.monotonic() + self.settings.recheck_interval_s * random.uniform(0.8, 1.2)
             state = await self._state(ticket)
             if state is not None and state.startswith("g|"):
                 self.grants.forget(ticket.id)
@@ -179,6 +192,20 @@ class Admission:
                     granted = await self._admit(ticket, exclude, front=True)
                     if granted is not None:
                         return granted
+
+    async def _preempt(self, ticket: Ticket) -> None:
+        """Abort the youngest batch line holding one of the model's slots, if any, so that its slot
+        comes to the queue's head (``PREEMPT_BATCH``; the runner running it puts the line back)."""
+        route = ticket.route
+        try:
+            got = await self._run(
+                self.store.scripts.preempt_batch, route, ticket.id, extra_keys=[self.keys[route.name].batch]
+            )
+        except StoreUnavailable:
+            return
+        if got:
+            self.store.metrics.batch_preemptions.labels(route.name).inc()
+            log.info("request %s preempted batch line %s", ticket.id, text(got))
 
     async def _state(self, ticket: Ticket) -> str | None:
         """``g|i``, ``q|...``, ``""`` when Redis knows nothing of it, ``None`` when Redis is down."""

@@ -120,6 +120,14 @@ class GatewaySettings(ServiceSettings):
     batch_slot_share: float = Field(
         default=0.5, gt=0, le=1, description="share of each model's slots that batch lines may hold (all replicas)"
     )
+    batch_preempt: bool = Field(
+        default=True,
+        description="an interactive request that finds no free slot while batch lines hold slots aborts the "
+        "youngest batch line and takes its slot (the line runs again later); off: it waits for a slot to free",
+    )
+    batch_preempt_after_s: float = Field(
+        default=0.0, ge=0, description="how long an interactive request waits for a slot before it preempts"
+    )
     batch_concurrency: int = Field(default=8, ge=1, description="batch lines this replica's runner runs at once")
     batch_lease_ttl_s: float = Field(
         default=30.0, gt=0, description="lease of a claimed batch line; a dead replica's lines run again after it"

@@ -1,6 +1,6 @@
 """One batch line sent through the interactive path: limits, admission, routing, relay, metering.
 
-The line is served by the same ``_Exchange`` (``routes/completions.py``) a client's request
+The line is served by the same ``Exchange`` (``routes/exchange.py``) a client's request
 gets, from inside the gateway: its reply is captured instead of sent, and its ticket has
 ``BATCH_PRIORITY``, a queue class after every interactive one, so a slot that frees goes to an
 interactive request first. What went wrong is sorted for the runner (``Outcome``): a reply (any
@@ -22,7 +22,7 @@ from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import root_span, set_status
 
 from ..auth import ApiKey
-from ..routes.completions import _Exchange
+from ..routes.exchange import Exchange
 from ..routes.responses import PATH as RESPONSES_PATH
 from ..routes.responses import ResponsesExchange
 from ..state import GatewayState
@@ -65,8 +65,11 @@ class _Capture:
             self.chunks.append(message.get("body", b""))
 
 
-async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, request_id: str) -> Outcome:
-    """Serve one line's ``body`` on ``path`` as key ``key``; the reply or the refusal."""
+async def send_line(
+    st: GatewayState, path: str, key: ApiKey, body: bytes, request_id: str, lease: str | None = None
+) -> Outcome:
+    """Serve one line's ``body`` on ``path`` as key ``key``; the reply or the refusal. ``lease``: the
+    line's batch slot lease id, its id in admission too (what preemption names)."""
     capture = _Capture()
     never = asyncio.Event()
 
@@ -74,7 +77,7 @@ async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, reque
         await never.wait()
         return {"type": "http.disconnect"}
 
-    exchange = (ResponsesExchange if path == RESPONSES_PATH else _Exchange)(st, path, receive, capture.send, request_id)
+    exchange = (ResponsesExchange if path == RESPONSES_PATH else Exchange)(st, path, receive, capture.send, request_id)
     token = request_id_var.set(request_id)
     try:
         # a trace of its own per line (its root, never linked to a client's request); the upstream call's
@@ -82,7 +85,7 @@ async def send_line(st: GatewayState, path: str, key: ApiKey, body: bytes, reque
         with root_span(f"batch line {path}", {"http.route": path, "genmesh.batch.line": True}) as span:
             exchange.trace(span)
             try:
-                await exchange.call(key, BATCH_PRIORITY, body)
+                await exchange.call(key, BATCH_PRIORITY, body, lease)
             except OpenAIError as err:
                 set_status(span, err.status)
                 retry = float(err.headers.get("Retry-After", "0") or 0)

@@ -15,9 +15,13 @@ written once (``LINE_DONE``): when a line ran twice (its first runner was only s
 result changes nothing, so each ``custom_id`` is in the output or the error file exactly once.
 
 Interactive first: batch lines wait in the admission queue in a class after every interactive
-one, and hold at most their share of slots; a batch line holding a slot is never aborted (its
-work would be lost and redone) -- an interactive request that finds no free slot waits for the
-next slot to free, and gets it before any batch line.
+one, and hold at most their share of slots. With ``batch_preempt`` (the default), an interactive
+request that finds no free slot (after ``batch_preempt_after_s``) preempts the youngest batch line
+holding one (``queue.py``, ``PREEMPT_BATCH``): the runner running it gets ``!<lease id>`` on the
+model's channel, cancels the line's request (its slot is released and goes to the waiting request
+first; the engine aborts it) and puts the line back in front of its batch, to run again from the
+start. Its result was never written, so it is still written once. Without preemption an
+interactive request waits for the next slot to free, and gets it before any batch line.
 """
 
 from __future__ import annotations
@@ -48,14 +52,21 @@ ORPHAN_GRACE_S = 60.0  # an active entry without its batch is dropped only when 
 MAX_WAIT_S = 5.0  # longest pause between tries of a line that must wait (limits, queue, slots)
 
 
+def _lease_id() -> str:
+    """A batch slot's lease id: its take time first, so the largest id is the youngest line."""
+    return f"{time.time_ns() // 1_000_000:013d}{uuid.uuid4().hex}"
+
+
 @dataclass
 class _Line:
     owner: str
     batch_id: str
     idx: int
     model: str = "-"
-    slot: str = field(default_factory=lambda: uuid.uuid4().hex)
+    slot: str = field(default_factory=_lease_id)  # its batch slot's lease id, its admission ticket id too
     has_slot: bool = False
+    call: asyncio.Future[Outcome] | None = None  # its request, while one is under way
+    preempted: bool = False
 
 
 class BatchRunner:
@@ -68,6 +79,7 @@ class BatchRunner:
         self.wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._next = 0  # round robin over the batches with lines to lend
+        st.admission.grants.on_preempt = self.preempt
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -213,7 +225,9 @@ class BatchRunner:
         attempts = 0
         while True:
             rid = f"{line.batch_id}-{line.idx}-{uuid.uuid4().hex[:8]}"
-            outcome = await send_line(self.st, path, key, body_bytes, rid)
+            outcome = await self._send(line, path, key, body_bytes, rid)
+            if outcome is None:  # preempted: it runs again from the start
+                return None
             if outcome.wait or (outcome.transient and attempts + 1 < self.settings.batch_max_attempts):
                 attempts += 0 if outcome.wait else 1
                 if not self._in_progress(line):
@@ -222,6 +236,32 @@ class BatchRunner:
                 continue
             kind = "o" if 200 <= outcome.status < 300 else "e"
             return kind, output_line(custom_id, outcome.status, rid, outcome.body)
+
+    async def _send(self, line: _Line, path: str, key: ApiKey, body: bytes, rid: str) -> Outcome | None:
+        """The line's request, in a task of its own that ``preempt`` may cancel; None when it did."""
+        line.call = asyncio.ensure_future(send_line(self.st, path, key, body, rid, line.slot))
+        try:
+            return await line.call
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if line.preempted and task is not None and not task.cancelling():
+                return None
+            raise
+        finally:
+            line.call = None
+
+    def preempt(self, lease: str) -> None:
+        """``lease``'s line, if it runs here, gives its slot to a waiting interactive request: its
+        request is cancelled (the slot is released, the upstream connection closed so the engine
+        aborts), and the line goes back to its batch (``_run``)."""
+        for line in self.running.values():
+            if line.slot == lease:
+                line.has_slot = False  # PREEMPT_BATCH dropped the batch slot already
+                if line.call is not None and not line.call.done():
+                    line.preempted = True
+                    line.call.cancel()
+                    log.info("batch %s line %d preempted by an interactive request", line.batch_id, line.idx)
+                return
 
     def _pause(self, outcome: Outcome) -> float:
         base = outcome.retry_after_s or 1.0

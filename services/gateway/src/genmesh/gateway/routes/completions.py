@@ -4,85 +4,40 @@ Bodies pass through untouched (OPEA string ``messages`` included); the gateway r
 ``model`` and ``stream``. A model's ``kind`` (config.py) says which endpoints serve it: a chat
 request to an embedding model, or the reverse, is a 400 naming ``model``. Embeddings are queued,
 limited (their input tokens count against the key's tokens per minute) and metered as chat is, on
-their model's own slots. Flow: authenticate -> per-key limits -> slot lease (maybe after waiting
-in Redis) -> upstream (a connect failure is retried on another upstream: ``dispatch.py``) -> relay
--> release.
+their model's own slots. Flow (``exchange.py``): authenticate -> per-key limits -> slot lease (maybe
+after waiting in Redis) -> upstream (a connect failure is retried on another upstream:
+``dispatch.py``) -> relay -> release.
 
 These two endpoints do not go through FastAPI's routing, middleware stack and
 ``StreamingResponse`` (an anyio task group per response): on a 2-core machine that machinery
 cost more than everything else the gateway does per request. One watcher task per request reads
 the ASGI ``receive`` channel; when the client goes it cancels the request's task, wherever it is
-(queued, connecting, relaying), and the clean-up below releases the slot and closes the upstream
-connection so that the engine aborts.
+(queued, connecting, relaying), and the clean-up releases the slot and closes the upstream
+connection so that the engine aborts (``exchange.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 import uuid
-from collections.abc import AsyncGenerator
-from typing import Any
 
-import orjson
-from opentelemetry.trace import Span, StatusCode
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
-from genmesh.protocol.server.http_server import too_large
-from genmesh.protocol.server.inputs import decode_json_object
+from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
-from genmesh.protocol.server.tracing import (
-    request_attributes,
-    server_span,
-    trace_headers,
-    tracing,
-    usage_attributes,
-)
-from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
+from genmesh.protocol.server.tracing import server_span
 
-from .. import failover
-from ..affinity import prefix_of
-from ..auth import ApiKey, resolve_priority
-from ..config import ModelRoute
-from ..replies import bad_gateway, prepare_body, response_headers
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import Ticket
-from ..upstreams import Upstream
-from .common import ClientGone, admission_error, authenticate
-from .dispatch import connect, relay_from, reply_deadline
+from .exchange import EMBEDDINGS_PATH, Exchange
 
-log = logging.getLogger("genmesh.gateway.http")
-
-EMBEDDINGS_PATH = "/v1/embeddings"
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH))
-_JSON = (b"content-type", b"application/json")
-
-
-def _route(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
-    kind = "embeddings" if path == EMBEDDINGS_PATH else "chat"
-    model = body.get("model")
-    route = st.config.route(model) if isinstance(model, str) else None
-    if route is not None:
-        if route.kind != kind:
-            use = "/v1/embeddings" if route.kind == "embeddings" else "/v1/chat/completions"
-            raise invalid_request(
-                f"model '{route.name}' is a {route.kind} model: use {use}", param="model", code="model_not_supported"
-            )
-        return route
-    of_kind = [r for r in st.config.models.values() if r.kind == kind]
-    if len(of_kind) == 1 and (model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))):
-        return of_kind[0]  # OPEA clients may leave the model out
-    raise model_not_found(str(model))
+__all__ = ["EMBEDDINGS_PATH", "PATHS", "serve"]
 
 
 async def serve(
-    st: GatewayState, scope: Scope, receive: Receive, send: Send, exchange: type[_Exchange] | None = None
+    st: GatewayState, scope: Scope, receive: Receive, send: Send, exchange: type[Exchange] | None = None
 ) -> None:
     """Serve one completion request (``scope["path"]`` is one of ``PATHS``; ``exchange``: the
-    ``_Exchange`` subclass of another endpoint on this path, ``/v1/responses``)."""
+    ``Exchange`` subclass of another endpoint on this path, ``/v1/responses``)."""
     authorization = priority_header = rid = None
     for k, v in scope["headers"]:
         if k == b"authorization":
@@ -96,10 +51,10 @@ async def serve(
     try:
         if scope["method"] != "POST":
             err = OpenAIError("Method Not Allowed", status=405, type="invalid_request_error")
-            await _Exchange(st, scope["path"], receive, send, rid).send_error(err)
+            await Exchange(st, scope["path"], receive, send, rid).send_error(err)
             return
         with server_span("POST", scope["path"], scope["headers"]) as root:
-            ex = (exchange or _Exchange)(st, scope["path"], receive, send, rid)
+            ex = (exchange or Exchange)(st, scope["path"], receive, send, rid)
             ex.trace(root)
             try:
                 await ex.run(authorization, priority_header)
@@ -107,367 +62,3 @@ async def serve(
                 ex.end_trace()
     finally:
         request_id_var.reset(token)
-
-
-class _Exchange:
-    """One request's way through the gateway."""
-
-    def __init__(self, st: GatewayState, path: str, receive: Receive, send: Send, rid: str) -> None:
-        self.st = st
-        self.path = path
-        self.receive = receive
-        self._send = send
-        self.rid = rid
-        self.rid_header = (b"x-request-id", rid.encode("latin-1"))
-        self.started = time.monotonic()
-        self.first_output: float | None = None  # a stream's first relayed chunk: its time to first token
-        self.response_started = False
-        self.finished = False  # the last body message is about to go: a disconnect now is the normal end
-        self.gone = False
-        self.leg: tuple[UpstreamResponse | None, Upstream | None] = (None, None)  # the upstream relaying now
-        # tracing (trace): the request's span, its attributes gathered here and set once at its end (one
-        # lock and one pass in the SDK), and the headers that carry its context to the upstream
-        self.span: Span | None = None
-        self.traced: dict[str, Any] | None = None  # None: not traced, or not sampled
-        self.own_headers = [self.rid_header]
-        self.limits_done = self.started  # when the key's limits let it on to the queue
-
-    def trace(self, span: Span | None) -> None:
-        """Trace the request in ``span`` (its SERVER span, or a batch line's root; None: tracing off)."""
-        self.span = span
-        if span is not None:
-            self.own_headers = [self.rid_header, *trace_headers(span)]
-            if span.is_recording():
-                self.traced = {}
-
-    def end_trace(self) -> None:
-        """The gathered attributes onto the span, before it ends (none once it has: a request cut off
-        finishes after its span)."""
-        if self.span is not None and self.traced:
-            if getattr(self.span, "end_time", None) is None:
-                self.span.set_attributes(self.traced)
-            self.traced.clear()
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.response_started = True
-            if self.traced is not None:
-                status = int(message["status"])
-                self.traced["http.response.status_code"] = status
-                if status >= 500 and self.span is not None:
-                    self.span.set_status(StatusCode.ERROR)
-        await self._send(message)
-
-    async def send_error(self, err: OpenAIError) -> None:
-        if self.response_started:
-            return
-        body = orjson.dumps(err.body())
-        headers = [_JSON, (b"content-length", b"%d" % len(body)), self.rid_header]
-        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
-        self.finished = True
-        await self.send({"type": "http.response.start", "status": err.status, "headers": headers})
-        await self.send({"type": "http.response.body", "body": body})
-
-    async def run(self, authorization: str | None, priority_header: str | None) -> None:
-        st = self.st
-        route_name = "-"
-        try:
-            # the admission's Redis work (the key, its limits, a slot or a place in the queue) has
-            # redis_timeout_s in all, not counting the time the client takes to send its body
-            budget_s = st.settings.redis_timeout_s
-            began = time.monotonic()
-            try:
-                key = await st.admission.store.within(began + budget_s, authenticate(st, authorization))
-            except StoreUnavailable as exc:
-                raise admission_error(exc, 1) from exc
-            budget_s -= time.monotonic() - began
-            raw = await self._read_body()
-            body = decode_json_object(raw, st.settings.max_json_depth)
-            route = _route(st, body, self.path)
-            route_name = route.name
-            priority = resolve_priority(key, priority_header, st.settings.default_priority)
-            stream = bool(body.get("stream") or body.get("streaming"))
-            if self.traced is not None:
-                self._annotate(body, route.name, priority, key.tenant, stream)
-            await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
-        except OpenAIError as err:
-            st.metrics.requests.labels(route_name, str(err.status)).inc()
-            st.activity.finished(route_name, err.status)
-            await self.send_error(err)
-        except ClientGone:
-            st.metrics.requests.labels(route_name, "499").inc()
-        except Exception as exc:
-            log.exception("unhandled error", exc_info=exc)
-            st.metrics.requests.labels(route_name, "500").inc()
-            st.activity.finished(route_name, 500)
-            await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
-
-    async def call(self, key: ApiKey, priority: int, raw: bytes) -> None:
-        """Serve a request made inside the gateway (a batch line, non-streaming) as ``run`` serves
-        one from a client, after authentication: a refusal is raised (``OpenAIError``), the
-        reply goes to ``send``."""
-        body = decode_json_object(raw, self.st.settings.max_json_depth)
-        route = _route(self.st, body, self.path)
-        if self.traced is not None:
-            self._annotate(body, route.name, priority, key.tenant, False)
-        await self._serve(key, route, priority, raw, body, False)
-
-    def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
-        assert self.traced is not None
-        attrs = self.traced
-        attrs.update(request_attributes(self.path, body, model))
-        attrs["genmesh.queue.priority"] = priority
-        attrs["genmesh.tenant"] = tenant
-        attrs["genmesh.request.stream"] = stream
-        if tracing().record_content:  # opt-in (--trace-content): the prompt as the client sent it
-            prompt = body.get("messages", body.get("prompt", body.get("input")))
-            attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
-
-    async def _read_body(self) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.st.settings.max_body_bytes:  # counted as it comes (Content-Length: http_server)
-                raise too_large(self.st.settings.max_body_bytes)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def _watch(self, task: asyncio.Task[Any]) -> None:
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                if not self.finished:
-                    self.gone = True
-                    task.cancel()
-                return
-
-    async def _serve(
-        self,
-        key: ApiKey,
-        route: ModelRoute,
-        priority: int,
-        raw: bytes,
-        body: dict[str, Any],
-        stream: bool,
-        admit_by: float | None = None,
-    ) -> None:
-        st = self.st
-        ticket = Ticket(id=uuid.uuid4().hex, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
-        started = time.monotonic()
-        try:
-            await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
-        except StoreUnavailable as exc:
-            raise admission_error(exc, 1) from exc
-        self.limits_done = time.monotonic()
-        if self.traced is not None:  # the key's limits: an attribute, not a span of its own (spans cost CPU)
-            self.traced["genmesh.admission.duration_s"] = self.limits_done - started
-        task = asyncio.current_task()
-        assert task is not None
-        watch = asyncio.ensure_future(self._watch(task))
-        try:
-            await self._exchange(key, ticket, raw, body, stream)
-        except asyncio.CancelledError:
-            if not self.gone:
-                raise
-            task.uncancel()
-            if not self.response_started:
-                raise ClientGone() from None
-        finally:
-            watch.cancel()
-
-    async def _give_back(self, key: ApiKey, ticket: Ticket) -> None:
-        await self.st.admission.release(ticket)
-        await self.st.limiter.release(key, ticket.id)
-
-    async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
-        """The body to send upstream and whether a usage chunk the client did not ask for is added."""
-        return prepare_body(raw, body, stream)
-
-    def prompt_source(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The request whose prompt routes it under prefix-affinity (subclasses add stored history)."""
-        return body
-
-    def wrap(self, relay: AsyncGenerator[bytes, None], key: ApiKey, status: int) -> AsyncGenerator[bytes, None]:
-        """What the client gets of the relayed body (subclasses may rewrite it)."""
-        return relay
-
-    async def _exchange(self, key: ApiKey, ticket: Ticket, raw: bytes, body: dict[str, Any], stream: bool) -> None:
-        st = self.st
-        route = ticket.route
-        try:
-            send_body, strip_usage = await self.prepare(key, raw, body, stream)
-            ticket.prefix = prefix_of(route, self.prompt_source(body))
-            resp, idx, sent_at = await connect(st, self.path, self.own_headers, ticket, send_body, stream)
-        except BaseException:
-            st.spawn(self._give_back(key, ticket))
-            raise
-        if self.traced is not None:  # the queue and the upstream call: attributes of the one span
-            answered = time.monotonic()
-            self.traced["genmesh.queue.position"] = ticket.position
-            self.traced["genmesh.queue.wait_s"] = max(0.0, (ticket.granted_at or answered) - self.limits_done)
-            self.traced["genmesh.upstream.response_s"] = answered - sent_at
-        up = st.pool.upstreams(route)[idx]
-        self.leg = (resp, up)
-        out = Outcome()
-        completed = False
-        if stream and resp.status == 200:
-            relay = relay_from(resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route)
-            if route.mid_stream_failover and failover.eligible(self.path, body):
-                relay = self._failover(relay, ticket, idx, body, out, strip_usage, sent_at + route.request_timeout_s)
-        else:
-            relay = relay_unary(resp, out, total_deadline=sent_at + route.request_timeout_s)
-        relay = self.wrap(relay, key, resp.status)
-        try:
-            headers = response_headers(resp)
-            if resp.status in (429, 502, 503) and resp.header(b"retry-after") is None:
-                headers.append((b"retry-after", b"%d" % route.retry_after_s))
-            headers += [
-                (b"x-queue-position", b"%d" % ticket.position),
-                (b"x-queue-wait-ms", b"%d" % int(ticket.waited_s() * 1000)),
-                (b"x-upstream", up.name.encode()),
-                self.rid_header,
-            ]
-            try:
-                # the route's request timeout bounds the reply too: a client that stops reading
-                # holds it (and its slot) no longer than that (http_server aborts its connection)
-                async with asyncio.timeout_at(reply_deadline(route, sent_at)):
-                    await self.send({"type": "http.response.start", "status": resp.status, "headers": headers})
-                    send = self._send  # the body: straight to the server (``send`` watches the start only)
-                    async for chunk in relay:
-                        if stream:
-                            if self.first_output is None:
-                                self.first_output = time.monotonic()
-                            if (watched := self.leg[1]) is not None:
-                                watched.stream_output()
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    self.finished = True
-                    await send({"type": "http.response.body", "body": b""})
-                completed = True
-            except TimeoutError:
-                out.error = "reply timeout"
-                log.warning("reply not taken within the request timeout (%g s): cut off", route.request_timeout_s)
-        finally:
-            resp = self.leg[0] or resp  # after a failover: the upstream that took over
-            watched = self.leg[1]
-            if stream and watched is not None:
-                watched.stream_ended()  # watched since _connect sent it
-            name = (watched or up).name
-            if completed:
-                resp.close()
-                await self._finish(key, ticket, resp, out, name, completed=True)
-            else:
-                resp.abort()  # closing mid-stream drops the connection: the upstream aborts
-                await relay.aclose()
-                st.spawn(self._finish(key, ticket, resp, out, name, completed=False))
-
-    def _observe_latency(self, model: str, out: Outcome) -> None:
-        """TTFT, inter-token latency and end-to-end latency of a successful reply, as the client saw them."""
-        now = time.monotonic()
-        metrics = self.st.metrics
-        metrics.e2e.labels(model).observe(now - self.started)
-        if out.first_token_at is not None:
-            metrics.ttft.labels(model).observe(out.first_token_at - self.started)
-            if out.completion_tokens > 1:
-                metrics.tpot.labels(model).observe((now - out.first_token_at) / (out.completion_tokens - 1))
-
-    async def _failover(
-        self,
-        relay: AsyncGenerator[bytes, None],
-        ticket: Ticket,
-        idx: int,
-        body: dict[str, Any],
-        out: Outcome,
-        strip_usage: bool,
-        total_deadline: float,
-    ) -> AsyncGenerator[bytes, None]:
-        """The stream, continued on another upstream when its own fails mid-way (``failover.py``)."""
-        st = self.st
-        route = ticket.route
-        cont = failover.Continuation(self.path, body)
-        exclude: frozenset[int] = frozenset()
-        while True:
-            async for chunk in relay:
-                sent, broke = cont.see_all(chunk)
-                if sent:
-                    yield sent
-                if broke:
-                    break
-            else:
-                if not cont.ended_early(error_event(bad_gateway("upstream stream ended early")) + DONE_EVENT):
-                    if cont.legs > 1:
-                        cont.account(out)
-                    return
-            await relay.aclose()
-            failed = self.leg[1]
-            if not cont.retry() or cont.legs > route.max_failovers or failed is None:
-                yield cont.failure
-                return
-            failed.record_failure("stream failed")
-            failed.stream_ended()
-            if self.leg[0] is not None:
-                self.leg[0].abort()
-            self.leg = (self.leg[0], None)
-            await st.admission.release(ticket)
-            exclude = exclude | {idx}
-            try:
-                resend = cont.resend()
-                resp, idx, sent_at = await connect(st, self.path, self.own_headers, ticket, resend, True, exclude)
-            except OpenAIError:
-                yield cont.failure  # no other upstream: the failure as it came
-                return
-            st.metrics.failovers.labels(route.name, failed.name).inc()
-            self.leg = (resp, st.pool.upstreams(route)[idx])
-            log.warning("stream failed on %s; continuing on %s", failed.name, self.leg[1].name)
-            if resp.status != 200:
-                yield cont.failure
-                return
-            out.error = None
-            yield b": failover to " + self.leg[1].name.encode() + b"\n\n"  # an SSE comment: clients skip it
-            relay = relay_from(resp, out, strip_usage, sent_at, total_deadline, route)
-
-    async def _finish(
-        self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
-    ) -> None:
-        st = self.st
-        route = ticket.route
-        await self._give_back(key, ticket)
-        if not completed:
-            status = "504" if out.error == "reply timeout" else "499"
-        else:
-            status = str(resp.status) if out.error is None else "502"
-        st.metrics.requests.labels(route.name, status).inc()
-        ttft = None if self.first_output is None else self.first_output - self.started
-        st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
-        if status == "200":
-            self._observe_latency(route.name, out)
-        if self.traced is not None:
-            attrs = self.traced
-            attrs["genmesh.upstream"] = upstream
-            attrs.update(usage_attributes(out.prompt_tokens, out.completion_tokens))
-            if out.first_token_at is not None:
-                attrs["genmesh.time_to_first_token_s"] = out.first_token_at - self.started
-            if not completed:  # spawned: the span may have ended already (then this is not seen)
-                self.end_trace()
-            if out.error is not None and self.span is not None:
-                self.span.set_status(StatusCode.ERROR, out.error)
-        if out.prompt_tokens or out.completion_tokens:
-            await st.limiter.account(key, out.prompt_tokens, out.completion_tokens)
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "%s %s -> %s status=%s queued=%d wait_ms=%d total_ms=%d tokens=%d/%d",
-                self.path,
-                route.name,
-                upstream,
-                status,
-                ticket.position,
-                int(ticket.waited_s() * 1000),
-                int((time.monotonic() - self.started) * 1000),
-                out.prompt_tokens,
-                out.completion_tokens,
-            )

@@ -1,5 +1,5 @@
 """``POST /v1/responses`` on the hot path: queued, admitted, limited, authenticated and metered
-exactly like chat (``completions._Exchange``), plus the stored conversation.
+exactly like chat (``exchange.Exchange``), plus the stored conversation.
 
 Before the request goes upstream: ``previous_response_id`` is looked up in Redis (404 when it is
 missing, expired or another key's), its conversation goes in front of the new input, and the
@@ -26,7 +26,7 @@ from genmesh.relay import split_events
 
 from ..auth import ApiKey
 from ..responses_store import input_items, too_large
-from .completions import _Exchange
+from .exchange import Exchange
 
 log = logging.getLogger("genmesh.gateway.http")
 
@@ -43,7 +43,7 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-class ResponsesExchange(_Exchange):
+class ResponsesExchange(Exchange):
     owner = ""
     previous_id: str | None = None
     conversation: list[Any] | None = None  # what went upstream as input; None: the upstream names the error
