@@ -65,11 +65,15 @@ def chat(mesh: Mesh, headers: dict[str, str] | None = None, stream: bool = True,
 
 
 def whole_trace(receiver: OtlpReceiver, trace_id: str) -> list[ReceivedSpan]:
-    """The trace's spans once every service's are in (the engine's phases come last)."""
+    """The trace's spans once every service's span of the request (``POST /v1/chat/completions``, a
+    batch line's ``batch line /v1/chat/completions``) is in: it ends after that service's other
+    spans, and one exporter thread sends them in the order they ended, so they are in too (waiting
+    for any span of each service raced with an export batch that came later)."""
 
     def complete() -> bool:
         spans = receiver.trace(trace_id)
-        return {s.service for s in spans} == SERVICES and any(s.name == "engine.decode" for s in spans)
+        entries = {s.service for s in spans if s.name.endswith(" /v1/chat/completions")}
+        return entries == SERVICES and any(s.name == "engine.decode" for s in spans)
 
     wait_until(complete, 30, interval_s=0.1, what=f"trace {trace_id} from all three services")
     return receiver.trace(trace_id)
