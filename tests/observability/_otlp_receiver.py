@@ -32,6 +32,14 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     start_ns: int
     end_ns: int
+    status_code: int = 0
+    status_message: str = ""
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    links: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    flags: int = 0
+    scope: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)
+    dropped_attributes: int = 0
 
 
 def _value(v: Any) -> Any:
@@ -66,6 +74,7 @@ class OtlpReceiver:
             attrs = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
             for scope in resource_spans.scope_spans:
                 for s in scope.spans:
+                    attributes = {a.key: _value(a.value) for a in s.attributes}
                     self.spans.append(
                         ReceivedSpan(
                             service=str(attrs.get("service.name")),
@@ -74,9 +83,20 @@ class OtlpReceiver:
                             span_id=s.span_id.hex(),
                             parent_id=s.parent_span_id.hex(),
                             kind=s.kind,
-                            attributes={a.key: _value(a.value) for a in s.attributes},
+                            attributes=attributes,
                             start_ns=s.start_time_unix_nano,
                             end_ns=s.end_time_unix_nano,
+                            status_code=s.status.code,
+                            status_message=s.status.message,
+                            events=[(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in s.events],
+                            links=[
+                                (x.trace_id.hex(), x.span_id.hex(), {a.key: _value(a.value) for a in x.attributes})
+                                for x in s.links
+                            ],
+                            flags=s.flags,
+                            scope=scope.scope.name,
+                            resource=attrs,
+                            dropped_attributes=s.dropped_attributes_count,
                         )
                     )
         body = ExportTraceServiceResponse().SerializeToString()

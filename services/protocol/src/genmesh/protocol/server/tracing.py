@@ -1,14 +1,19 @@
 """OpenTelemetry traces for every genmesh service: off, and then nearly free, unless an OTLP endpoint is set.
 
-``configure_tracing`` (each service's CLI calls it next to ``configure_logging``) sets up a tracer
-provider only when ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set
-(and ``OTEL_SDK_DISABLED`` is not ``true``). Everything else is the SDK's, configured by the standard
+``configure_tracing`` (each service's CLI calls it next to ``configure_logging``) turns tracing on
+only when ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (and
+``OTEL_SDK_DISABLED`` is not ``true``). Everything else is the SDK's, configured by the standard
 ``OTEL_*`` variables: ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (the service's own name
 by default), ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based, always on),
-``OTEL_EXPORTER_OTLP_*`` (OTLP over HTTP/protobuf) and ``OTEL_BSP_*``. Spans go through a
-``BatchSpanProcessor``: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048) that a background thread
-exports; when the collector is slow or down the queue fills and its oldest spans are dropped (counted,
-one warning a minute), so a request never waits for the collector.
+``OTEL_EXPORTER_OTLP_*`` (OTLP over HTTP/protobuf), ``OTEL_BSP_*`` and ``OTEL_SPAN_*`` limits.
+
+The service itself only records: its tracer (``span_recorder``) samples and makes ids as the SDK's
+does, and an ended span becomes one plain record, carried without blocking (``span_shipper``) to the
+service's span exporter, a child process (``span_export``) where the SDK's ``BatchSpanProcessor``
+and OTLP exporter do the rest: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048); when the
+collector is slow or down it fills and its oldest spans are dropped (counted, one warning a minute),
+so a request never waits for the collector, and the span's SDK objects and protobuf encoding are
+paid off the service's event loop, on another core.
 
 Cheap per request: a span is started with ``start_span`` and made current by a plain context manager
 (no generator context managers), the upstream's ``traceparent`` is formatted directly
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterable, Mapping, MutableMapping
 from contextlib import AbstractContextManager, nullcontext
@@ -38,7 +42,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 log = logging.getLogger("genmesh.tracing")
 
-DROP_LOG_INTERVAL_S = 60.0  # at most one warning a minute about spans dropped for a full queue
 SHUTDOWN_TIMEOUT_S = 3.0  # the most a stopping service waits to export its last spans
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -55,27 +58,27 @@ Attributes = Mapping[str, Any]
 class Tracing:
     """The process's tracer (a no-op one when tracing is off) and whether text may be recorded."""
 
-    def __init__(
-        self, tracer: Tracer | None = None, provider: Any = None, record_content: bool = False, processor: Any = None
-    ) -> None:
+    def __init__(self, tracer: Tracer | None = None, shipper: Any = None, record_content: bool = False) -> None:
         self.enabled = tracer is not None
         self.tracer: Tracer = tracer if tracer is not None else trace.NoOpTracer()
-        self.provider = provider
+        self.shipper = shipper  # a SpanShipper: the way to the span exporter process
         self.record_content = record_content
-        self.processor = processor
 
     @property
     def dropped_spans(self) -> int:
         """Spans dropped so far because the export queue was full (a slow or absent collector)."""
-        return int(getattr(self.processor, "dropped", 0))
+        return int(getattr(self.shipper, "dropped", 0))
+
+    @property
+    def exporter_pid(self) -> int | None:
+        """The span exporter process's id (None when tracing is off)."""
+        return getattr(self.shipper, "pid", None)
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Export what is queued and stop, giving up after ``timeout_s`` (a collector that is down must not
         hold a stopping service: the exporter would retry for its whole timeout)."""
-        if self.provider is not None:
-            stopping = threading.Thread(target=self.provider.shutdown, name="otel-shutdown", daemon=True)
-            stopping.start()
-            stopping.join(timeout_s)
+        if self.shipper is not None:
+            self.shipper.shutdown(timeout_s)
 
 
 _current = Tracing()
@@ -93,72 +96,30 @@ def tracing_wanted(environ: Mapping[str, str] | None = None) -> bool:
     return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
-def _dropping_processor_class() -> type:
-    """``BatchSpanProcessor`` whose full queue drops its oldest span, as the SDK's does, but without the
-    SDK's warning per span (a log record for every span: with the collector down, that made a request
-    dearer than exporting it): it counts them instead, and says so at most once a minute."""
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    class DroppingBatchProcessor(BatchSpanProcessor):
-        def __init__(self, exporter: Any) -> None:
-            super().__init__(exporter)
-            self.dropped = 0
-            self._said_at = -DROP_LOG_INTERVAL_S
-            inner = getattr(self, "_batch_processor", None)  # the SDK's queue (a bounded deque), when it has one
-            queue = getattr(inner, "_queue", None)
-            self._queue: Any = queue if getattr(queue, "maxlen", None) else None
-
-        def on_end(self, span: ReadableSpan) -> None:
-            queue = self._queue
-            if (
-                queue is None
-                or len(queue) < queue.maxlen
-                or span.context is None
-                or not span.context.trace_flags.sampled
-            ):
-                super().on_end(span)
-                return
-            # full: the newest spans are the ones worth keeping (the collector back, they show what
-            # happens now); the deque's bound drops the oldest, and the worker is already awake
-            queue.appendleft(span)
-            self.dropped += 1
-            now = time.monotonic()
-            if now - self._said_at >= DROP_LOG_INTERVAL_S:
-                self._said_at = now
-                log.warning("trace collector slow or down: dropping spans (queue full; %d so far)", self.dropped)
-
-    return DroppingBatchProcessor
-
-
-def configure_tracing(service_name: str, record_content: bool = False) -> Tracing:
+def configure_tracing(service_name: str, record_content: bool = False, log_level: str = "INFO") -> Tracing:
     """Turn tracing on when an OTLP endpoint is configured (see the module's docstring); else leave it off."""
     global _current
     if not tracing_wanted():
         _current = Tracing(record_content=record_content)
         return _current
-    # imported only when on: the SDK and the exporter cost nothing to a service that does not trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    # imported only when on: a service that does not trace never loads the SDK
     from opentelemetry.sdk.trace import TracerProvider
 
-    _DroppingBatchProcessor = _dropping_processor_class()
+    from .span_recorder import RecordingTracer
+    from .span_shipper import ExporterRefused, SpanShipper
 
-    defaults = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
-    resource = Resource.create(defaults)
-    if resource.attributes.get(SERVICE_NAME) == "unknown_service":
-        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
     try:
-        # the sampler from OTEL_TRACES_SAMPLER; shut down by the service (Tracing.shutdown, bounded), not at exit
-        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        processor = _DroppingBatchProcessor(OTLPSpanExporter())
-        provider.add_span_processor(processor)
-    except ValueError as exc:  # an OTEL_* value the SDK refuses: serve, untraced, and say why
-        log.error("tracing off: the OpenTelemetry settings are invalid: %s", exc)
-        _current = Tracing()
+        # the SDK's sampler (OTEL_TRACES_SAMPLER) and id generator; nothing else of the provider is used here
+        provider = TracerProvider(shutdown_on_exit=False)
+        shipper = SpanShipper(service_name, log_level)
+        shipper.start()
+    except (ValueError, ExporterRefused, OSError) as exc:  # a setting the SDK refuses: serve, untraced, say why
+        log.error("tracing off: %s", exc)
+        _current = Tracing(record_content=record_content)
         return _current
-    _current = Tracing(provider.get_tracer("genmesh"), provider, record_content, processor)
-    log.info("tracing on: OTLP spans of %s", resource.attributes.get(SERVICE_NAME))
+    tracer = RecordingTracer(provider.sampler, provider.id_generator, shipper.add)
+    _current = Tracing(tracer, shipper, record_content)
+    log.info("tracing on: spans of %s exported by process %s", service_name, shipper.pid)
     return _current
 
 
