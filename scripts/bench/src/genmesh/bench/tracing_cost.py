@@ -1,14 +1,17 @@
 """What tracing costs the gateway (``genmesh-bench gateway --mode tracing``).
 
-Three gateways on one fake upstream, each with its own Redis: tracing off; tracing on at 100 %
-sampling (``OTEL_TRACES_SAMPLER=always_on``) exporting to a collector that accepts everything (an
-OTLP/HTTP sink, ``python -m genmesh.bench.tracing_cost --sink PORT``); tracing on with the collector
-down (its endpoint a closed port). Rounds are interleaved (off, up, down, off, up, down, ...): each
-round measures throughput with ``--clients`` keep-alive clients and latency one request at a time.
-Reported: the median of the rounds per configuration, and its ratio to tracing off, and the
-gateway's CPU seconds per request in the throughput rounds (its process's user + system time: robust
-on a shared machine, where throughput is not), and apart from it its span exporter's (the child process
-that makes and encodes the SDK's spans), since that CPU is spent on another core, not nowhere.
+Four configurations of a gateway on one fake upstream, each with its own Redis: tracing off; tracing
+on at 100 % sampling (``OTEL_TRACES_SAMPLER=always_on``) exporting to a collector that accepts
+everything (an OTLP/HTTP sink, ``python -m genmesh.bench.tracing_cost --sink PORT``); tracing on with
+the collector down (its endpoint a closed port); and tracing off again, a second gateway (the A/A
+control: how far two identical gateways differ is the noise floor of every ratio). Rounds are
+interleaved (off, up, down, control, off, ...), each on a freshly started gateway and Redis (one
+process's memory layout moves its speed by a few per cent; fresh processes average that out): a round
+measures throughput with ``--clients`` keep-alive clients, then latency one request at a time.
+Reported: per configuration the median of its rounds and the ratio to tracing off, the gateway's CPU
+per request in the throughput rounds (its process's user + system time: robust on a shared machine,
+where throughput is not), and apart from it its span exporter's (the child process that makes and
+encodes the SDK's spans): that CPU is spent on another core, not nowhere.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from .hops import FAKE_UPSTREAM, admitted, keepalive_load
 from .results import make_result
 from .servers import PORT, free_port, start, start_gateway
 
-CONFIGS = ("off", "on_collector_up", "on_collector_down")
+# "off_control": a second tracing-off gateway, the A/A control: its ratio to "off" is the noise floor
+CONFIGS = ("off", "on_collector_up", "on_collector_down", "off_control")
 
 
 def _env(config: str, sink_url: str, closed_url: str) -> dict[str, str]:
-    if config == "off":
+    if config.startswith("off"):
         return {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ""}
     endpoint = sink_url if config == "on_collector_up" else closed_url
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_SAMPLER": "always_on"}
@@ -54,33 +58,25 @@ def run(args: argparse.Namespace, log_dir: Path, say: Any) -> dict[str, Any]:
         )
         closed = f"http://127.0.0.1:{free_port()}"
         route = {"url": upstream.url, "health_path": "/health", "max_concurrency": args.max_concurrency}
-        ports, procs = {}, {}
-        for config in CONFIGS:
-            gw, _ = start_gateway(
-                stack, Path(tmp), route, log_dir, "bench", prefix=f"tracing-{config}-", **_env(config, sink.url, closed)
-            )
-            ports[config] = int(gw.url.rsplit(":", 1)[1])
-            procs[config] = psutil.Process(gw.proc.pid)
-            asyncio.run(keepalive_load(ports[config], args.clients, args.clients * 4))  # warm
         for i in range(args.passes):
             for config in CONFIGS:
-                cpu_before, exporter_before = _cpu_s(procs[config]), _exporter_cpu_s(procs[config])
-                load = asyncio.run(keepalive_load(ports[config], args.clients, args.requests))
-                cpu_ms = 1000 * (_cpu_s(procs[config]) - cpu_before) / args.requests
-                exporter_ms = 1000 * (_exporter_cpu_s(procs[config]) - exporter_before) / args.requests
-                single = asyncio.run(keepalive_load(ports[config], 1, max(20, args.requests // 20)))
-                ok = [o.e2e_s for o in single.outputs if o.success]
-                errors = sum(not o.success for o in load.outputs + single.outputs)
-                rounds[config].append(
-                    {
-                        "req_per_s": admitted(make_result(config, load, None)),
-                        "latency_p50_ms": 1000 * statistics.median(ok) if ok else float("nan"),
-                        "gateway_cpu_ms_per_request": cpu_ms,
-                        "exporter_cpu_ms_per_request": exporter_ms,
-                        "errors": errors,
-                    }
-                )
-                rps = rounds[config][-1]["req_per_s"]
+                # a fresh gateway (and Redis) per round: one process's memory layout and hash seed move
+                # its CPU per request by several per cent, which the median over rounds then evens out
+                with contextlib.ExitStack() as round_stack:
+                    gw, _ = start_gateway(
+                        round_stack,
+                        Path(tmp),
+                        route,
+                        log_dir,
+                        "bench",
+                        prefix=f"tracing-{config}-{i}-",
+                        **_env(config, sink.url, closed),
+                    )
+                    port, proc = int(gw.url.rsplit(":", 1)[1]), psutil.Process(gw.proc.pid)
+                    asyncio.run(keepalive_load(port, args.clients, max(args.clients * 4, args.requests // 10)))  # warm
+                    rounds[config].append(_round(args, port, proc))
+                rps, cpu_ms = rounds[config][-1]["req_per_s"], rounds[config][-1]["gateway_cpu_ms_per_request"]
+                exporter_ms = rounds[config][-1]["exporter_cpu_ms_per_request"]
                 say(
                     f"tracing round {i + 1}/{args.passes} {config}: {rps:.0f} req/s, gateway CPU {cpu_ms:.3f} ms/req"
                     f" (+ span exporter {exporter_ms:.3f})"
@@ -110,6 +106,26 @@ def run(args: argparse.Namespace, log_dir: Path, say: Any) -> dict[str, Any]:
     # the collector got spans (a benchmark whose "on" gateways did not trace would measure nothing)
     summary["on_collector_up"]["exports_received"] = exports
     return {"configs": summary, "rounds": rounds, "clients": args.clients, "requests": args.requests}
+
+
+def _round(args: argparse.Namespace, port: int, proc: psutil.Process) -> dict[str, float]:
+    """One round on one gateway: throughput with ``args.clients`` clients (its CPU per request, and its
+    span exporter's), then latency one request at a time."""
+    import asyncio
+
+    cpu_before, exporter_before = _cpu_s(proc), _exporter_cpu_s(proc)
+    load = asyncio.run(keepalive_load(port, args.clients, args.requests))
+    cpu_ms = 1000 * (_cpu_s(proc) - cpu_before) / args.requests
+    exporter_ms = 1000 * (_exporter_cpu_s(proc) - exporter_before) / args.requests
+    single = asyncio.run(keepalive_load(port, 1, max(20, args.requests // 20)))
+    ok = [o.e2e_s for o in single.outputs if o.success]
+    return {
+        "req_per_s": admitted(make_result("round", load, None)),
+        "latency_p50_ms": 1000 * statistics.median(ok) if ok else float("nan"),
+        "gateway_cpu_ms_per_request": cpu_ms,
+        "exporter_cpu_ms_per_request": exporter_ms,
+        "errors": sum(not o.success for o in load.outputs + single.outputs),
+    }
 
 
 def _cpu_s(proc: psutil.Process) -> float:
