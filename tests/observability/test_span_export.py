@@ -109,19 +109,20 @@ def comparable(s: ReceivedSpan, ids: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def test_what_arrives_is_what_the_sdk_exports(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver) -> None:
+@pytest.mark.parametrize("limits", [True, False], ids=["limits-act", "no-limit-acts"])
+def test_what_arrives_is_what_the_sdk_exports(
+    monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, limits: bool
+) -> None:
+    """With limits that act (the SDK's BoundedAttributes) and without (the exporter's fast path)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    _on(
-        monkeypatch,
-        receiver,
-        OTEL_RESOURCE_ATTRIBUTES="deployment.environment=test",
-        OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT="16",
-        OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT="6",
-    )
+    _on(monkeypatch, receiver, OTEL_RESOURCE_ATTRIBUTES="deployment.environment=test")
+    if limits:
+        monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "16")
+        monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "6")
     ours = configure_tracing("ours")
     assert ours.enabled
     assert ours.exporter_pid is not None
@@ -142,7 +143,8 @@ def test_what_arrives_is_what_the_sdk_exports(monkeypatch: pytest.MonkeyPatch, r
     root, child = mine  # by name
     assert root["name"] == "POST /v1/chat/completions (renamed)"
     assert root["parent"] == "remote"
-    assert root["attributes"]["gen_ai.request.model"] == "a-model-name-lon"  # the length limit
+    model = "a-model-name-lon" if limits else "a-model-name-longer-than-the-limit"
+    assert root["attributes"]["gen_ai.request.model"] == model  # the length limit, when set
     assert len(root["attributes"]) == 6
     assert root["dropped_attributes"] == 0
     assert root["status"] == (2, "upstream failed")

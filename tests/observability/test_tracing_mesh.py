@@ -13,7 +13,6 @@ import secrets
 from collections.abc import Iterator
 
 import httpx
-import psutil
 import pytest
 
 from support.batches import chat_line, client, submit, wait_for
