@@ -24,8 +24,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
-from genmesh.protocol.server import span_shipper
 from genmesh.protocol.server import tracing as tracing_module
+from genmesh.protocol.server.limits import TracingLimits
 from genmesh.protocol.server.tracing import Tracing, configure_tracing, extract, server_span, span, tracing
 from support.polling import wait_until
 
@@ -217,7 +217,7 @@ def test_a_stalled_exporter_never_blocks_the_service_and_its_buffer_is_bounded(
                 pass
         made.shipper.flush()
         assert made.dropped_spans > 0  # counted, not queued without bound
-        assert len(made.shipper._out) <= span_shipper.MAX_BUFFER_BYTES
+        assert len(made.shipper._out) <= TracingLimits().trace_buffer_bytes
         growth = me.memory_info().rss - before
         assert growth < 64 * 2**20, f"the service grew by {growth / 2**20:.0f} MiB"
     finally:
@@ -228,9 +228,8 @@ def test_a_stalled_exporter_never_blocks_the_service_and_its_buffer_is_bounded(
 
 
 def test_the_service_restarts_an_exporter_that_died(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver) -> None:
-    monkeypatch.setattr(span_shipper, "RESTART_BACKOFF_S", 0.0)
     _on(monkeypatch, receiver)
-    made = configure_tracing("svc")
+    made = configure_tracing("svc", limits=TracingLimits(trace_exporter_restart_backoff_s=0.0))
     first = _exporter(made)
     first.kill()
     first.wait(10)

@@ -29,6 +29,8 @@ def flag_words(text: str) -> list[str]:
 LIMIT_FLAGS = flag_words("""
 --max-body-bytes --max-header-bytes --max-header-count --header-timeout-s --body-timeout-s
 --keep-alive-timeout-s --max-client-connections --send-timeout-s --send-buffer-bytes --max-json-depth
+--trace-batch-records --trace-flush-interval-s --trace-buffer-bytes --trace-exporter-start-timeout-s
+--trace-exporter-restart-backoff-s
 """)
 
 ENGINE_FLAGS = flag_words("""

@@ -50,6 +50,33 @@ class HttpLimits(BaseModel):
         return self.body_timeout_s
 
 
+class TracingLimits(BaseModel):
+    """The bounds of the way spans leave a traced service for its span exporter (``span_shipper``);
+    used only when tracing is on (docs/observability.md)."""
+
+    trace_batch_records: int = Field(
+        default=128, ge=1, le=4096, description="span records per frame sent to the span exporter"
+    )
+    trace_flush_interval_s: float = Field(
+        default=0.2, gt=0, le=10, description="span records waiting for a frame are sent at least this often"
+    )
+    trace_buffer_bytes: int = Field(
+        default=8 * MIB,
+        ge=64 * 1024,
+        description="span frames the exporter has not taken yet, at most; past it spans are dropped (counted)",
+    )
+    trace_exporter_start_timeout_s: float = Field(
+        default=30.0, gt=0, description="the span exporter says ready within this, or the service serves untraced"
+    )
+    trace_exporter_restart_backoff_s: float = Field(
+        default=5.0, ge=0, description="at most one span exporter start this often, when it has exited"
+    )
+
+    def tracing_limits(self) -> TracingLimits:
+        """The tracing limits alone."""
+        return TracingLimits.model_validate({name: getattr(self, name) for name in TracingLimits.model_fields})
+
+
 class UploadLimits(HttpLimits):
     """``HttpLimits`` with one path (a file upload) allowed a larger body and more time for it."""
 

@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
-from .limits import HttpLimits
+from .limits import HttpLimits, TracingLimits
 
 LIMITS_GROUP = "limits (docs/limits.md)"
 
@@ -42,7 +42,7 @@ class EnvOnly:
     alternative: str = ""
 
 
-class ServiceSettings(BaseSettings, HttpLimits):
+class ServiceSettings(BaseSettings, HttpLimits, TracingLimits):
     """Settings of a genmesh service (a subclass's docstring is its ``--help`` description)."""
 
     model_config = SettingsConfigDict(
@@ -95,7 +95,7 @@ class ServiceCli(CliSettingsSource[ArgumentParser]):
             return parser.add_argument(
                 flag, dest=dest, nargs="?", default=SUPPRESS, help=SUPPRESS, action=self._refusal(dest, refused)
             )
-        if dest in HttpLimits.model_fields:
+        if dest in HttpLimits.model_fields or dest in TracingLimits.model_fields:
             if self._limits is None:
                 self._limits = parser.add_argument_group(LIMITS_GROUP)
             return self._limits.add_argument(flag, **kwargs)  # type: ignore[no-any-return]

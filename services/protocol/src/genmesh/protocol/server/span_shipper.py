@@ -1,15 +1,16 @@
 """Recorded spans carried to the service's span exporter, a child process, without ever blocking.
 
 The service appends each ended span's record (``span_recorder``) to a short list; every
-``BATCH_RECORDS`` records, and every ``FLUSH_INTERVAL_S`` from a background thread, the list is
+``trace_batch_records`` records, and every ``trace_flush_interval_s`` from a background thread (the
+service's ``TracingLimits`` settings), the list is
 ``marshal``-ed into one length-prefixed frame and written to a Unix socket pair whose other end the
 exporter reads (``span_export``, the OpenTelemetry SDK's batch processor and OTLP exporter). Writes
-are non-blocking: what the socket does not take waits in a buffer of at most ``MAX_BUFFER_BYTES``,
+are non-blocking: what the socket does not take waits in a buffer of at most ``trace_buffer_bytes``,
 and a frame that would overflow it is dropped and counted. So a slow exporter (a slow collector
 behind it) costs the service nothing but the dropped spans, and memory stays bounded.
 
 The service owns the exporter: if it exits, the background thread starts another (at most one try
-every ``RESTART_BACKOFF_S``; spans in between are dropped and counted). The exporter exits when the
+every ``trace_exporter_restart_backoff_s``; spans in between are dropped and counted). The exporter exits when the
 socket closes, so it never outlives its service, even one killed with SIGKILL. Frames back from the
 exporter say whether it started (``ready`` or the SDK's refusal of an ``OTEL_*`` setting) and how many
 spans its own queue dropped.
@@ -29,15 +30,11 @@ import threading
 import time
 from typing import Any
 
+from .limits import TracingLimits
 from .span_recorder import Record
 
 log = logging.getLogger("genmesh.tracing")
 
-BATCH_RECORDS = 128  # records per frame sent from the request path
-FLUSH_INTERVAL_S = 0.2  # the background thread sends what is pending this often
-MAX_BUFFER_BYTES = 8 * 2**20  # frames the socket has not taken yet, at most; more are dropped (counted)
-START_TIMEOUT_S = 30.0  # the exporter says ready (or why not) within this, or tracing stays off
-RESTART_BACKOFF_S = 5.0  # at most one exporter start this often
 DROP_LOG_INTERVAL_S = 60.0  # at most one warning a minute about dropped spans
 HEADER = struct.Struct("!I")  # a frame: its length, then a marshal-ed list of records (or a report)
 EXPORTER_MODULE = "genmesh.protocol.server.span_export"
@@ -83,9 +80,10 @@ def _plain_record(record: Record) -> Record:
 class SpanShipper:
     """The service's side of the span exporter: a bounded, non-blocking path to a child process."""
 
-    def __init__(self, service_name: str, log_level: str = "INFO") -> None:
+    def __init__(self, service_name: str, log_level: str = "INFO", limits: TracingLimits | None = None) -> None:
         self.service_name = service_name
         self.log_level = log_level
+        self.limits = limits if limits is not None else TracingLimits()
         self.dropped_here = 0  # frames' spans this side dropped (buffer full, exporter away)
         self.dropped_there = 0  # spans the exporter's queue dropped (collector slow or down)
         self._pending: list[Record] = []
@@ -94,7 +92,7 @@ class SpanShipper:
         self._in = bytearray()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._started_at = -RESTART_BACKOFF_S
+        self._started_at = -self.limits.trace_exporter_restart_backoff_s
         self._said_at = -DROP_LOG_INTERVAL_S
         self._said_dropped = 0
         self._stop = threading.Event()
@@ -124,9 +122,9 @@ class SpanShipper:
         finally:
             theirs.close()
         if wait:
-            ours.settimeout(START_TIMEOUT_S)
+            ours.settimeout(self.limits.trace_exporter_start_timeout_s)
             try:
-                first = self._first_report(ours)
+                first = self._first_report(ours, self.limits.trace_exporter_start_timeout_s)
             except (OSError, ValueError, EOFError) as exc:
                 first = ("error", f"the span exporter did not start: {exc}")
             if first[0] != "ready":
@@ -144,9 +142,9 @@ class SpanShipper:
             old.close()
 
     @staticmethod
-    def _first_report(sock: socket.socket) -> tuple[Any, ...]:
+    def _first_report(sock: socket.socket, timeout_s: float) -> tuple[Any, ...]:
         buffer = bytearray()
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             chunk = sock.recv(4096)
             if not chunk:
@@ -155,7 +153,7 @@ class SpanShipper:
             frames = read_frames(buffer)
             if frames:
                 return tuple(frames[0])
-        return ("error", f"the span exporter did not answer in {START_TIMEOUT_S:g} s")
+        return ("error", f"the span exporter did not answer in {timeout_s:g} s")
 
     # -- the request path ------------------------------------------------------------------------------
 
@@ -164,7 +162,7 @@ class SpanShipper:
         with self._lock:
             pending = self._pending
             pending.append(record)
-            if len(pending) < BATCH_RECORDS:
+            if len(pending) < self.limits.trace_batch_records:
                 return
             self._pending = []
         self._send(pending)
@@ -182,7 +180,7 @@ class SpanShipper:
                 data = frame([_plain_record(r) for r in records])
         with self._lock:
             if records:
-                if len(self._out) + len(data) > MAX_BUFFER_BYTES or self._sock is None:
+                if len(self._out) + len(data) > self.limits.trace_buffer_bytes or self._sock is None:
                     self.dropped_here += len(records)
                 else:
                     self._out += data
@@ -200,7 +198,7 @@ class SpanShipper:
     # -- the background thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(FLUSH_INTERVAL_S):
+        while not self._stop.wait(self.limits.trace_flush_interval_s):
             try:
                 self.flush()
                 self._read_reports()
@@ -231,7 +229,7 @@ class SpanShipper:
         proc = self._proc
         if proc is None or proc.poll() is None:
             return
-        if time.monotonic() - self._started_at < RESTART_BACKOFF_S:
+        if time.monotonic() - self._started_at < self.limits.trace_exporter_restart_backoff_s:
             return
         log.warning("span exporter exited (code %s); starting another", proc.returncode)
         self.dropped_here += self.dropped_there  # what it had dropped stays counted; the new one counts from 0

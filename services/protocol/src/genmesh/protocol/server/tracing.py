@@ -40,6 +40,8 @@ from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .limits import TracingLimits
+
 log = logging.getLogger("genmesh.tracing")
 
 SHUTDOWN_TIMEOUT_S = 3.0  # the most a stopping service waits to export its last spans
@@ -96,7 +98,9 @@ def tracing_wanted(environ: Mapping[str, str] | None = None) -> bool:
     return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
-def configure_tracing(service_name: str, record_content: bool = False, log_level: str = "INFO") -> Tracing:
+def configure_tracing(
+    service_name: str, record_content: bool = False, log_level: str = "INFO", limits: TracingLimits | None = None
+) -> Tracing:
     """Turn tracing on when an OTLP endpoint is configured (see the module's docstring); else leave it off."""
     global _current
     if not tracing_wanted():
@@ -111,7 +115,7 @@ def configure_tracing(service_name: str, record_content: bool = False, log_level
     try:
         # the SDK's sampler (OTEL_TRACES_SAMPLER) and id generator; nothing else of the provider is used here
         provider = TracerProvider(shutdown_on_exit=False)
-        shipper = SpanShipper(service_name, log_level)
+        shipper = SpanShipper(service_name, log_level, limits)
         shipper.start()
     except (ValueError, ExporterRefused, OSError) as exc:  # a setting the SDK refuses: serve, untraced, say why
         log.error("tracing off: %s", exc)
