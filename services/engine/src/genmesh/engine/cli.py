@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
-    tracer = configure_tracing("genmesh-engine", limits=settings.tracing_limits())
+    tracer = configure_tracing("genmesh-engine", log_level=settings.log_level, limits=settings.tracing_limits())
     try:
         models = ovms_config.load(settings)
     except (ModelSourceError, ovms_config.RepositoryError) as exc:

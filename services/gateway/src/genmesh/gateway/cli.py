@@ -19,7 +19,9 @@ from .settings import parse_settings
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
-    tracer = configure_tracing("genmesh-gateway", settings.trace_content, limits=settings.tracing_limits())
+    tracer = configure_tracing(
+        "genmesh-gateway", settings.trace_content, settings.log_level, limits=settings.tracing_limits()
+    )
     try:
         settings.admin_secret()
     except OSError as exc:

@@ -19,7 +19,7 @@ log = logging.getLogger("genmesh.microservice")
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_level)
-    tracer = configure_tracing("genmesh-microservice", limits=settings.tracing_limits())
+    tracer = configure_tracing("genmesh-microservice", log_level=settings.log_level, limits=settings.tracing_limits())
     log.info(
         "relaying to %s (default model %s) on %s:%d",
         settings.llm_endpoint,

@@ -45,10 +45,9 @@ EX_CONFIG = 78  # exit code: an OTEL_* setting the SDK refuses
 
 
 def dropping_processor_class() -> type:
-    """``BatchSpanProcessor`` whose full queue drops its oldest span, as the SDK's does, but without the
-    SDK's warning per span (a log record for every span: with the collector down, that made a span
-    dearer than exporting it): it counts them instead."""
-    from opentelemetry.sdk.trace import ReadableSpan
+    """The SDK's ``BatchSpanProcessor``, with what ``serve`` needs to keep its queue from overflowing:
+    whether the queue is full, its size, and a count of the spans dropped before they reach it (the
+    SDK's own processor, given a span when full, drops it with a log record per span)."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     class DroppingBatchProcessor(BatchSpanProcessor):
@@ -66,16 +65,6 @@ def dropping_processor_class() -> type:
         @property
         def size(self) -> int:
             return int(self._queue.maxlen) if self._queue is not None else DEFAULT_QUEUE_SIZE
-
-        def on_end(self, span: ReadableSpan) -> None:
-            queue = self._queue
-            if queue is None or len(queue) < queue.maxlen:
-                super().on_end(span)
-                return
-            # full: the newest spans are the ones worth keeping (the collector back, they show what
-            # happens now); the deque's bound drops the oldest, and the worker is already awake
-            queue.appendleft(span)
-            self.dropped += 1
 
     return DroppingBatchProcessor
 
@@ -172,7 +161,7 @@ def serve(sock: socket.socket, service_name: str) -> int:
     buffer = bytearray()
     # records waiting for room in the SDK's queue, the newest kept: with the collector slow or down, the
     # queue stays full, and a record is made into a span (the CPU of it) only once it can go somewhere
-    backlog: deque[Any] = deque()
+    backlog: deque[Any] = deque(maxlen=processor.size)  # full: the oldest record goes (counted)
     reported, reported_at = 0, 0.0
     try:
         while True:
@@ -185,11 +174,9 @@ def serve(sock: socket.socket, service_name: str) -> int:
             if chunk:
                 buffer += chunk
                 for records in read_frames(buffer):
+                    kept = len(backlog) + len(records)
                     backlog.extend(records)
-                if len(backlog) > processor.size:
-                    processor.dropped += len(backlog) - processor.size
-                    for _ in range(len(backlog) - processor.size):
-                        backlog.popleft()
+                    processor.dropped += kept - len(backlog)
             while backlog and not processor.full():
                 try:
                     processor.on_end(maker.make(backlog.popleft()))

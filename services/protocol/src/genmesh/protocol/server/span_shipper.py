@@ -190,7 +190,7 @@ class SpanShipper:
                 except BlockingIOError:
                     return
                 except OSError:  # the exporter is gone; the background thread starts another
-                    self.dropped_here += len(records) if records else 0
+                    self.dropped_here += len(records)
                     self._out.clear()
                     return
                 del self._out[:sent]
