@@ -24,6 +24,7 @@ falls back to the F16 re-encoding) unless every ``q`` and ``d`` then equals the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -61,9 +62,7 @@ def covered(types: dict[str, str]) -> tuple[bool, list[str]]:
 def weight_types(reader: Any) -> dict[str, str]:
     from gguf import GGMLQuantizationType
 
-    return {
-        t.name: GGMLQuantizationType(t.tensor_type).name for t in reader.tensors if len(t.shape) >= 2
-    }
+    return {t.name: GGMLQuantizationType(t.tensor_type).name for t in reader.tensors if len(t.shape) >= 2}
 
 
 @dataclass(frozen=True)
@@ -116,9 +115,9 @@ def _decompressions(model: Any) -> Iterator[_Decompression]:
         if op.get_type_name() != "MatMul":
             continue
         node = _input_node(op, 1)
-        chain = []
-        while node.get_type_name() in ("Convert", "Reshape") and len(chain) < 3:
-            chain.append(node)
+        for _ in range(3):  # Convert(Reshape(...)) between the MatMul and the Multiply
+            if node.get_type_name() not in ("Convert", "Reshape"):
+                break
             node = _input_node(node, 0)
         if node.get_type_name() != "Multiply":
             continue
@@ -209,10 +208,9 @@ def _genai_ir(src: Path, work: Path) -> Path:
     gguf.symlink_to(src)
     sc = ov_genai.SchedulerConfig()
     sc.cache_size = 1
-    try:
+    # "Device ... is not registered": raised after the model was read and written
+    with contextlib.suppress(RuntimeError):
         ov_genai.ContinuousBatchingPipeline(str(gguf), sc, "GENMESH_NO_DEVICE", {"enable_save_ov_model": True})
-    except RuntimeError:
-        pass  # "Device ... is not registered": the model was read and written already
     xml = work / IR_XML
     if not (xml.is_file() and xml.with_suffix(".bin").is_file()):
         raise NotExact(f"OpenVINO GenAI wrote no model for {src}")

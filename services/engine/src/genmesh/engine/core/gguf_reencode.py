@@ -185,7 +185,7 @@ def exact_ir(served: Path) -> Path | None:
 
 def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> Path | None:
     """``src``'s exact folder (made once), or None when its types are not covered (then: F16)."""
-    from .gguf_exact import GGUF_LINK, EXACT_TYPES, NotExact, build
+    from .gguf_exact import EXACT_TYPES, GGUF_LINK, NotExact, build
 
     served = cache_folder(src, cache_dir, "exact") / GGUF_LINK
     if exact_ir(served) is not None:
