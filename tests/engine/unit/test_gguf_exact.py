@@ -8,6 +8,7 @@ a float64 reference of the file's own weights (``gguf``'s dequantisation, not th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import openvino.opset13 as ops
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, quants
 
-from genmesh.engine.core.gguf_exact import Q4_1, QK, NotExact, covered, rewrite, rope_order
+from genmesh.engine.core.config import CoreConfig
+from genmesh.engine.core.gguf_exact import MARKER, Q4_1, QK, NotExact, covered, rewrite, rope_order
+from genmesh.engine.core.model_loading import prepare_model
 from support.servers import DEFAULT_MODEL
 
 F32_EXACT = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0, "INFERENCE_NUM_THREADS": 1}
@@ -130,3 +133,15 @@ def test_coverage() -> None:
     assert covered({"a": "Q4_1", "b": "Q8_0", "c": "F16"}) == (True, [])
     assert covered({"a": "Q8_0"}) == (False, [])  # nothing to rewrite: served as it is
     assert covered({"a": "Q4_1", "b": "Q4_K", "c": "Q6_K"}) == (False, ["Q4_K", "Q6_K"])
+
+
+def test_the_default_model_is_served_as_its_exact_form() -> None:
+    """What the engine core loads for the default model with the default settings (``make model`` made it)."""
+    if not DEFAULT_MODEL.is_file():
+        pytest.skip("run 'make model' first")
+    served = prepare_model(CoreConfig(str(DEFAULT_MODEL), "CPU", 1, 1, 16, True, False))
+    assert served.tokenizer_gguf is not None
+    assert served.tokenizer_gguf.resolve() == DEFAULT_MODEL.resolve()
+    assert served.ir == served.path / "openvino_model.xml"
+    assert json.loads((served.path / MARKER).read_text())["rewritten_matmuls"] == 210  # 30 layers x 7
+    assert served.save_ir is False

@@ -32,7 +32,7 @@ def ir_from_gguf(src: Path, cache_dir: Path, steps: Steps) -> Path:
     import openvino_genai as ov_genai
 
     steps.say(f"preparing the faithful copy of {src} (once per file)")
-    served = prepare(src, cache_dir)
+    served = prepare(src, cache_dir, True, "F16")
     folder = served.parent
     if not _complete(folder, (IR_MODEL_FILE,)):
         steps.say(f"building the OpenVINO model from {served} (OpenVINO GenAI)")

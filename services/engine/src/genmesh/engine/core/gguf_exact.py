@@ -44,7 +44,7 @@ AS_READ_TYPES = frozenset({"F16", "Q8_0", "Q4_0"})
 IR_XML = "openvino_model.xml"
 GGUF_LINK = "model.gguf"  # the source GGUF, linked beside the IR: the tokenizer is built from it
 MARKER = "exact.json"  # written last into a complete folder: what was rewritten, by which version
-VERSION = 1  # bump when the rewrite changes (with gguf_reencode.ENCODER_VERSION, which keys the folder)
+VERSION = 2  # bump when the rewrite changes (with gguf_reencode.EXACT_KEY, which keys the folder)
 
 
 class NotExact(RuntimeError):
@@ -141,11 +141,14 @@ def _unpack_u4(const: Any) -> Any:
     return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO: element 2k low
 
 
-def _minimum_term(ov_ops: Any, np: Any, x: Any, m: Any) -> Any:
-    """``M · S(x)``: x [..., in] summed per block of 32, times ``M`` [out, in/32] (f16, as in the file)."""
-    blocks = m.shape[1]
+def _block_sums(ov_ops: Any, np: Any, x: Any, blocks: int) -> Any:
+    """``S(x)``: x [batch, tokens, in] summed per block of 32 inputs -> [batch, tokens, in/32]."""
     shape = ov_ops.constant(np.array([0, 0, blocks, QK], dtype=np.int64))
-    sums = ov_ops.reduce_sum(ov_ops.reshape(x, shape, special_zero=True), ov_ops.constant(np.array([-1])), False)
+    return ov_ops.reduce_sum(ov_ops.reshape(x, shape, special_zero=True), ov_ops.constant(np.array([-1])), False)
+
+
+def _minimum_term(ov_ops: Any, np: Any, sums: Any, m: Any) -> Any:
+    """``M · S(x)``, ``M`` [out, in/32] f16 as in the file."""
     mins = ov_ops.convert(ov_ops.constant(np.ascontiguousarray(m, dtype=np.float16)), "f32")
     return ov_ops.matmul(sums, mins, False, True)
 
@@ -173,6 +176,7 @@ def rewrite(model: Any, reader: Any) -> int:
             w = w.rows(rope_order(w.d.shape[0], w.d.shape[0] // heads[kind]))
         candidates[w.d.tobytes()] = (t.name, w)
     done = 0
+    sums: dict[tuple[str, int], Any] = {}
     for dec in _decompressions(model):
         scale = np.asarray(dec.scale.get_data())
         if scale.dtype != np.float16:
@@ -188,7 +192,10 @@ def rewrite(model: Any, reader: Any) -> int:
         out = dec.matmul.output(0)
         consumers = list(out.get_target_inputs())
         x = dec.matmul.input(0).get_source_output()
-        exact = ops.add(out, _minimum_term(ops, np, x, w.m))
+        key = (x.get_node().get_friendly_name(), x.get_index())  # q/k/v and gate/up share one input: one S(x)
+        if key not in sums:
+            sums[key] = _block_sums(ops, np, x, w.m.shape[1])
+        exact = ops.add(out, _minimum_term(ops, np, sums[key], w.m))
         exact.set_friendly_name(f"{dec.matmul.get_friendly_name()}/exact_minimum")
         for consumer in consumers:
             consumer.replace_source_output(exact.output(0))

@@ -161,7 +161,7 @@ def reencode(src: str | Path, dst: str | Path, target: Target = "F16") -> list[T
     return plans
 
 
-def cache_folder(src: Path, cache_dir: Path, target: Target | Literal["as-is"]) -> Path:
+def cache_folder(src: Path, cache_dir: Path, target: str) -> Path:
     """Where the served copy of ``src`` lives: one folder per source file (its path, size and
     modification time), target type (or "as-is") and encoder version, so a changed file is
     prepared anew."""
@@ -171,6 +171,7 @@ def cache_folder(src: Path, cache_dir: Path, target: Target | Literal["as-is"]) 
 
 
 SERVED_NAME = "model.gguf"
+EXACT_KEY = "exact-v2"  # the exact form's cache key: bumped with gguf_exact.VERSION
 
 
 def exact_ir(served: Path) -> Path | None:
@@ -187,7 +188,7 @@ def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> P
     """``src``'s exact folder (made once), or None when its types are not covered (then: F16)."""
     from .gguf_exact import EXACT_TYPES, GGUF_LINK, NotExact, build
 
-    served = cache_folder(src, cache_dir, "exact") / GGUF_LINK
+    served = cache_folder(src, cache_dir, EXACT_KEY) / GGUF_LINK
     if exact_ir(served) is not None:
         return served
     other = sorted({kind for _, kind in todo} - EXACT_TYPES)
@@ -225,7 +226,7 @@ def prepare(
     cache = Path(cache_dir).expanduser()
     todo: list[tuple[str, str]] | None = None
     if target == "exact" and reencode_unfaithful:
-        exact_served = cache_folder(src, cache, "exact") / SERVED_NAME
+        exact_served = cache_folder(src, cache, EXACT_KEY) / SERVED_NAME
         if exact_ir(exact_served) is not None:
             return exact_served
         as_read = cache_folder(src, cache, "F16") / SERVED_NAME
