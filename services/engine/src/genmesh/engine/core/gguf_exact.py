@@ -250,8 +250,10 @@ def build(src: str | Path, folder: str | Path) -> int:
         (work / GGUF_LINK).symlink_to(src)
         (work / MARKER).write_text(json.dumps({"version": VERSION, "source": str(src), "rewritten_matmuls": done}))
         os.chmod(work, 0o755)
+        if (folder / MARKER).is_file():  # another process (a replica) finished first: keep its folder
+            return done
         if folder.exists():
-            shutil.rmtree(folder)
+            shutil.rmtree(folder)  # an incomplete leftover
         os.replace(work, folder)
     finally:
         if work.exists():
