@@ -6,14 +6,33 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, OpenAIError, ResponsesRequest
+from genmesh.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    OpenAIError,
+    RerankRequest,
+    ResponsesRequest,
+    ScoreRequest,
+)
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
 
 from .auth import check_admin
 from .batch.runner import BatchRunner
 from .config import RoutingConfig
-from .routes import admin, batches, completions, console, files, openai, responses, stored_responses, system
+from .routes import (
+    admin,
+    aliases,
+    batches,
+    completions,
+    console,
+    files,
+    openai,
+    responses,
+    stored_responses,
+    system,
+)
 from .routes.common import authenticate
 from .settings import GatewaySettings
 from .state import GatewayState
@@ -25,7 +44,8 @@ ADMIN_PATHS = frozenset({"/metrics"})
 
 
 class GatewayApp:
-    """Sends ``/v1/chat/completions`` and ``/v1/completions`` straight to the hot path, and
+    """Serves each alias path as its ``/v1`` endpoint (``aliases.py``); sends the completion,
+    embeddings, rerank and score endpoints straight to the hot path, and
     ``GET /console/status`` (polled by every open console) straight to its handler; the rest
     (lifespan included) to ``api``."""
 
@@ -34,6 +54,7 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            scope = aliases.canonical(scope)
             path = scope["path"]
             if path in completions.PATHS:
                 await completions.serve(self.api.state.gateway, scope, receive, send)
@@ -80,6 +101,8 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         "/v1/completions": CompletionRequest,
         responses.PATH: ResponsesRequest,
         completions.EMBEDDINGS_PATH: EmbeddingRequest,
+        aliases.RERANK_PATH: RerankRequest,
+        aliases.SCORE_PATH: ScoreRequest,
     }
     return service_app(
         "genmesh gateway",

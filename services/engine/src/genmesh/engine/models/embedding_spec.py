@@ -5,6 +5,7 @@ settings are the defaults; a graph's node options override them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -75,3 +76,12 @@ def single_rerank_spec(settings: EngineSettings) -> EmbeddingSpec | None:
     path = Path(settings.rerank_model).expanduser()
     options = replace(options_from(settings, path), kind="rerank")
     return EmbeddingSpec(settings.rerank_model_name or path.name, options)
+
+
+def is_cross_encoder(folder: Path) -> bool:
+    """A checkpoint whose ``config.json`` names a ``...ForSequenceClassification`` architecture."""
+    try:
+        archs = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(str(a).endswith("ForSequenceClassification") for a in archs)

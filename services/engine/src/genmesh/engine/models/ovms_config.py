@@ -143,7 +143,9 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
                 name, embeddings.rerank_options(settings, _relative_to(base, rerank.models_path), rerank)
             )
         if not graph.is_file() and embeddings.is_checkpoint(base):
-            return embeddings.EmbeddingSpec(name, embeddings.options_from(settings, base))
+            options = embeddings.options_from(settings, base)
+            kind = "rerank" if embeddings.is_cross_encoder(base) else "embeddings"
+            return embeddings.EmbeddingSpec(name, replace(options, kind=kind))
         if graph.is_file():
             options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
             if options.ignored:
