@@ -143,9 +143,8 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
                 name, embeddings.rerank_options(settings, _relative_to(base, rerank.models_path), rerank)
             )
         if not graph.is_file() and embeddings.is_checkpoint(base):
-            options = embeddings.options_from(settings, base)
             kind = "rerank" if embeddings.is_cross_encoder(base) else "embeddings"
-            return embeddings.EmbeddingSpec(name, replace(options, kind=kind))
+            return embeddings.EmbeddingSpec(name, replace(embeddings.options_from(settings, base), kind=kind))
         if graph.is_file():
             options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
             if options.ignored:
