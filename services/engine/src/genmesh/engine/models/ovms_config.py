@@ -143,8 +143,10 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
                 name, embeddings.rerank_options(settings, _relative_to(base, rerank.models_path), rerank)
             )
         if not graph.is_file() and embeddings.is_checkpoint(base):
-            kind = "rerank" if embeddings.is_cross_encoder(base) else "embeddings"
-            return embeddings.EmbeddingSpec(name, replace(embeddings.options_from(settings, base), kind=kind))
+            options = embeddings.options_from(settings, base)
+            if embeddings.is_cross_encoder(base):
+                options = replace(options, kind="rerank")
+            return embeddings.EmbeddingSpec(name, options)
         if graph.is_file():
             options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
             if options.ignored:
