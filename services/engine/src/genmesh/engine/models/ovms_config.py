@@ -143,10 +143,10 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
                 name, embeddings.rerank_options(settings, _relative_to(base, rerank.models_path), rerank)
             )
         if not graph.is_file() and embeddings.is_checkpoint(base):
-            options = embeddings.options_from(settings, base)
+            served = embeddings.options_from(settings, base)
             if embeddings.is_cross_encoder(base):
-                options = replace(options, kind="rerank")
-            return embeddings.EmbeddingSpec(name, options)
+                served = replace(served, kind="rerank")
+            return embeddings.EmbeddingSpec(name, served)
         if graph.is_file():
             options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
             if options.ignored:
