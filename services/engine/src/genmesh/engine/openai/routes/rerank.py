@@ -104,7 +104,8 @@ async def score(body: ScoreRequest, request: Request) -> Response:
     return Response(reply.model_dump_json(), media_type="application/json")
 
 
+# documented once each (the other paths take the same body)
 for _path in RERANK_PATHS:
-    router.add_api_route(_path, rerank, methods=["POST"], response_model=None)
+    router.add_api_route(_path, rerank, methods=["POST"], response_model=None, include_in_schema=_path == "/v1/rerank")
 for _path in SCORE_PATHS:
-    router.add_api_route(_path, score, methods=["POST"], response_model=None)
+    router.add_api_route(_path, score, methods=["POST"], response_model=None, include_in_schema=_path == "/v1/score")
