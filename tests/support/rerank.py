@@ -14,6 +14,7 @@ arithmetic, not ranking quality."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -38,6 +39,7 @@ DOCUMENTS = [
 QUERY = "Which toolkit deploys deep learning models on Intel CPUs?"
 
 
+@functools.cache
 def load_weights(path: Path) -> dict[str, np.ndarray]:
     raw = path.read_bytes()
     (size,) = struct.unpack("<Q", raw[:8])
@@ -101,6 +103,11 @@ def tokenizer(folder: Path = EMBEDDING_MODEL) -> Tokenizer:
 
 def embedding_scores(query: str, docs: list[str]) -> np.ndarray:
     """The cosine of MiniLM's mean-pooled vectors of ``query`` and each document (fp64)."""
+    return _embedding_scores(query, tuple(docs)).copy()
+
+
+@functools.cache
+def _embedding_scores(query: str, docs: tuple[str, ...]) -> np.ndarray:
     w = load_weights(EMBEDDING_MODEL / "model.safetensors")
     tok = tokenizer()
     vectors = []
