@@ -17,16 +17,15 @@ from __future__ import annotations
 import functools
 import json
 import math
-import shutil
 import struct
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from genmesh.bench import cross_encoder_folder
 from support.servers import EMBEDDING_MODEL
 
-SEED = 46
 HIDDEN = 384
 # The passages and questions the rerank tests send (the queries' best documents differ)
 DOCUMENTS = [
@@ -118,35 +117,9 @@ def _embedding_scores(query: str, docs: tuple[str, ...]) -> np.ndarray:
     return np.array([vectors[0] @ v for v in vectors[1:]])
 
 
-def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    header: dict[str, object] = {}
-    blobs, offset = [], 0
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
-
-
 def make_cross_encoder(folder: Path) -> Path:
-    """A sentence-transformers CrossEncoder folder: MiniLM's encoder and pooler, a random head."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(EMBEDDING_MODEL / name, folder / name)
-    cfg = json.loads((EMBEDDING_MODEL / "config.json").read_text())
-    cfg.update(architectures=["BertForSequenceClassification"], num_labels=1, id2label={"0": "LABEL_0"})
-    cfg["label2id"] = {"LABEL_0": 0}
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    w = load_weights(EMBEDDING_MODEL / "model.safetensors")
-    rng = np.random.default_rng(SEED)
-    tensors = {f"bert.{k}": v for k, v in w.items()}
-    tensors["classifier.weight"] = rng.normal(0.0, 0.5, (1, HIDDEN))
-    tensors["classifier.bias"] = np.array([0.1])
-    _write_safetensors(folder / "model.safetensors", tensors)
-    return folder
+    """The test cross-encoder folder (MiniLM's encoder and pooler, a random head: ``genmesh.bench``'s)."""
+    return cross_encoder_folder.make_cross_encoder(EMBEDDING_MODEL, folder)
 
 
 def cross_scores(folder: Path, query: str, docs: list[str], max_length: int = 512) -> np.ndarray:
