@@ -58,7 +58,13 @@ async def rerank(body: RerankRequest, request: Request) -> Response:
     model = _scorer(request, body.model, len(docs), "documents")
     log_user(body.user, "rerank", model.name)
     cut = body.max_tokens_per_doc if body.max_tokens_per_doc is not None else body.truncate_prompt_tokens
-    done = await _score(request, model, [body.query] * len(docs), docs, cut)
+    try:
+        done = await _score(request, model, [body.query] * len(docs), docs, cut)
+    except OpenAIError as err:
+        if err.param == "truncate_prompt_tokens" and body.max_tokens_per_doc is not None:
+            err.param = "max_tokens_per_doc"
+            err.message = err.message.replace("truncate_prompt_tokens", "max_tokens_per_doc")
+        raise
     order = sorted(range(len(docs)), key=lambda i: (-done.scores[i], i))[: body.top_n]
     results = [
         RerankResult(
