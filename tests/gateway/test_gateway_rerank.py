@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from genmesh.engine.models.ovms_rerank_graph import RerankNodeOptions, render
-from support.embeddings_mesh import Mesh
+from support.embeddings_mesh import ADMIN, Mesh
 from support.gateway_helpers import launch_gateway, model_config, private_redis
 from support.hostile import start_microservice
+from support.polling import wait_until
 from support.rerank import DOCUMENTS, QUERY, cross_scores, embedding_scores, make_cross_encoder
 from support.servers import EMBEDDING_MODEL, MODEL_NAME, start_repository_engine
 
@@ -188,3 +189,23 @@ def test_every_hop_serves_the_v3_aliases_and_names_each_models_kind(rerank_mesh:
         assert len(r.json()["data"][0]["embedding"]) == 384
         r = _post(url + "/v3/embeddings", headers, {"model": CROSS, "input": "hello"})
         assert (r.status_code, r.json()["error"]["param"]) == (400, "model"), (hop, r.text)
+
+
+def test_rerank_tokens_are_metered_and_rate_limited_per_key(rerank_mesh: tuple[Mesh, str, Path]) -> None:
+    mesh, _, _ = rerank_mesh
+    wait_until(lambda: int(mesh.redis.client().time()[0]) % 60 < 50, timeout_s=15, interval_s=0.2, what="a window")
+    secret, key_id = mesh.key(tpm=30)
+    auth = {"Authorization": f"Bearer {secret}"}
+    r = _post(mesh.gateway.url + "/v3/rerank", auth, {"model": CROSS, "query": QUERY, "documents": DOCUMENTS})
+    assert r.status_code == 200, r.text
+    used = r.json()["usage"]["prompt_tokens"]
+    assert used > 30  # one request may pass the budget; the next is refused
+
+    def metered() -> bool:
+        usage = httpx.get(f"{mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=5).json()
+        return bool(usage["prompt_tokens"] == used)
+
+    wait_until(metered, timeout_s=10, interval_s=0.1, what="the rerank's tokens on the key's usage")
+    refused = _post(mesh.gateway.url + "/v1/score", auth, {"model": CROSS, "text_1": QUERY, "text_2": "a"})
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"]
