@@ -3,10 +3,12 @@ repository: all-MiniLM-L6-v2 as a cosine scorer, and a test cross-encoder made f
 encoder with a random classification head (``support/rerank.py``: no trained cross-encoder is
 reachable here), once as a bare sentence-transformers folder and once behind a RerankCalculatorOV
 graph whose short pairs (``max_position_embeddings``) make documents chunk. Scores are checked
-against an independent numpy forward; bad input gets a 4xx naming the field at the gateway."""
+against an independent fp64 numpy forward of the same weights (``support/rerank.py``, its results
+kept in tests/fixtures/rerank); bad input gets a 4xx naming the field at the gateway."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,15 +25,13 @@ from support.embeddings_mesh import ADMIN, Mesh
 from support.gateway_helpers import launch_gateway, model_config, private_redis
 from support.hostile import start_microservice
 from support.polling import wait_until
-from support.rerank import DOCUMENTS, QUERY, cross_scores, embedding_scores, make_cross_encoder
+from support.rerank import CHUNK_LENGTH, CROSS_DOCS, DOCUMENTS, LONG, QUERY, make_cross_encoder, reference
 from support.servers import EMBEDDING_MODEL, MODEL_NAME, start_repository_engine
 
 SCORER = "minilm"
 CROSS = "cross"
 CHUNKED = "cross-chunked"
-CHUNK_LENGTH = 40  # the chunked graph's pair length: the long documents below run as several windows
 MAX_DOCUMENTS = 8
-LONG = "A continuous batching scheduler " + "keeps the accelerator busy while requests come and go. " * 6
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_the_embedding_scorer_is_the_cosine_of_the_reference_vectors_at_every_ho
     rerank_mesh: tuple[Mesh, str, Path],
 ) -> None:
     mesh, engine, _ = rerank_mesh
-    expected = embedding_scores(QUERY, DOCUMENTS)
+    expected = np.array(reference()["embedding"])
     order = list(np.argsort(-expected, kind="stable"))
     for hop, (url, headers) in _hops(mesh, engine).items():
         r = _post(url + "/v3/rerank", headers, {"model": SCORER, "query": QUERY, "documents": DOCUMENTS})
@@ -110,8 +110,10 @@ def test_the_cross_encoder_matches_a_numpy_forward_at_every_hop_chunked_or_not(
     rerank_mesh: tuple[Mesh, str, Path],
 ) -> None:
     mesh, engine, folder = rerank_mesh
-    docs = [*DOCUMENTS[:3], LONG]
-    expected = {CROSS: cross_scores(folder, QUERY, docs), CHUNKED: cross_scores(folder, QUERY, docs, CHUNK_LENGTH)}
+    docs = CROSS_DOCS
+    ref = reference()
+    assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() == ref["weights_sha256"]
+    expected = {CROSS: np.array(ref["cross"]), CHUNKED: np.array(ref["cross_chunked"])}
     assert np.abs(expected[CROSS] - expected[CHUNKED]).max() > 1e-3  # the windows change the scores
     for hop, (url, headers) in _hops(mesh, engine).items():
         for model, want in expected.items():
@@ -134,7 +136,7 @@ def test_the_cross_encoder_matches_a_numpy_forward_at_every_hop_chunked_or_not(
 def test_the_cohere_clients_rerank_through_the_gateways_v1_and_v3_paths(rerank_mesh: tuple[Mesh, str, Path]) -> None:
     mesh, _, _ = rerank_mesh
     secret, _ = mesh.key()
-    expected = int(np.argmax(embedding_scores(QUERY, DOCUMENTS)))
+    expected = int(np.argmax(reference()["embedding"]))
     for base in ("/v3/", "/v1"):
         v2 = cohere.ClientV2(base_url=mesh.gateway.url + base, api_key=secret)
         ranked = v2.rerank(model=SCORER, query=QUERY, documents=DOCUMENTS, top_n=2)

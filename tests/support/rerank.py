@@ -10,15 +10,20 @@ BERT paper's and Hugging Face's definitions (as scripts/embedding_reference.py),
   in windows of ``max_length - len(q) - 3`` tokens and scores its best window (OVMS's rule).
 
 No trained cross-encoder is reachable here: the head is random, so these scores check the
-arithmetic, not ranking quality."""
+arithmetic, not ranking quality. The tests read the reference scores from FIXTURE (fp64, as JSON),
+which this module writes (a few seconds; the forward is slow under load):
+
+    PYTHONPATH=tests .venv/bin/python tests/support/rerank.py"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -36,6 +41,10 @@ DOCUMENTS = [
     "Mount Everest, 8849 metres high, is the highest mountain above sea level.",
 ]
 QUERY = "Which toolkit deploys deep learning models on Intel CPUs?"
+LONG = "A continuous batching scheduler " + "keeps the accelerator busy while requests come and go. " * 6
+CROSS_DOCS = [*DOCUMENTS[:3], LONG]  # the last runs as several windows of CHUNK_LENGTH-token pairs
+CHUNK_LENGTH = 40
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "rerank" / "reference.json"
 
 
 @functools.cache
@@ -146,3 +155,30 @@ def cross_scores(folder: Path, query: str, docs: list[str], max_length: int = 51
             best = max(best, 1.0 / (1.0 + math.exp(-logit)))
         out.append(best)
     return np.array(out)
+
+
+def reference() -> dict[str, Any]:
+    """The fixture: ``embedding`` (QUERY vs DOCUMENTS), ``cross`` and ``cross_chunked`` (QUERY vs
+    CROSS_DOCS), and ``weights_sha256``, the test cross-encoder's weights it was computed on."""
+    data: dict[str, Any] = json.loads(FIXTURE.read_text())
+    return data
+
+
+def main() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = make_cross_encoder(Path(tmp) / "cross")
+        data = {
+            "weights_sha256": hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest(),
+            "embedding": embedding_scores(QUERY, DOCUMENTS).tolist(),
+            "cross": cross_scores(folder, QUERY, CROSS_DOCS).tolist(),
+            "cross_chunked": cross_scores(folder, QUERY, CROSS_DOCS, CHUNK_LENGTH).tolist(),
+        }
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    FIXTURE.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {FIXTURE}")
+
+
+if __name__ == "__main__":
+    main()
