@@ -28,9 +28,9 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import server_span
 
+from ..exchange.exchange import EMBEDDINGS_PATH, Exchange
 from ..state import GatewayState
 from .aliases import RERANK_PATH, SCORE_PATH
-from .exchange import EMBEDDINGS_PATH, Exchange
 
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH, RERANK_PATH, SCORE_PATH))
 __all__ = ["EMBEDDINGS_PATH", "PATHS", "serve"]
