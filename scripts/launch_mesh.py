@@ -5,7 +5,9 @@ Starts, in order, each waiting for the previous one to be healthy (with progress
   redis (a private redis-server, only when none answers on --redis-url)
   engine :8008 → llm-microservice :9000 → gateway :8888
 The engine serves the chat model and, beside it, the embedding model (--embedding-model, default
-all-MiniLM-L6-v2 from make model; "none": chat only); the gateway routes each on slots of its own.
+all-MiniLM-L6-v2 from make model; "none": chat only), which is also the rerank model (a cosine
+scorer at /v1/rerank, /v3/rerank and /score: the OVMS RAG notebook's chain runs as shipped); the
+gateway routes each on slots of its own.
 With --replicas N, N engine + microservice pairs (the first on 8008/9000, replica k on 8008+k-1 and
 9000+k-1), each engine pinned to its own share of the cores, all behind the one gateway.
 Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. A child
@@ -430,6 +432,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if serves_embeddings(args):
                 say(f"  curl {front.url}/v1/embeddings -H 'Content-Type: application/json' \\")
                 say(f"""    -d '{{"model": "{embedding_name(args)}", "input": ["What is Deep Learning?"]}}'""")
+                say(f"  curl {front.url}/v3/rerank -H 'Content-Type: application/json' \\")
+                say(
+                    f"""    -d '{{"model": "{embedding_name(args)}", "query": "What is Deep Learning?", """
+                    """"documents": ["Deep learning trains neural networks.", "Paris is in France."]}'"""
+                )
             if front.name == "gateway":
                 say(f"console (queues, upstreams, keys, batches; live): {front.url}/console")
         say("Ctrl-C stops everything")

@@ -58,6 +58,14 @@ def test_mesh_serves_the_seed_requests_and_stops_clean(mesh: Mesh) -> None:
     r = httpx.post(mesh.url("gateway") + "/v1/embeddings", json=emb, timeout=120)
     assert r.status_code == 200, r.text
     assert len(r.json()["data"][0]["embedding"]) == 384
+    # and it is the rerank model out of the box (a cosine scorer), at OVMS's /v3 path: the RAG notebook's chain
+    assert any("/v3/rerank" in line for line in mesh.lines)
+    docs = ["Paris is in France.", "Deep learning trains neural networks with many layers."]
+    rerank = {"model": EMBEDDING_NAME, "query": "What is Deep Learning?", "documents": docs}
+    r = httpx.post(mesh.url("gateway") + "/v3/rerank", json=rerank, timeout=120)
+    assert r.status_code == 200, r.text
+    assert [x["index"] for x in r.json()["results"]] == [1, 0]
+    assert r.json()["meta"]["scoring"] == "embedding_cosine"
     models = httpx.get(mesh.url("gateway") + "/v1/models", timeout=10).json()["data"]
     assert {m["id"] for m in models} == {MODEL_NAME, EMBEDDING_NAME}
     # beside it, the console's URL: open on loopback, as the API is, with each engine's own metrics

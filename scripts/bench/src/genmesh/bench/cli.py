@@ -16,7 +16,7 @@ import uvloop
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from . import batch, embeddings, engine, hops, levers, report
+from . import batch, embeddings, engine, hops, levers, report, rerank
 from .datasets import DATASETS, RequestSpec, TokenCodec, sharegpt_requests
 from .load import Endpoint, measure, served_model
 from .render import plot_all, say
@@ -110,6 +110,7 @@ COMMANDS = {  # name: (help, add its arguments, run it)
         embeddings.add_arguments,
         embeddings.run,
     ),
+    "rerank": ("rerank throughput (query+document pairs/s) and latency at c=1/8", rerank.add_arguments, rerank.run),
 }
 
 

@@ -186,6 +186,21 @@ class EngineSettings(ServiceSettings):
     embedding_max_queued_inputs: int = Field(
         default=8192, ge=1, description="most inputs waiting for a batch; past it requests get 503 and Retry-After"
     )
+    # Rerank and score (embeddings/cross_encoder.py; an embedding model scores too, by cosine).
+    rerank_model: str | None = Field(
+        default=None,
+        description="sentence-transformers cross-encoder folder (BertForSequenceClassification, one label) "
+        "to serve at /v1/rerank and /score beside --model",
+    )
+    rerank_model_name: str | None = Field(
+        default=None, description="name clients use for --rerank-model (unset: the folder's name)"
+    )
+    rerank_max_documents: int = Field(
+        default=1000, ge=1, description="most documents in one rerank request (most pairs in one /score request)"
+    )
+    rerank_max_allowed_chunks: int = Field(
+        default=10000, ge=1, description="most query+chunk pairs a cross-encoder runs for one request (OVMS's option)"
+    )
 
     @field_validator("plugin_config", mode="before")
     @classmethod

@@ -6,7 +6,15 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, OpenAIError, ResponsesRequest
+from genmesh.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    OpenAIError,
+    RerankRequest,
+    ResponsesRequest,
+    ScoreRequest,
+)
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
 
@@ -15,7 +23,7 @@ from .batch.runner import BatchRunner
 from .config import RoutingConfig
 from .exchange import responses
 from .exchange.errors import authenticate
-from .routes import admin, batches, completions, console, files, openai, stored_responses, system
+from .routes import admin, aliases, batches, completions, console, files, openai, stored_responses, system
 from .settings import GatewaySettings
 from .state import GatewayState
 
@@ -26,7 +34,8 @@ ADMIN_PATHS = frozenset({"/metrics"})
 
 
 class GatewayApp:
-    """Sends ``/v1/chat/completions`` and ``/v1/completions`` straight to the hot path, and
+    """Serves each alias path as its ``/v1`` endpoint (``aliases.py``); sends the completion,
+    embeddings, rerank and score endpoints straight to the hot path, and
     ``GET /console/status`` (polled by every open console) straight to its handler; the rest
     (lifespan included) to ``api``."""
 
@@ -35,6 +44,7 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            scope = aliases.canonical(scope)
             path = scope["path"]
             if path in completions.PATHS:
                 await completions.serve(self.api.state.gateway, scope, receive, send)
@@ -81,6 +91,8 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         "/v1/completions": CompletionRequest,
         responses.PATH: ResponsesRequest,
         completions.EMBEDDINGS_PATH: EmbeddingRequest,
+        aliases.RERANK_PATH: RerankRequest,
+        aliases.SCORE_PATH: ScoreRequest,
     }
     return service_app(
         "genmesh gateway",

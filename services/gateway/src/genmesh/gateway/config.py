@@ -14,7 +14,8 @@ models:
     routing: least-loaded        # or prefix-affinity
     mid_stream_failover: false
   all-MiniLM-L6-v2:
-    kind: embeddings             # served at /v1/embeddings only (chat: the default kind)
+    kind: embeddings             # served at /v1/embeddings, and rerank/score by cosine (chat: the default kind;
+                                 # rerank: a cross-encoder, at /v1/rerank and /v1/score only)
     upstreams:
       - url: http://127.0.0.1:9000
         health_path: /v1/health_check
@@ -60,14 +61,15 @@ class UpstreamConfig(BaseModel):
 
 
 Routing = Literal["least-loaded", "prefix-affinity"]
-# chat: /v1/chat/completions, /v1/completions, /v1/responses; embeddings: /v1/embeddings
-ModelKind = Literal["chat", "embeddings"]
+# chat: /v1/chat/completions, /v1/completions, /v1/responses; embeddings: /v1/embeddings, and rerank/score
+# as a cosine scorer; rerank: a cross-encoder's /v1/rerank and /v1/score
+ModelKind = Literal["chat", "embeddings", "rerank"]
 
 
 class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
-    kind: ModelKind = Field(default="chat", description="which endpoints serve it: chat or embeddings")
+    kind: ModelKind = Field(default="chat", description="which endpoints serve it: chat, embeddings or rerank")
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     max_queue_length: int = Field(default=256, ge=0)
     max_queue_wait_s: float = Field(default=60.0, gt=0)

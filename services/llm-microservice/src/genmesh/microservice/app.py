@@ -6,7 +6,14 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.middleware import Middleware
 
-from genmesh.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
+from genmesh.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    ResponsesRequest,
+    ScoreRequest,
+)
 from genmesh.protocol.server.app import package_version, service_app, state_lifespan
 
 from .metrics import MicroserviceMetrics
@@ -26,6 +33,8 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
         relaying.COMPLETIONS_PATH: CompletionRequest,
         "/v1/responses": ResponsesRequest,
         relaying.EMBEDDINGS_PATH: EmbeddingRequest,
+        "/v1/rerank": RerankRequest,
+        "/v1/score": ScoreRequest,
     }
     return service_app(
         "genmesh llm-microservice",

@@ -21,7 +21,9 @@ from genmesh.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
+    RerankRequest,
     ResponsesRequest,
+    ScoreRequest,
     from_validation_error,
     invalid_request,
 )
@@ -30,6 +32,8 @@ CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 RESPONSES_PATH = "/v1/responses"
 EMBEDDINGS_PATH = "/v1/embeddings"
+RERANK_PATH = "/v1/rerank"  # every rerank path (Cohere v1/v2, Jina, OVMS) takes one body: the engine's /v1/rerank
+SCORE_PATH = "/v1/score"
 
 # OPEA name → OpenAI name.
 _RENAMES = {"max_new_tokens": "max_tokens", "streaming": "stream"}
@@ -138,3 +142,18 @@ def normalise_embeddings(raw: dict[str, Any], default_model: str | None) -> Engi
     body = dict(raw)
     _validate(EmbeddingRequest, body)
     return EngineCall(EMBEDDINGS_PATH, body, False)
+
+
+def normalise_rerank(raw: dict[str, Any], default_model: str | None) -> EngineCall:
+    """Rerank (any of its paths) is relayed as sent to the engine's ``/v1/rerank``, after the shared
+    wire model's check; like embeddings, a body without ``model`` keeps none."""
+    body = dict(raw)
+    _validate(RerankRequest, body)
+    return EngineCall(RERANK_PATH, body, False)
+
+
+def normalise_score(raw: dict[str, Any], default_model: str | None) -> EngineCall:
+    """vLLM's ``/score``, relayed as sent to the engine's ``/v1/score``."""
+    body = dict(raw)
+    _validate(ScoreRequest, body)
+    return EngineCall(SCORE_PATH, body, False)

@@ -7,12 +7,17 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from genmesh.protocol import RERANK_PATHS, SCORE_PATHS
+
 from .metrics import MicroserviceMetrics
 
 log = logging.getLogger("genmesh.microservice.access")
 
 # Only these paths get metric labels; anything else would let clients grow label cardinality.
-API_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models"})
+_V1 = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
+API_PATHS = frozenset(
+    [*_V1, *(p.replace("/v1", prefix, 1) for p in _V1 for prefix in ("/v3", "/v3/v1")), *RERANK_PATHS, *SCORE_PATHS]
+)
 
 
 class ObserveMiddleware:

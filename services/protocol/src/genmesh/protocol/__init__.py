@@ -49,6 +49,19 @@ from .errors import (
     service_unavailable,
     unsupported_parameter,
 )
+from .rerank import (
+    RERANK_PATHS,
+    SCORE_PATHS,
+    RerankDocument,
+    RerankMeta,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    ScoreData,
+    ScoreRequest,
+    ScoreResponse,
+    Scoring,
+)
 from .response_objects import ResponseObject
 from .responses import ResponsesRequest
 from .sampling import SamplingFields, neutral
@@ -63,6 +76,17 @@ from .tokenize import (
 )
 
 __all__ = [
+    "RERANK_PATHS",
+    "SCORE_PATHS",
+    "RerankDocument",
+    "RerankMeta",
+    "RerankRequest",
+    "RerankResponse",
+    "RerankResult",
+    "ScoreData",
+    "ScoreRequest",
+    "ScoreResponse",
+    "Scoring",
     "PromptLogprob",
     "PromptLogprobs",
     "ChoiceLogprobs",

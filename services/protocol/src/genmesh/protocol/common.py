@@ -39,6 +39,9 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "genmesh"
     max_model_len: int | None = None
+    # genmesh: what the model serves (chat: chat/completions; embeddings: embeddings and, as a
+    # cosine scorer, rerank/score; rerank: a cross-encoder's rerank/score)
+    kind: Literal["chat", "embeddings", "rerank"] | None = None
 
 
 class ModelList(BaseModel):

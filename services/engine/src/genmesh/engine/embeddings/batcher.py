@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -21,26 +22,38 @@ from genmesh.protocol import service_unavailable
 
 log = logging.getLogger("genmesh.engine.embeddings.batcher")
 
-Runner = Callable[[list[list[int]]], np.ndarray]
+T = TypeVar("T")
+# One batch of inputs (token ids; a cross-encoder's pairs) -> one row per input
+Runner = Callable[[list[Any]], np.ndarray]
 
 
 @dataclass
-class _Item:
-    ids: list[int]
+class _Item(Generic[T]):
+    ids: T
+    size: int
     future: asyncio.Future[np.ndarray]
     since: float = field(default_factory=time.monotonic)
 
 
-class Batcher:
+class Batcher(Generic[T]):
+    """``size(input)``: its length in tokens (token ids: ``len``)."""
+
     def __init__(
-        self, run: Runner, max_batch_size: int, max_batch_tokens: int, max_wait_s: float, max_queued: int
+        self,
+        run: Runner,
+        max_batch_size: int,
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queued: int,
+        size: Callable[[T], int] = len,  # type: ignore[assignment]
     ) -> None:
         self._run = run
+        self._size = size
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
         self.max_queued = max_queued
-        self._pending: list[_Item] = []
+        self._pending: list[_Item[T]] = []
         self._wake = asyncio.Event()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="embeddings")
         self._task: asyncio.Task[None] | None = None
@@ -59,14 +72,14 @@ class Batcher:
             item.future.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    async def embed(self, inputs: list[list[int]]) -> np.ndarray:
+    async def embed(self, inputs: list[T]) -> np.ndarray:
         """One vector per input, in order."""
         if len(self._pending) + len(inputs) > self.max_queued:
             raise service_unavailable(
                 f"the embeddings queue is full ({self.max_queued} inputs); retry shortly", "queue_full", 1
             )
         loop = asyncio.get_running_loop()
-        items = [_Item(ids, loop.create_future()) for ids in inputs]
+        items = [_Item(ids, self._size(ids), loop.create_future()) for ids in inputs]
         self._pending.extend(items)
         self._wake.set()
         try:
@@ -77,21 +90,21 @@ class Batcher:
             raise
         return np.stack(vectors)
 
-    def _take(self) -> list[_Item]:
+    def _take(self) -> list[_Item[T]]:
         """The oldest pending input and the others closest to it in length, within the limits."""
         self._pending = [item for item in self._pending if not item.future.done()]
         if not self._pending:
             return []
         first = self._pending[0]
-        rest = sorted(self._pending[1:], key=lambda item: abs(len(item.ids) - len(first.ids)))
-        batch, longest = [first], len(first.ids)
+        rest = sorted(self._pending[1:], key=lambda item: abs(item.size - first.size))
+        batch, longest = [first], first.size
         for item in rest:
             if len(batch) >= self.max_batch_size:
                 break
-            if max(longest, len(item.ids)) * (len(batch) + 1) > self.max_batch_tokens:
+            if max(longest, item.size) * (len(batch) + 1) > self.max_batch_tokens:
                 continue
             batch.append(item)
-            longest = max(longest, len(item.ids))
+            longest = max(longest, item.size)
         chosen = {id(item) for item in batch}
         self._pending = [item for item in self._pending if id(item) not in chosen]
         return batch

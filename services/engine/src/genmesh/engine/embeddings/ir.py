@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,19 +72,30 @@ def _prefixed(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k.removeprefix("bert."): v for k, v in weights.items()}
 
 
-def build(ck: Checkpoint) -> ov.Model:
-    w = _prefixed(safetensors.read(ck.path / WEIGHTS))
-    ids = ops.parameter([-1, -1], ov.Type.i64, name="input_ids")
-    mask = ops.parameter([-1, -1], ov.Type.i64, name="attention_mask")
-    ids.output(0).get_tensor().set_names({"input_ids"})
-    mask.output(0).get_tensor().set_names({"attention_mask"})
+def inputs(*names: str) -> list[Any]:
+    """[batch, length] i64 parameters, named for the infer request."""
+    params = []
+    for name in names:
+        param = ops.parameter([-1, -1], ov.Type.i64, name=name)
+        param.output(0).get_tensor().set_names({name})
+        params.append(param)
+    return params
+
+
+def encoder(w: dict[str, np.ndarray], ck: Checkpoint, ids: Any, mask: Any, token_types: Any = None) -> Any:
+    """BERT's hidden states [batch, length, hidden] of right-padded ``ids`` (``token_types``: the
+    segment of each token, a pair's 0 and 1; None: one segment, type 0)."""
     zero = ops.constant(np.array(0, dtype=np.int64))
     one = ops.constant(np.array(1, dtype=np.int64))
     length = ops.gather(ops.shape_of(ids), one, zero)
     positions = ops.range(zero, length, one, output_type="i64")
     x = ops.gather(_const(w["embeddings.word_embeddings.weight"]), ids, zero)
     x = ops.add(x, ops.gather(_const(w["embeddings.position_embeddings.weight"]), positions, zero))
-    x = ops.add(x, _const(w["embeddings.token_type_embeddings.weight"][0]))  # one segment: type 0
+    types = w["embeddings.token_type_embeddings.weight"]
+    if token_types is None:
+        x = ops.add(x, _const(types[0]))  # one segment: type 0
+    else:
+        x = ops.add(x, ops.gather(_const(types), token_types, zero))
     x = _layer_norm(x, w, "embeddings.LayerNorm", ck.layer_norm_eps)
     mask_f = ops.convert(mask, "f32")
     # [batch, 1, 1, length]: 0 where attended, MASKED on padding
@@ -91,7 +103,18 @@ def build(ck: Checkpoint) -> ov.Model:
     bias = ops.unsqueeze(bias, ops.constant(np.array([1, 2], dtype=np.int64)))
     for i in range(ck.num_layers):
         x = _layer(x, bias, w, i, ck)
-    pooled = _pool(x, mask, mask_f, ck)
+    return x
+
+
+def weights(ck: Checkpoint) -> dict[str, np.ndarray]:
+    return _prefixed(safetensors.read(ck.path / WEIGHTS))
+
+
+def build(ck: Checkpoint) -> ov.Model:
+    w = weights(ck)
+    ids, mask = inputs("input_ids", "attention_mask")
+    x = encoder(w, ck, ids, mask)
+    pooled = _pool(x, mask, ops.convert(mask, "f32"), ck)
     if ck.normalize:
         pooled = ops.normalize_l2(pooled, ops.constant(np.array([1], dtype=np.int64)), 1e-12, "max")
     pooled.output(0).get_tensor().set_names({"embeddings"})
@@ -111,8 +134,8 @@ def _pool(x: Any, mask: Any, mask_f: Any, ck: Checkpoint) -> Any:
     return ops.divide(summed, count)
 
 
-def cached_ir(ck: Checkpoint, cache_dir: Path, name: str) -> Path:
-    """The IR of ``ck`` in the cache, built and written on the first call."""
+def cached_ir(ck: Checkpoint, cache_dir: Path, name: str, builder: Callable[[Checkpoint], ov.Model] = build) -> Path:
+    """The IR of ``ck`` (as ``builder`` makes it) in the cache, built and written on the first call."""
     folder = Path(cache_dir).expanduser() / f"{name}-{ck.fingerprint()}"
     xml = folder / IR_XML
     if xml.is_file() and xml.with_suffix(".bin").is_file():
@@ -120,7 +143,7 @@ def cached_ir(ck: Checkpoint, cache_dir: Path, name: str) -> Path:
     log.info("building the OpenVINO model of %s into %s (once)", ck.path, folder)
     folder.mkdir(parents=True, exist_ok=True)
     part = folder / f".part-{IR_XML}"
-    ov.save_model(build(ck), part, compress_to_fp16=False)
+    ov.save_model(builder(ck), part, compress_to_fp16=False)
     part.with_suffix(".bin").replace(xml.with_suffix(".bin"))  # .bin first: a found .xml has its weights
     part.replace(xml)
     return xml

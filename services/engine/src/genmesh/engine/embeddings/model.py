@@ -30,6 +30,12 @@ class Embedded:
     prompt_tokens: int
 
 
+@dataclass
+class Scored:
+    scores: list[float]  # one per (query, document) pair, in order
+    prompt_tokens: int  # tokens run
+
+
 class EmbeddingModel:
     def __init__(self, name: str, ck: Checkpoint, opts: EmbeddingOptions, compiled: ov.CompiledModel) -> None:
         self.name = name
@@ -37,7 +43,7 @@ class EmbeddingModel:
         self.options = opts
         self.tokenizer = EmbeddingTokenizer(ck.path / TOKENIZER, ck.vocab_size, ck.max_length)
         self._request = compiled.create_infer_request()
-        self.batcher = Batcher(
+        self.batcher: Batcher[list[int]] = Batcher(
             self._infer, opts.max_batch_size, opts.max_batch_tokens, opts.max_wait_s, opts.max_queued
         )
 
@@ -83,3 +89,37 @@ class EmbeddingModel:
         ids = self.tokenizer.fit(ids, truncate, special)
         vectors = await self.batcher.embed(ids)
         return Embedded(vectors, sum(len(seq) for seq in ids))
+
+    async def score(self, queries: list[str], docs: list[str], max_doc_tokens: int | None) -> Scored:
+        """``queries[i]`` against ``docs[i]``: the cosine of their normalised vectors (vLLM's score of an
+        embedding model). ``max_doc_tokens``: cut documents to that many tokens; else the model's
+        ``truncate`` option, else a document past the model's maximum is a 400 naming it."""
+        texts = list(dict.fromkeys(queries))
+        ids = await asyncio.to_thread(self.tokenizer.encode, texts + docs, True)
+        query_ids, doc_ids = ids[: len(texts)], ids[len(texts) :]
+        limit = self.tokenizer.max_length
+        for seq in query_ids:
+            if len(seq) > limit:
+                raise invalid_request(
+                    f"the query is {len(seq)} tokens, more than the model's maximum of {limit}",
+                    param="query",
+                    code="context_length_exceeded",
+                )
+        truncate = max_doc_tokens if max_doc_tokens is not None else (-1 if self.options.truncate else None)
+        if truncate is None:
+            for i, seq in enumerate(doc_ids):
+                if len(seq) > limit:
+                    raise invalid_request(
+                        f"documents[{i}] is {len(seq)} tokens, more than the model's maximum of {limit} "
+                        "(set max_tokens_per_doc or truncate_prompt_tokens to cut it)",
+                        param="documents",
+                        code="context_length_exceeded",
+                    )
+        else:
+            doc_ids = self.tokenizer.fit(doc_ids, truncate, True)
+        vectors = (await self.batcher.embed(query_ids + doc_ids)).astype(np.float64)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+        by_text = dict(zip(texts, vectors[: len(texts)], strict=True))
+        docs_v = vectors[len(texts) :]
+        scores = [float(by_text[q] @ d) for q, d in zip(queries, docs_v, strict=True)]
+        return Scored(scores, sum(len(seq) for seq in query_ids + doc_ids))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .checkpoint import Pooling
 
@@ -16,6 +16,7 @@ class EmbeddingOptions:
     """What serving one embedding model takes (the engine's settings and the graph's options)."""
 
     path: Path
+    kind: Literal["embeddings", "rerank"] = "embeddings"  # rerank: a cross-encoder (cross_encoder.py)
     pooling: Pooling | None = None  # None: the checkpoint's own
     normalize: bool | None = None
     truncate: bool = False  # OVMS's option: cut over-long inputs instead of refusing them
@@ -27,3 +28,6 @@ class EmbeddingOptions:
     max_wait_s: float = 0.005
     max_queued: int = 8192
     max_inputs: int = 2048
+    max_documents: int = 1000  # documents in one rerank/score request
+    max_allowed_chunks: int = 10000  # a cross-encoder's query+chunk pairs in one request (OVMS's option)
+    max_length: int | None = None  # a cross-encoder's pair length (OVMS's max_position_embeddings); None: the model's

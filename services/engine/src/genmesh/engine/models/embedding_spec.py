@@ -5,13 +5,15 @@ settings are the defaults; a graph's node options override them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..embeddings.checkpoint import REQUIRED
 from ..embeddings.options import EmbeddingOptions
 from ..settings import EngineSettings
 from .ovms_embeddings_graph import OVMS_POOLING, EmbeddingsNodeOptions
+from .ovms_rerank_graph import RerankNodeOptions
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,21 @@ def options_from(settings: EngineSettings, path: Path, node: EmbeddingsNodeOptio
         max_wait_s=settings.embedding_max_wait_ms / 1000,
         max_queued=settings.embedding_max_queued_inputs,
         max_inputs=settings.embedding_max_inputs,
+        max_documents=settings.rerank_max_documents,
+        max_allowed_chunks=settings.rerank_max_allowed_chunks,
+    )
+
+
+def rerank_options(settings: EngineSettings, path: Path, node: RerankNodeOptions) -> EmbeddingOptions:
+    """A rerank graph's cross-encoder: the engine's settings with the node's options over them."""
+    plugin = node.plugin_config or {}
+    return replace(
+        options_from(settings, path),
+        kind="rerank",
+        device=node.target_device or settings.device,
+        plugin_config=tuple(sorted(plugin.items())),
+        max_allowed_chunks=node.max_allowed_chunks or settings.rerank_max_allowed_chunks,
+        max_length=node.max_position_embeddings,
     )
 
 
@@ -50,3 +67,21 @@ def single_spec(settings: EngineSettings) -> EmbeddingSpec | None:
         return None
     path = Path(settings.embedding_model).expanduser()
     return EmbeddingSpec(settings.embedding_model_name or path.name, options_from(settings, path))
+
+
+def single_rerank_spec(settings: EngineSettings) -> EmbeddingSpec | None:
+    """``--rerank-model``: the cross-encoder served beside ``--model``."""
+    if settings.rerank_model is None:
+        return None
+    path = Path(settings.rerank_model).expanduser()
+    options = replace(options_from(settings, path), kind="rerank")
+    return EmbeddingSpec(settings.rerank_model_name or path.name, options)
+
+
+def is_cross_encoder(folder: Path) -> bool:
+    """A checkpoint whose ``config.json`` names a ``...ForSequenceClassification`` architecture."""
+    try:
+        archs = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(str(a).endswith("ForSequenceClassification") for a in archs)

@@ -29,6 +29,7 @@ from . import amx_guard
 from . import embedding_spec as embeddings
 from .ovms_embeddings_graph import embeddings_node_options
 from .ovms_graph import GRAPH_FILE, llm_node_options
+from .ovms_rerank_graph import rerank_node_options
 from .source import ModelSource, resolve
 
 log = logging.getLogger("genmesh.engine.models.ovms_config")
@@ -65,8 +66,7 @@ def single_model(settings: EngineSettings) -> Repository:
     """``--model``: one model under its served name (``ModelSourceError`` if it cannot be found)."""
     source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
     aliases = (str(source.path), settings.model)
-    embedding = embeddings.single_spec(settings)
-    extra = (embedding,) if embedding is not None else ()
+    extra = tuple(s for s in (embeddings.single_spec(settings), embeddings.single_rerank_spec(settings)) if s)
     return Repository((ModelSpec(source.served_name, settings, source, aliases=aliases),), None, extra)
 
 
@@ -138,8 +138,15 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
         if graph.is_file() and (node := embeddings_node_options(graph.read_text(encoding="utf-8"), str(graph))):
             path = _relative_to(base, node.models_path)
             return embeddings.EmbeddingSpec(name, embeddings.options_from(settings, path, node))
+        if graph.is_file() and (rerank := rerank_node_options(graph.read_text(encoding="utf-8"), str(graph))):
+            return embeddings.EmbeddingSpec(
+                name, embeddings.rerank_options(settings, _relative_to(base, rerank.models_path), rerank)
+            )
         if not graph.is_file() and embeddings.is_checkpoint(base):
-            return embeddings.EmbeddingSpec(name, embeddings.options_from(settings, base))
+            served = embeddings.options_from(settings, base)
+            if embeddings.is_cross_encoder(base):
+                served = replace(served, kind="rerank")
+            return embeddings.EmbeddingSpec(name, served)
         if graph.is_file():
             options = llm_node_options(graph.read_text(encoding="utf-8"), str(graph))
             if options.ignored:

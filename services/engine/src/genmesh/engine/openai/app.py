@@ -10,7 +10,7 @@ from genmesh.protocol.server.asgi import ShutdownSwitch
 from ..models.ovms_config import Repository
 from ..settings import EngineSettings
 from .registry import ModelRegistry
-from .routes import chat, completions, embeddings, responses, system, tokenize
+from .routes import chat, completions, embeddings, rerank, responses, system, tokenize
 
 
 def create_app(settings: EngineSettings, repository: Repository, switch: ShutdownSwitch | None = None) -> FastAPI:
@@ -34,7 +34,15 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
         engine_version,
         settings.http_limits(),
         state_lifespan("registry", start),
-        [chat.router, completions.router, responses.router, tokenize.router, system.router, embeddings.router],
+        [
+            chat.router,
+            completions.router,
+            responses.router,
+            tokenize.router,
+            system.router,
+            embeddings.router,
+            rerank.router,
+        ],
     )
     app.state.versions = {"version": engine_version, "openvino_genai": package_version("openvino-genai", "unknown")}
     return app

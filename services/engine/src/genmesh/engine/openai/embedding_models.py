@@ -1,6 +1,8 @@
-"""The embedding models one engine serves (``models/embedding_spec.py`` says which), each loaded
-on a worker thread at start-up (``embeddings/``), and the lookup the routes use: an unknown name
-is a 404, a chat model's name a 400 naming ``model``. The registry holds them beside its LLMs."""
+"""The embedding models and cross-encoders one engine serves (``models/embedding_spec.py`` says
+which), each loaded on a worker thread at start-up (``embeddings/``), and the lookups the routes
+use: an unknown name is a 404, a model of the wrong kind a 400 naming ``model``. ``/v1/embeddings``
+takes an embedding model; rerank and score take a cross-encoder, or an embedding model as a cosine
+scorer. The registry holds them beside its LLMs."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from genmesh.protocol import OpenAIError, invalid_request, model_not_found, service_unavailable
 
+from ..embeddings.cross_encoder import CrossEncoderModel
 from ..embeddings.model import EmbeddingModel
 
 if TYPE_CHECKING:
@@ -24,7 +27,7 @@ class EmbeddingModels:
     def __init__(self, specs: tuple[EmbeddingSpec, ...], families: MetricFamilies) -> None:
         self.families = families
         self.specs = {spec.name: spec for spec in specs}
-        self.loaded: dict[str, EmbeddingModel] = {}
+        self.loaded: dict[str, EmbeddingModel | CrossEncoderModel] = {}
         self.errors: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -41,7 +44,8 @@ class EmbeddingModels:
 
     async def _load(self, spec: EmbeddingSpec) -> None:
         try:
-            model = await asyncio.to_thread(EmbeddingModel.load, spec.name, spec.options)
+            loader = CrossEncoderModel.load if spec.options.kind == "rerank" else EmbeddingModel.load
+            model: EmbeddingModel | CrossEncoderModel = await asyncio.to_thread(loader, spec.name, spec.options)
         except Exception as exc:
             self.errors[spec.name] = str(exc) or type(exc).__name__
             log.error("embedding model %s failed to load: %s", spec.name, self.errors[spec.name])
@@ -64,15 +68,32 @@ class EmbeddingModels:
             return ("LOADING", "FAILED_PRECONDITION", self.errors[name])
         return ("LOADING", "OK", "OK")
 
+    def kind(self, name: str) -> str:
+        return self.specs[name].options.kind
+
     def serving(self, model: str | None, chat_models: list[str]) -> EmbeddingModel:
+        """The embedding model ``/v1/embeddings`` asks for."""
+        found = self._serving(model, chat_models, "embeddings", "an embedding model")
+        if not isinstance(found, EmbeddingModel):
+            raise wrong_kind(found.name, "a rerank model (a cross-encoder), not an embedding model: use /v1/rerank")
+        return found
+
+    def scorer(self, model: str | None, chat_models: list[str]) -> EmbeddingModel | CrossEncoderModel:
+        """The model rerank and score ask for: a cross-encoder, or an embedding model (cosine)."""
+        return self._serving(model, chat_models, None, "a rerank or embedding model")
+
+    def _serving(
+        self, model: str | None, chat_models: list[str], kind: str | None, what: str
+    ) -> EmbeddingModel | CrossEncoderModel:
         if model is None:
-            if len(self.specs) == 1:
-                model = next(iter(self.specs))
+            of_kind = [n for n in self.specs if kind is None or self.kind(n) == kind]
+            if len(of_kind) == 1:
+                model = of_kind[0]
             else:
                 raise invalid_request("you must provide a model parameter", param="model")
         if model not in self.specs:
             if model in chat_models:
-                raise wrong_kind(model, "a chat/completions model, not an embedding model: use /v1/chat/completions")
+                raise wrong_kind(model, f"a chat/completions model, not {what}: use /v1/chat/completions")
             raise model_not_found(model)
         found = self.loaded.get(model)
         if found is None:

@@ -125,6 +125,8 @@ class ModelRegistry:
         found = self.models.get(model) or self._aliases.get(model)
         if found is None:
             if model in self.embeddings:
+                if self.embeddings.kind(model) == "rerank":
+                    raise wrong_kind(model, "a rerank model (a cross-encoder): use /v1/rerank")
                 raise wrong_kind(model, "an embedding model: use /v1/embeddings")
             raise model_not_found(model)
         return found

@@ -51,18 +51,25 @@ EMBEDDINGS_PATH = "/v1/embeddings"
 _JSON = (b"content-type", b"application/json")
 
 
+SCORING_PATHS = ("/v1/rerank", "/v1/score")
+# the route kinds each kind of endpoint takes: rerank and score also take an embedding model (cosine)
+_TAKES = {"chat": ("chat",), "embeddings": ("embeddings",), "rerank": ("rerank", "embeddings")}
+_USE = {"chat": "/v1/chat/completions", "embeddings": "/v1/embeddings", "rerank": "/v1/rerank"}
+
+
 def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
-    kind = "embeddings" if path == EMBEDDINGS_PATH else "chat"
+    kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
     model = body.get("model")
     route = st.config.route(model) if isinstance(model, str) else None
     if route is not None:
-        if route.kind != kind:
-            use = "/v1/embeddings" if route.kind == "embeddings" else "/v1/chat/completions"
+        if route.kind not in _TAKES[kind]:
             raise invalid_request(
-                f"model '{route.name}' is a {route.kind} model: use {use}", param="model", code="model_not_supported"
+                f"model '{route.name}' is a {route.kind} model: use {_USE[route.kind]}",
+                param="model",
+                code="model_not_supported",
             )
         return route
-    of_kind = [r for r in st.config.models.values() if r.kind == kind]
+    of_kind = [r for r in st.config.models.values() if r.kind in _TAKES[kind]]
     if len(of_kind) == 1 and (model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))):
         return of_kind[0]  # OPEA clients may leave the model out
     raise model_not_found(str(model))

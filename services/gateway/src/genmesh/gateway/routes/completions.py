@@ -1,8 +1,10 @@
-"""``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``: the hot path, as plain ASGI.
+"""``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/rerank`` and
+``/v1/score`` (each also at its other paths: ``aliases.py``): the hot path, as plain ASGI.
 
 Bodies pass through untouched (OPEA string ``messages`` included); the gateway reads only
 ``model`` and ``stream``. A model's ``kind`` (config.py) says which endpoints serve it: a chat
-request to an embedding model, or the reverse, is a 400 naming ``model``. Embeddings are queued,
+request to an embedding model, or the reverse, is a 400 naming ``model``; rerank and score take a
+``rerank`` model or an embedding model (a cosine scorer). Embeddings and reranks are queued,
 limited (their input tokens count against the key's tokens per minute) and metered as chat is, on
 their model's own slots. Flow (``exchange.py``): authenticate -> per-key limits -> slot lease (maybe
 after waiting in Redis) -> upstream (a connect failure is retried on another upstream:
@@ -28,8 +30,9 @@ from genmesh.protocol.server.tracing import server_span
 
 from ..exchange.exchange import EMBEDDINGS_PATH, Exchange
 from ..state import GatewayState
+from .aliases import RERANK_PATH, SCORE_PATH
 
-PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH))
+PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH, RERANK_PATH, SCORE_PATH))
 __all__ = ["EMBEDDINGS_PATH", "PATHS", "serve"]
 
 

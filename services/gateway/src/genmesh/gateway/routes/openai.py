@@ -20,5 +20,5 @@ router = APIRouter()
 async def models(request: Request) -> Response:
     st = gateway(request)
     await authenticate(st, request.headers.get("authorization"))
-    cards = ModelList(data=[ModelCard(id=name) for name in st.config.models])
+    cards = ModelList(data=[ModelCard(id=name, kind=route.kind) for name, route in st.config.models.items()])
     return Response(cards.model_dump_json(), media_type="application/json")

@@ -1,4 +1,6 @@
-"""``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``: the body normalised, then relayed.
+"""``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, rerank and score: the body
+normalised, then relayed. Each is served at OVMS's ``/v3`` and ``/v3/v1`` aliases too (``aliases``);
+rerank at every path the engine serves it (``RERANK_PATHS``: Cohere v1/v2, Jina, vLLM, OVMS).
 
 Chat takes OPEA input too (``messages`` as a string or a list); completions pass through. In both
 ``model`` defaults to ``LLM_MODEL_ID``. ``/v1/responses`` (``responses.py``) relays the same way
@@ -13,9 +15,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from genmesh.protocol import RERANK_PATHS, SCORE_PATHS
 from genmesh.protocol.server.tracing import annotate, request_attributes, span, tracing
 
-from ..normalise import EngineCall, normalise_chat, normalise_completion, normalise_embeddings
+from ..normalise import (
+    EngineCall,
+    normalise_chat,
+    normalise_completion,
+    normalise_embeddings,
+    normalise_rerank,
+    normalise_score,
+)
 from .responding import json_body, relay_call, state_of
 
 Normalise = Callable[[dict[str, Any], str | None], EngineCall]
@@ -29,6 +39,23 @@ ENDPOINTS: dict[str, tuple[str, Normalise]] = {
     COMPLETIONS_PATH: ("completions", normalise_completion),
     EMBEDDINGS_PATH: ("embeddings", normalise_embeddings),
 }
+# OVMS's prefixes of OpenAI's /v1 paths, served by the engine and so at every hop
+OVMS_PREFIXES = ("/v3", "/v3/v1")
+
+
+def aliases(path: str) -> list[str]:
+    """``/v1/x`` and its OVMS aliases ``/v3/x`` and ``/v3/v1/x``."""
+    tail = path.removeprefix("/v1")
+    return [path, *(prefix + tail for prefix in OVMS_PREFIXES)]
+
+
+ALL_ENDPOINTS: dict[str, tuple[str, Normalise]] = {
+    alias: (name if alias == path else f"{name}{alias.replace('/', '_')}", normalise)
+    for path, (name, normalise) in ENDPOINTS.items()
+    for alias in aliases(path)
+}
+ALL_ENDPOINTS |= {p: ("rerank" + p.replace("/", "_"), normalise_rerank) for p in RERANK_PATHS}
+ALL_ENDPOINTS |= {p: ("score" + p.replace("/", "_"), normalise_score) for p in SCORE_PATHS}
 
 router = APIRouter()
 
@@ -48,7 +75,7 @@ def relaying(normalise: Normalise) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
-for _path, (_name, _normalise) in ENDPOINTS.items():
+for _path, (_name, _normalise) in ALL_ENDPOINTS.items():
     router.add_api_route(
         _path, relaying(_normalise), methods=["POST"], name=_name, response_model=None, include_in_schema=False
     )

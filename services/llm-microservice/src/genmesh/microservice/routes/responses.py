@@ -66,6 +66,8 @@ class ResponsesEnd(StreamEnd):
 
 
 @router.post("/v1/responses", response_model=None)
+@router.post("/v3/responses", response_model=None, include_in_schema=False)
+@router.post("/v3/v1/responses", response_model=None, include_in_schema=False)
 async def create_response(request: Request) -> Response:
     st = state_of(request)
     call = normalise_responses(await json_body(request), st.settings.llm_model_id)

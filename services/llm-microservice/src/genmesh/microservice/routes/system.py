@@ -37,6 +37,8 @@ async def ready(request: Request) -> JSONResponse:
 
 
 @router.get("/v1/models", response_model=None)
+@router.get("/v3/models", response_model=None, include_in_schema=False)
+@router.get("/v3/v1/models", response_model=None, include_in_schema=False)
 async def models(request: Request) -> Response:
     return await relay_unary(request, state_of(request).upstream, "GET", "/v1/models")
 

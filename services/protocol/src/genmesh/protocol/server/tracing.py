@@ -53,6 +53,9 @@ OPERATIONS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "text_completion",
     "/v1/responses": "chat",
+    "/v1/embeddings": "embeddings",
+    "/v1/rerank": "rerank",
+    "/v1/score": "rerank",
 }
 Attributes = Mapping[str, Any]
 

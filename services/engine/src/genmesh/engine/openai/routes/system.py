@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -10,6 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from genmesh.protocol import ModelCard, ModelList
 
+from ...embeddings.cross_encoder import CrossEncoderModel
+from ...embeddings.model import EmbeddingModel
 from ..registry import ModelRegistry
 from .responding import add_api_route, json_reply, registry
 
@@ -60,13 +62,19 @@ async def live(request: Request) -> JSONResponse:
 
 async def models(request: Request) -> Response:
     cards = [
-        ModelCard(id=m.name, max_model_len=m.spec.source.context_length if m.spec.source is not None else None)
+        ModelCard(
+            id=m.name, max_model_len=m.spec.source.context_length if m.spec.source is not None else None, kind="chat"
+        )
         for m in registry(request).all()
     ]
     embeddings = registry(request).embeddings
     for name in embeddings.specs:
         loaded = embeddings.loaded.get(name)
-        cards.append(ModelCard(id=name, max_model_len=loaded.checkpoint.max_length if loaded else None))
+        longest = loaded.max_length if isinstance(loaded, CrossEncoderModel) else None
+        if isinstance(loaded, EmbeddingModel):
+            longest = loaded.checkpoint.max_length
+        kind: Literal["embeddings", "rerank"] = "rerank" if embeddings.kind(name) == "rerank" else "embeddings"
+        cards.append(ModelCard(id=name, max_model_len=longest, kind=kind))
     return json_reply(ModelList(data=cards))
 
 
