@@ -138,6 +138,34 @@ class Quotas:
         res = await self.store.call(self.store.scripts.reserve(keys=list(ledger), args=args))
         return [int(v) for v in res]
 
+    # -- stored responses --------------------------------------------------------------------------
+
+    async def responses_full(self, owner: str) -> OpenAIError | None:
+        """The error a ``store: true`` request of ``owner`` gets before it runs, None while it has room."""
+        limit = self.settings.responses_key_max_count
+        expiry = self.store.keyspace.response_quota(owner)[0]
+        now_ms = int(time.time() * 1000)
+        held: Any = await self.store.call(self.store.redis.zcount(expiry, now_ms, "+inf"))
+        if int(held) < limit:
+            return None
+        return quota_exceeded("responses_key_max_count", limit, f"this key holds {held} stored responses", status=429)
+
+    async def reserve_response(self, owner: str, response_id: str, size: int) -> None:
+        """Count a response about to be stored; past the key's quota or the Redis budget: refused."""
+        await self.budget(size)
+        ttl_ms = int(self.settings.responses_ttl_s * 1000)
+        expiry = int(time.time() * 1000) + ttl_ms
+        limit = self.settings.responses_key_max_count
+        ledger = self.store.keyspace.response_quota(owner)
+        args: list[Any] = [response_id, size, expiry, limit, 0, ttl_ms]
+        res = await self.store.call(self.store.scripts.reserve(keys=list(ledger), args=args))
+        if int(res[0]) != 0:
+            raise quota_exceeded("responses_key_max_count", limit, f"this key holds {int(res[1])} stored responses")
+
+    async def release_response(self, owner: str, response_id: str) -> None:
+        ledger = self.store.keyspace.response_quota(owner)
+        await self.store.call(self.store.scripts.unreserve(keys=list(ledger), args=[response_id]))
+
     async def count_output(self, owner: str, file_id: str, size: int, ttl_ms: int) -> None:
         """Count a batch's output file in the total (never refused: its bytes were admitted line by line)."""
         expiry = int(time.time() * 1000) + ttl_ms

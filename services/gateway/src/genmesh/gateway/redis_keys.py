@@ -132,6 +132,12 @@ class KeySpace:
         base = f"{self.prefix}:{{k:{_tag(owner)}}}:quota:files"
         return f"{base}:expiry", f"{base}:bytes"
 
+    def response_quota(self, owner: str) -> tuple[str, str]:
+        """One owner's stored-responses ledger (``lua/reserve.lua``): ZSET response id -> expiry ms and HASH
+        response id -> bytes, for ``responses_key_max_count`` (TTL ``responses_ttl_s``, renewed)."""
+        base = f"{self.prefix}:{{k:{_tag(owner)}}}:quota:responses"
+        return f"{base}:expiry", f"{base}:bytes"
+
     def storage_quota(self) -> tuple[str, str]:
         """The ledger of every stored file (uploads and batch outputs), all keys: ZSET ``<owner>|<file id>``
         -> expiry ms and HASH of their bytes (``#``: the sum), for ``files_total_max_bytes`` (TTL ``files_ttl_s``)."""

@@ -65,7 +65,12 @@ class GatewayState:
         self.files = FileStore(store, settings, self.quotas)
         self.batches = BatchStore(store, self.files, settings)
         self.responses = ResponseStore(
-            self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
+            self.redis,
+            self.keyspace,
+            self.metrics,
+            settings.responses_ttl_s,
+            settings.responses_max_bytes,
+            self.quotas,
         )
         # the relay path (aiohttp), its upstream sockets bounded like the client ones
         self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)
