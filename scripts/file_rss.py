@@ -72,6 +72,7 @@ def main() -> None:
     p.add_argument("--size-mib", type=int, default=100)
     p.add_argument("--python", default=sys.executable, help="the interpreter whose genmesh.gateway runs")
     p.add_argument("--maxmemory", default="1gb")
+    p.add_argument("--gateway-arg", action="append", default=[], help="extra gateway flag (repeatable)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="file-rss-"))
     rport, gport = free_port(), free_port()
@@ -87,6 +88,7 @@ def main() -> None:
         cfg.write_text('models: {m: {upstreams: [{url: "http://127.0.0.1:9", max_concurrency: 1}]}}\n')
         gargv = [args.python, "-m", "genmesh.gateway", "--config", str(cfg), "--port", str(gport)]
         gargv += ["--redis-url", f"redis://127.0.0.1:{rport}/0", "--auth", "off", "--host", "127.0.0.1"]
+        gargv += args.gateway_arg
         log = (work / "gateway.log").open("wb")
         gw = subprocess.Popen(gargv, stdout=log, stderr=subprocess.STDOUT)
         procs.append(gw)
@@ -129,7 +131,11 @@ def main() -> None:
     finally:
         for proc in reversed(procs):
             proc.terminate()
-            proc.wait(10)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -114,7 +114,7 @@ class GatewaySettings(ServiceSettings):
         default=30 * 24 * 3600.0, gt=0, description="TTL of an uploaded or output file and of a batch (30 days)"
     )
     files_chunk_bytes: int = Field(
-        default=1024 * 1024,
+        default=1024 * 1024 - 512,  # under 1 MiB: Redis' allocator would round a chunk just over it up to 1.25 MiB
         ge=1024,
         le=64 * 1024 * 1024,
         description="a stored file is a Redis LIST of chunks of at most this many bytes: the largest value or "

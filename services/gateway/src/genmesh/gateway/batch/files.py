@@ -2,7 +2,7 @@
 
 The bytes live in Redis, beside the queues: every replica reads them, the AOF keeps them across
 a restart, and nothing else needs to be deployed or shared. One file is one LIST of chunks of at
-most ``files_chunk_bytes`` (1 MiB by default: no Redis value or argument is larger) and one HASH of
+most ``files_chunk_bytes`` (just under 1 MiB by default: no Redis value or argument is larger) and one HASH of
 its object, ``bytes`` and ``chunks``; the owner's index (a ZSET) lists them. All three sit in the
 owner's hash slot (``KeySpace.file``), so saving and deleting are single Lua scripts, and another
 key's lookup finds nothing: a 404, never someone else's file. Each lives ``files_ttl_s``.
