@@ -56,6 +56,7 @@ class Quotas:
         self.ttl_ms = int(settings.files_ttl_s * 1000)
         self._memory: tuple[float, int, int] = (0.0, 0, 0)  # read at, used_memory, maxmemory
         self._busy = 0  # uploads and batch creations running in this replica
+        self.pending = 0  # bytes of this replica's uploads admitted but maybe not yet in used_memory
 
     # -- concurrency -------------------------------------------------------------------------------
 
@@ -94,9 +95,9 @@ class Quotas:
         if maximum <= 0:
             return
         limit = maximum - self.settings.storage_headroom_bytes
-        if used + incoming > limit:
+        if used + self.pending + incoming > limit:  # concurrent uploads each count the others in flight
             raise storage_full(
-                f"the shared store is full: {used + incoming} bytes would pass its budget of {limit} "
+                f"the shared store is full: {used + self.pending + incoming} bytes would pass its budget of {limit} "
                 "(Redis maxmemory less storage_headroom_bytes); try again later"
             )
 

@@ -144,6 +144,7 @@ class FileStore:
         it becomes visible only whole. A file of more than ``batch_max_lines`` requests is refused."""
         file_id = new_file_id()
         await self.quotas.reserve_file(owner, file_id, size, per_key=True)
+        self.quotas.pending += size
         ttl_ms = int(self.ttl_s * 1000)
         writer = self.writer(owner, file_id, ttl_ms)
         count = LineCount()
@@ -171,6 +172,8 @@ class FileStore:
                 await self.store.redis.delete(self.keyspace.file(owner, file_id)[1])
             await released(self.quotas, owner, file_id)
             raise
+        finally:
+            self.quotas.pending -= size
         return obj
 
     async def get(self, owner: str, file_id: str, param: str | None = None) -> FileObject:
