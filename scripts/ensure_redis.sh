@@ -5,6 +5,7 @@
 #   scripts/ensure_redis.sh start [URL] [DIR]   if nothing answers PING at URL (default $REDIS_URL or
 #                                               redis://127.0.0.1:6379/0), start a private redis-server
 #                                               on URL's port with its files in DIR (default .redis)
+#                                               (maxmemory $GENMESH_REDIS_MAXMEMORY, default 2gb, noeviction)
 #   scripts/ensure_redis.sh stop [DIR]          stop the private redis-server started in DIR
 set -euo pipefail
 
@@ -60,7 +61,8 @@ case "$cmd" in
         mkdir -p "$dir"
         echo "==> starting a private redis-server on 127.0.0.1:$port (files in $dir)"
         redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
-            --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --save "" --appendonly no
+            --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --save "" --appendonly no \
+            --maxmemory "${GENMESH_REDIS_MAXMEMORY:-2gb}" --maxmemory-policy noeviction
         for _ in $(seq 1 50); do
             answers 127.0.0.1 "$port" && exit 0
             sleep 0.1

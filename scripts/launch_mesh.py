@@ -257,6 +257,8 @@ def build_redis(args: argparse.Namespace) -> list[Component]:
         data: Path = args.redis_dir or args.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
         argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", ""]
+        # a budget, not a hope: full, Redis refuses writes (the gateway refuses stored bytes well before)
+        argv += ["--maxmemory", args.redis_maxmemory, "--maxmemory-policy", "noeviction"]
         password = urllib.parse.urlparse(args.redis_url).password
         if password:  # from a config file only this user reads: never on the command line (ps)
             conf = args.run_dir / "redis.conf"
@@ -387,6 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=None,
         help="keep the private Redis's data here (append-only file), so keys and usage survive restarts",
+    )
+    p.add_argument(
+        "--redis-maxmemory",
+        default=os.environ.get("GENMESH_REDIS_MAXMEMORY", "2gb"),
+        help="the private Redis's maxmemory (noeviction); the gateway keeps stored files below it "
+        "(--files-total-max-bytes, --storage-headroom-bytes; docs/limits.md)",
     )
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag (repeatable)")
     p.add_argument("--startup-timeout-s", type=float, default=600.0)

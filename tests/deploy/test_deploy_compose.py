@@ -227,6 +227,8 @@ def test_redis_keeps_its_data_on_a_named_volume_and_everything_restarts(compose:
     command = redis["command"]
     assert command[command.index("--appendonly") + 1] == "yes"  # AOF: keys, limits and usage survive a restart
     assert command[command.index("--appendfsync") + 1] == "everysec"
+    assert command[command.index("--maxmemory") + 1] == "2gb"  # a budget: the gateway keeps stored bytes below it
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
     [volume] = redis["volumes"]
     assert (volume["type"], volume["source"], volume["target"]) == ("volume", "redis-data", "/data")
     assert "redis-data" in data["volumes"]

@@ -184,6 +184,11 @@ def test_secrets_redis_and_scaling(rendered: tuple[str, list[dict[str, Any]]]) -
     redis = find(objs, "StatefulSet", "redis")
     args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory") + 1] == "2gb"  # a budget: the gateway keeps stored bytes below it
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    limits = redis["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["memory"] == "3Gi"  # maxmemory and the AOF rewrite's fork
+    assert redis["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi"
     assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
     assert redis["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
     assert find(objs, "Deployment", "gateway")["spec"]["replicas"] >= 2

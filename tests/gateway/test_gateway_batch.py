@@ -374,3 +374,47 @@ def test_an_interactive_request_preempts_a_batch_line_holding_its_slot(
     out = read_lines(sdk, done.output_file_id)
     _exactly_once(out, ids)  # the preempted line ran again from the start, and is written once
     assert all(o["response"]["body"]["usage"]["completion_tokens"] == 384 for o in out)
+
+
+def test_a_batch_past_its_output_quota_fails_with_the_lines_done_kept(start_gateway: Any, engine_url: str) -> None:
+    flags = ("--batch-concurrency", "2", "--batch-slot-share", "1", "--batch-output-max-bytes", "4000")
+    gw = start_gateway(_models(engine_url), "--auth", "on", *BATCH_FLAGS, *flags)
+    secret, _ = create_key(gw.url, "big-output")
+    other, _ = create_key(gw.url, "other")
+    sdk = client(gw.url, secret)
+    ids = [f"q{i}" for i in range(20)]
+    f = sdk.files.create(file=("in.jsonl", jsonl([chat_line(i, max_tokens=8) for i in ids])), purpose="batch")
+    batch = sdk.batches.create(
+        input_file_id=f.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        output_expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+    reply = client(gw.url, other).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
+    assert reply.choices  # another tenant is served meanwhile
+    done = wait_for(sdk, batch.id, 180)
+    assert done.status == "failed", done
+    assert done.failed_at is not None
+    assert done.errors is not None
+    assert done.errors.data is not None
+    assert done.errors.data[0].code == "quota_exceeded"
+    assert "batch_output_max_bytes" in (done.errors.data[0].message or "")
+    out = read_lines(sdk, done.output_file_id)
+    assert 1 <= len(out) < len(ids)  # the lines done before the quota are kept
+    assert len(out) == done.request_counts.completed
+    assert len({o["custom_id"] for o in out}) == len(out)
+    output = sdk.files.retrieve(done.output_file_id)
+    assert output.bytes <= 4000
+    assert output.expires_at is not None
+    assert output.expires_at - output.created_at == 3600  # output_expires_after
+    with pytest.raises(openai.ConflictError):
+        sdk.batches.cancel(batch.id)
+    with pytest.raises(openai.BadRequestError):
+        sdk.batches.create(
+            input_file_id=f.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            output_expires_after={"anchor": "created_at", "seconds": 10},
+        )

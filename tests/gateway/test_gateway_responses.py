@@ -175,3 +175,27 @@ def test_stored_responses_survive_a_restart_of_a_persistent_redis(
 
 def _retrievable(gw: Server, response_id: str) -> bool:
     return httpx.get(f"{gw.url}/v1/responses/{response_id}", timeout=5).status_code == 200
+
+
+def test_a_key_past_its_stored_responses_quota_is_refused_before_it_runs(
+    start_gateway: Any, responses_microservice: Server, redis_server: RedisServer
+) -> None:
+    gw = start_gateway(models(responses_microservice), "--auth", "on", "--responses-key-max-count", "1")
+    (key, key_id), (other, _) = new_key(gw), new_key(gw)
+    a, b = sdk(gw, key), sdk(gw, other)
+    first = a.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=4)
+    assert first.store is True
+    before = usage_of(gw, key_id)["requests"]
+    with pytest.raises(openai.RateLimitError) as refused:
+        a.responses.create(model=MODEL_NAME, input="Hi again", max_output_tokens=4)
+    err = refused.value.body
+    assert isinstance(err, dict)
+    assert err["code"] == "quota_exceeded"
+    assert "responses_key_max_count" in err["message"]
+    assert usage_of(gw, key_id)["requests"] == before  # refused before it ran
+    assert a.responses.retrieve(first.id).id == first.id  # nothing stored is harmed
+    unstored = a.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=4, store=False)
+    assert unstored.store is False
+    assert b.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=4).store is True  # another key
+    a.responses.delete(first.id)  # gives its place back
+    assert a.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=4).store is True

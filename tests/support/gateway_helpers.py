@@ -52,6 +52,7 @@ class RedisServer:
     dir: Path
     proc: subprocess.Popen[bytes] | None = None
     password: str | None = None  # given to redis-server in a config file, as the launcher does
+    extra: tuple[str, ...] = ()  # more redis-server arguments (e.g. "--maxmemory", "64mb")
 
     @property
     def url(self) -> str:
@@ -66,8 +67,9 @@ class RedisServer:
         assert binary, "redis-server is not installed: run 'make redis' (scripts/ensure_redis.sh install)"
         conf = self.dir / f"redis-{self.port}.conf"
         conf.write_text(f"requirepass {self.password}\n" if self.password else "")
+        argv = [binary, str(conf), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         self.proc = subprocess.Popen(
-            [binary, str(conf), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [*argv, *self.extra],
             cwd=self.dir,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,

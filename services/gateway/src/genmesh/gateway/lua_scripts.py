@@ -41,6 +41,9 @@ class Scripts:
     sample: AsyncScript
     save_file: AsyncScript
     delete_file: AsyncScript
+    append_chunk: AsyncScript
+    reserve: AsyncScript
+    unreserve: AsyncScript
     create_batch: AsyncScript
     claim_line: AsyncScript
     line_done: AsyncScript

@@ -121,9 +121,28 @@ class KeySpace:
     # -- the Files and Batch API: everything of one owner (API key id) in the owner's hash slot ----
 
     def file(self, owner: str, file_id: str) -> tuple[str, str]:
-        """HASH of one file's object fields and ``owner``, and STRING of its bytes (TTL ``files_ttl_s``)."""
+        """HASH of one file's ``object`` (JSON), ``bytes`` and ``chunks``, and LIST of its bytes in chunks of at
+        most ``files_chunk_bytes`` (TTL ``files_ttl_s``)."""
         base = f"{self.prefix}:{{k:{_tag(owner)}}}:file:{file_id}"
         return f"{base}:meta", f"{base}:data"
+
+    def file_quota(self, owner: str) -> tuple[str, str]:
+        """One owner's file ledger (``lua/reserve.lua``): ZSET file id -> expiry ms and HASH file id -> bytes
+        (``#``: their sum), for the per-key file quotas (TTL ``files_ttl_s``, renewed)."""
+        base = f"{self.prefix}:{{k:{_tag(owner)}}}:quota:files"
+        return f"{base}:expiry", f"{base}:bytes"
+
+    def response_quota(self, owner: str) -> tuple[str, str]:
+        """One owner's stored-responses ledger (``lua/reserve.lua``): ZSET response id -> expiry ms and HASH
+        response id -> bytes, for ``responses_key_max_count`` (TTL ``responses_ttl_s``, renewed)."""
+        base = f"{self.prefix}:{{k:{_tag(owner)}}}:quota:responses"
+        return f"{base}:expiry", f"{base}:bytes"
+
+    def storage_quota(self) -> tuple[str, str]:
+        """The ledger of every stored file (uploads and batch outputs), all keys: ZSET ``<owner>|<file id>``
+        -> expiry ms and HASH of their bytes (``#``: the sum), for ``files_total_max_bytes`` (TTL ``files_ttl_s``)."""
+        base = f"{self.prefix}:{{storage}}:files"
+        return f"{base}:expiry", f"{base}:bytes"
 
     def files(self, owner: str) -> str:
         """ZSET file id -> created ms: one owner's files, for listing (TTL ``files_ttl_s``, renewed)."""

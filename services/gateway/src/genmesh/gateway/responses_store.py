@@ -12,6 +12,7 @@ its owner) are Lua scripts, so neither is seen half done.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,11 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError, service_unavailable
 
 from .metrics import GatewayMetrics
+from .quotas import Quotas
 from .redis_keys import KeySpace
+from .store import StoreUnavailable
+
+log = logging.getLogger("genmesh.gateway.responses")
 
 _SAVE = """
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'record', ARGV[2])
@@ -87,7 +92,16 @@ def input_items(value: str | list[Any]) -> list[Any]:
 
 
 class ResponseStore:
-    def __init__(self, redis: Redis, keyspace: KeySpace, metrics: GatewayMetrics, ttl_s: float, max_bytes: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keyspace: KeySpace,
+        metrics: GatewayMetrics,
+        ttl_s: float,
+        max_bytes: int,
+        quotas: Quotas | None = None,
+    ) -> None:
+        self.quotas = quotas
         self.redis = redis
         self.keyspace = keyspace
         self.metrics = metrics
@@ -122,7 +136,14 @@ class ResponseStore:
         return record if len(record) <= self.max_bytes else None
 
     async def save(self, response_id: str, owner: str, record: bytes) -> None:
+        """Store a response once the owner's quota (``responses_key_max_count``) and the Redis budget
+        admit it; refused: an ``OpenAIError`` and nothing stored."""
         key = self.keyspace.response(response_id)
+        if self.quotas is not None:
+            try:
+                await self.quotas.reserve_response(owner, response_id, len(record))
+            except StoreUnavailable as exc:
+                raise self._unavailable(exc) from exc
         try:
             await self._save(keys=[key], args=[owner, record, self.ttl_ms])
         except (RedisError, OSError) as exc:
@@ -135,3 +156,8 @@ class ResponseStore:
             raise self._unavailable(exc) from exc
         if not deleted:
             raise not_found(response_id)
+        if self.quotas is not None:
+            try:
+                await self.quotas.release_response(owner, response_id)
+            except StoreUnavailable:  # the entry lapses with the response's TTL
+                log.warning("stored response %s deleted; its quota entry lapses with its TTL", response_id)

@@ -113,6 +113,53 @@ class GatewaySettings(ServiceSettings):
     files_ttl_s: float = Field(
         default=30 * 24 * 3600.0, gt=0, description="TTL of an uploaded or output file and of a batch (30 days)"
     )
+    files_chunk_bytes: int = Field(
+        default=1024 * 1024 - 512,  # under 1 MiB: Redis' allocator would round a chunk just over it up to 1.25 MiB
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="a stored file is a Redis LIST of chunks of at most this many bytes: the largest value or "
+        "argument a file upload, download or batch output sends to Redis",
+    )
+    files_key_max_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=0, description="quota: bytes of uploaded files one API key may hold (0: none)"
+    )
+    files_key_max_count: int = Field(
+        default=1000,
+        ge=1,
+        description="quota: uploaded files one API key may hold (expired or deleted ones free theirs)",
+    )
+    files_total_max_bytes: int = Field(
+        default=1536 * 1024 * 1024,
+        ge=0,
+        description="quota: bytes of files (uploads and batch outputs) all keys together may hold (0: none); keep "
+        "it below Redis' maxmemory minus --storage-headroom-bytes",
+    )
+    storage_headroom_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        description="Redis budget: new stored bytes (files, outputs, stored responses) are refused (507 "
+        "storage_full) once Redis' used_memory plus them would come within this of its maxmemory, so queues, "
+        "leases and rate windows always have room (no check when Redis has no maxmemory)",
+    )
+    files_max_concurrent: int = Field(
+        default=4,
+        ge=1,
+        description="uploads and batch creations one replica handles at once; past it: 429 with Retry-After",
+    )
+    batch_output_max_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024,
+        description="quota: bytes of one batch's results (output and error lines); past it the batch ends "
+        "'failed' with its lines done so far in its files",
+    )
+    batch_output_line_max_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=1024,
+        description="quota: bytes of one batch line's result; a larger reply becomes an error line",
+    )
+    responses_key_max_count: int = Field(
+        default=10_000, ge=1, description="quota: stored /v1/responses responses one API key may hold"
+    )
     batch_max_lines: int = Field(default=50_000, ge=1, description="most requests in one batch (OpenAI: 50,000)")
     batch_window_s: float = Field(
         default=24 * 3600.0, gt=0, description="how long completion_window '24h' lasts before a batch expires"

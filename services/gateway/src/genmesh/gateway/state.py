@@ -24,6 +24,7 @@ from .console.status import StatusBoard
 from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
 from .queue import Admission
+from .quotas import Quotas
 from .ratelimit import Limiter
 from .redis_keys import KeySpace
 from .responses_store import ResponseStore
@@ -60,10 +61,16 @@ class GatewayState:
         store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
         self.limiter = Limiter(store, settings.lease_ttl_s)
-        self.files = FileStore(store, settings.files_ttl_s)
+        self.quotas = Quotas(store, settings)
+        self.files = FileStore(store, settings, self.quotas)
         self.batches = BatchStore(store, self.files, settings)
         self.responses = ResponseStore(
-            self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
+            self.redis,
+            self.keyspace,
+            self.metrics,
+            settings.responses_ttl_s,
+            settings.responses_max_bytes,
+            self.quotas,
         )
         # the relay path (aiohttp), its upstream sockets bounded like the client ones
         self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)

@@ -28,14 +28,14 @@ from genmesh.protocol.batches import (
     Batch,
     BatchErrors,
     BatchList,
-    BatchOutputLine,
     FileObject,
 )
 
 from ..redis_keys import BatchKeys
 from ..settings import GatewaySettings
 from ..store import Store, StoreUnavailable, start_after, text
-from .files import FileStore
+from .files import Fenced, FileStore
+from .output import ordered_results, quota_line
 from .validation import check, requests
 
 LOAD_CHUNK = 1000  # lines per Redis round trip while a batch's lines are copied in
@@ -101,9 +101,12 @@ class BatchStore:
 
     async def get(self, owner: str, batch_id: str) -> Batch:
         meta = await self.meta(owner, batch_id)
-        if not meta:
+        if not meta.get("id") or not meta.get("status"):  # none, or a remnant after Redis lost data
             raise batch_not_found(batch_id)
-        return to_batch(meta)
+        try:
+            return to_batch(meta)
+        except (ValueError, TypeError) as exc:  # never a 500 for what Redis holds
+            raise batch_not_found(batch_id) from exc
 
     async def create(
         self,
@@ -113,6 +116,7 @@ class BatchStore:
         endpoint: str,
         window: str,
         metadata: dict[str, str] | None,
+        output_ttl_s: int | None = None,
     ) -> Batch:
         checked = await asyncio.to_thread(check, data, endpoint, self.settings.batch_max_lines)
         now = int(time.time())
@@ -126,6 +130,8 @@ class BatchStore:
             "created_at": now,
             "expires_at": now + int(self.settings.batch_window_s),
         }
+        if output_ttl_s is not None:
+            fields["output_ttl_s"] = output_ttl_s
         if metadata is not None:
             fields["metadata"] = orjson.dumps(metadata).decode()
         if checked.errors:
@@ -184,7 +190,7 @@ class BatchStore:
         except (RedisError, OSError) as exc:
             self.store.metrics.redis_errors.inc()
             raise StoreUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
-        data = [to_batch(m) for m in metas if m]
+        data = [to_batch(m) for m in metas if m.get("id") and m.get("status")]
         return BatchList(
             data=data,
             first_id=data[0].id if data else None,
@@ -230,8 +236,34 @@ class BatchStore:
         )
 
     async def done(self, owner: str, batch_id: str, idx: int, kind: str, line: bytes, model: str) -> list[int]:
-        keys = self.keys(owner, batch_id).all()
-        res = await self.store.call(self.store.scripts.line_done(keys=keys, args=[idx, kind, line, model]))
+        """Write a line's result once. A result over ``batch_output_line_max_bytes`` becomes an error line;
+        one past the batch's ``batch_output_max_bytes`` closes the batch 'failed' (``lua/line_done.lua``);
+        with Redis at its budget the line is not written (``StoreUnavailable``: its lease lapses and it
+        runs again later)."""
+        keys = self.keys(owner, batch_id)
+        cap = self.settings.batch_output_line_max_bytes
+        if len(line) > cap:
+            found: Any = await self.store.call(self.store.redis.hget(keys.ids, str(idx)))
+            custom_id = text(found or b"")
+            kind, line = "e", quota_line(custom_id, "batch_output_line_max_bytes", cap, len(line))
+        try:
+            await self.files.quotas.budget(len(line))
+        except OpenAIError as exc:
+            raise StoreUnavailable(exc.message) from exc
+        limit = self.settings.batch_output_max_bytes
+        errors = orjson.dumps(
+            [
+                {
+                    "code": "quota_exceeded",
+                    "message": f"the batch's results passed batch_output_max_bytes ({limit} bytes); "
+                    "the lines done so far are in its output and error files",
+                    "param": None,
+                    "line": None,
+                }
+            ]
+        )
+        args: list[Any] = [idx, kind, line, model, limit, int(time.time()), errors]
+        res = await self.store.call(self.store.scripts.line_done(keys=keys.all(), args=args))
         return [int(v) for v in res]
 
     async def give_back(self, owner: str, batch_id: str, idx: int) -> None:
@@ -247,44 +279,47 @@ class BatchStore:
         res = await self.store.call(self.store.scripts.close_batch(keys=keys, args=[target, int(time.time())]))
         return text(res)
 
-    async def finish(self, owner: str, batch_id: str, closing: str) -> None:
-        """Write the output and error files of a batch whose end is decided, and end it. Any
-        replica may do it (again): the files' ids and bytes follow from what Redis holds."""
+    async def finish(self, owner: str, batch_id: str, closing: str, token: str) -> None:
+        """Write the output and error files of a batch whose end is decided, chunk by chunk in line
+        order, and end it. Any replica may do it (again): the files' ids and bytes follow from what
+        Redis holds; ``token`` is the finalizer lock's value, which fences every chunk written."""
         keys = self.keys(owner, batch_id)
-        redis = self.store.redis
         meta = await self.meta(owner, batch_id)
-        if not meta or meta.get("status") in TERMINAL_BATCH_STATUSES:
+        if not meta.get("status") or meta.get("status") in TERMINAL_BATCH_STATUSES:
             return
         total = int(meta.get("total", 0))
-        results: dict[int, bytes] = {}
-        async for idx, value in redis.hscan_iter(keys.results, count=1000):
-            results[int(idx)] = bytes(value)
-        out: list[bytes] = []
-        err: list[bytes] = []
-        for idx in sorted(results):
-            (out if results[idx][:1] == b"o" else err).append(results[idx][1:])
-        if closing == "expired":
-            missing = [i for i in range(total) if i not in results]
-            for start in range(0, len(missing), LOAD_CHUNK):
-                part = missing[start : start + LOAD_CHUNK]
-                for custom_id in await self.store.call(redis.hmget(keys.ids, part)):
-                    err.append(expired_line(text(custom_id or b"")))
+        ttl_s = float(meta.get("output_ttl_s") or self.files.ttl_s)
+        ttl_ms = int(ttl_s * 1000)
+        ids = {kind: output_file_id(batch_id, kind) for kind in ("o", "e")}
+        writers = {k: self.files.writer(owner, ids[k], ttl_ms, keys.finalizer, token) for k in ids}
+        counts = {"o": 0, "e": 0}
+        try:
+            async for kind, value in ordered_results(
+                self.store, keys, total, closing == "expired", self.files.chunk_bytes
+            ):
+                counts[kind] += 1
+                await writers[kind].write(value + b"\n")
+            for w in writers.values():
+                await w.close()
+        except Fenced:
+            return  # another replica took the finish over
         now = int(time.time())
-        args: list[Any] = [closing, now, len(out), len(err), int(self.files.ttl_s * 1000)]
+        args: list[Any] = [closing, now, counts["o"], counts["e"], ttl_ms, token]
         file_keys: list[str] = []
-        for kind, lines in (("o", out), ("e", err)):
-            file_id = output_file_id(batch_id, kind)
-            file_keys += self.keyspace.file(owner, file_id)
-            if not lines:
-                args += ["", "", ""]
+        for kind, w in writers.items():
+            file_keys += self.keyspace.file(owner, ids[kind])
+            if not w.size:
+                args += ["", "", "", ""]
                 continue
-            data = b"\n".join(lines) + b"\n"
             name = f"{batch_id}_{'output' if kind == 'o' else 'error'}.jsonl"
-            obj = self.files.describe(file_id, name, "batch_output", len(data), now)
-            args += [file_id, obj.model_dump_json(), data]
-        all_keys = [*keys.all(), *file_keys, self.keyspace.files(owner)]
-        await self.store.call(self.store.scripts.finish_batch(keys=all_keys, args=args))
-        await self.store.call(redis.zrem(self.keyspace.active_batches(), f"{owner}|{batch_id}"))
+            obj = self.files.describe(ids[kind], name, "batch_output", w.size, now, ttl_s)
+            args += [ids[kind], obj.model_dump_json(), w.size, w.chunks]
+        all_keys = [*keys.all(), *file_keys, self.keyspace.files(owner), keys.finalizer]
+        if int(await self.store.call(self.store.scripts.finish_batch(keys=all_keys, args=args))) == 1:
+            for kind, w in writers.items():  # counted in the total, never refused: admitted line by line
+                if w.size:
+                    await self.files.quotas.count_output(owner, ids[kind], w.size, ttl_ms)
+        await self.store.call(self.store.redis.zrem(self.keyspace.active_batches(), f"{owner}|{batch_id}"))
 
 
 def output_line(custom_id: str, status: int, request_id: str, body: bytes) -> bytes:
@@ -302,17 +337,3 @@ def output_line(custom_id: str, status: int, request_id: str, body: bytes) -> by
         "error": None,
     }
     return orjson.dumps(line)
-
-
-def expired_line(custom_id: str) -> bytes:
-    line = BatchOutputLine.model_validate(
-        {
-            "id": f"batch_req_{uuid.uuid4().hex}",
-            "custom_id": custom_id,
-            "error": {
-                "code": "batch_expired",
-                "message": "This request could not be executed before the completion window expired.",
-            },
-        }
-    )
-    return line.model_dump_json().encode()

@@ -1,11 +1,15 @@
 """Files (``/v1/files``) in Redis, each visible only to the API key that owns it.
 
 The bytes live in Redis, beside the queues: every replica reads them, the AOF keeps them across
-a restart, and nothing else needs to be deployed or shared. One file is one STRING (at most
-``files_max_bytes``, 100 MiB by default, far below Redis' 512 MB value limit) and one HASH of its
-object; the owner's index (a ZSET) lists them. All three sit in the owner's hash slot
-(``KeySpace.file``), so saving and deleting are single Lua scripts, and another key's lookup
-finds nothing: a 404, never someone else's file. Each lives ``files_ttl_s``.
+a restart, and nothing else needs to be deployed or shared. One file is one LIST of chunks of at
+most ``files_chunk_bytes`` (just under 1 MiB by default: no Redis value or argument is larger) and one HASH of
+its object, ``bytes`` and ``chunks``; the owner's index (a ZSET) lists them. All three sit in the
+owner's hash slot (``KeySpace.file``), so saving and deleting are single Lua scripts, and another
+key's lookup finds nothing: a 404, never someone else's file. Each lives ``files_ttl_s``.
+
+A file is written chunk by chunk (``ChunkWriter``, ``lua/append_chunk.lua``) after its quota is
+reserved (``quotas.py``) and becomes visible at once when done (``lua/save_file.lua``); it is read
+chunk by chunk (``FileStore.chunks``), so neither holds more than a chunk or two in memory.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -21,6 +26,8 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import FileList, FileObject
 
+from ..quotas import Quotas, released
+from ..settings import GatewaySettings
 from ..store import Store, StoreUnavailable, start_after, text
 
 
@@ -29,34 +36,144 @@ def file_not_found(file_id: str, param: str | None = None) -> OpenAIError:
     return OpenAIError(f"No such File object: {file_id}", status=404, param=param, code="file_not_found")
 
 
+def too_many_lines(lines: int, limit: int) -> OpenAIError:
+    return OpenAIError(
+        f"the file holds {lines} requests or more; a batch may hold at most {limit}",
+        param="file",
+        code="too_many_lines",
+    )
+
+
 def new_file_id() -> str:
     return f"file-{uuid.uuid4().hex}"
 
 
+class Fenced(Exception):
+    """Another writer took the fence over (a batch's finish moved to another replica): stop."""
+
+
+class ChunkWriter:
+    """Write a file's data LIST in chunks of exactly ``chunk_bytes`` (the last one shorter), holding at
+    most one chunk plus the piece being written; fenced by ``fence`` = ``token`` when given."""
+
+    def __init__(
+        self, store: Store, data_key: str, chunk_bytes: int, ttl_ms: int, fence: str = "", token: str = ""
+    ) -> None:
+        self.store = store
+        self.data_key = data_key
+        self.chunk_bytes = chunk_bytes
+        self.ttl_ms = ttl_ms
+        self.fence, self.token = fence, token
+        self.buf = bytearray()
+        self.size = 0
+        self.chunks = 0
+
+    async def write(self, data: bytes) -> None:
+        self.size += len(data)
+        self.buf += data
+        while len(self.buf) >= self.chunk_bytes:
+            await self._push(bytes(self.buf[: self.chunk_bytes]))
+            del self.buf[: self.chunk_bytes]
+
+    async def close(self) -> None:
+        if self.buf:
+            await self._push(bytes(self.buf))
+            self.buf.clear()
+
+    async def _push(self, piece: bytes) -> None:
+        first = "1" if self.chunks == 0 else ""
+        args: list[Any] = [piece, self.ttl_ms, self.token, first, FENCE_TTL_MS]
+        keys = [self.data_key, self.fence or self.data_key]
+        if int(await self.store.call(self.store.scripts.append_chunk(keys=keys, args=args))) < 0:
+            raise Fenced(self.data_key)
+        self.chunks += 1
+
+
+FENCE_TTL_MS = 120_000  # a finishing replica's lock; renewed with each chunk it writes
+
+
+class LineCount:
+    """Non-blank lines of a JSONL file read in pieces (a line may span two pieces)."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self._open = False  # the current line has a non-blank byte
+
+    def feed(self, piece: bytes) -> None:
+        parts = piece.split(b"\n")
+        for part in parts[:-1]:
+            if self._open or part.strip():
+                self.lines += 1
+            self._open = False
+        self._open = self._open or bool(parts[-1].strip())
+
+    def total(self) -> int:
+        return self.lines + (1 if self._open else 0)
+
+
 class FileStore:
-    def __init__(self, store: Store, ttl_s: float) -> None:
+    def __init__(self, store: Store, settings: GatewaySettings, quotas: Quotas) -> None:
         self.store = store
         self.keyspace = store.keyspace
-        self.ttl_s = ttl_s
+        self.settings = settings
+        self.quotas = quotas
+        self.ttl_s = settings.files_ttl_s
+        self.chunk_bytes = settings.files_chunk_bytes
 
-    def describe(self, file_id: str, filename: str, purpose: str, size: int, created_at: int) -> FileObject:
+    def describe(
+        self, file_id: str, filename: str, purpose: str, size: int, created_at: int, ttl_s: float | None = None
+    ) -> FileObject:
         return FileObject.model_validate(
             {
                 "id": file_id,
                 "bytes": size,
                 "created_at": created_at,
-                "expires_at": created_at + int(self.ttl_s),
+                "expires_at": created_at + int(self.ttl_s if ttl_s is None else ttl_s),
                 "filename": filename,
                 "purpose": purpose,
             }
         )
 
-    async def save(self, owner: str, filename: str, purpose: str, data: bytes) -> FileObject:
-        now = int(time.time())
-        obj = self.describe(new_file_id(), filename, purpose, len(data), now)
-        meta, body = self.keyspace.file(owner, obj.id)
-        args: list[Any] = [obj.id, obj.model_dump_json(), data, now * 1000, int(self.ttl_s * 1000)]
-        await self.store.call(self.store.scripts.save_file(keys=[meta, body, self.keyspace.files(owner)], args=args))
+    def writer(self, owner: str, file_id: str, ttl_ms: int, fence: str = "", token: str = "") -> ChunkWriter:
+        return ChunkWriter(self.store, self.keyspace.file(owner, file_id)[1], self.chunk_bytes, ttl_ms, fence, token)
+
+    async def upload(
+        self, owner: str, filename: str, purpose: str, size: int, read: Callable[[int], Awaitable[bytes]]
+    ) -> FileObject:
+        """Store a file of ``size`` bytes read in chunks from ``read`` once its quotas are reserved;
+        it becomes visible only whole. A file of more than ``batch_max_lines`` requests is refused."""
+        file_id = new_file_id()
+        await self.quotas.reserve_file(owner, file_id, size, per_key=True)
+        self.quotas.pending += size
+        ttl_ms = int(self.ttl_s * 1000)
+        writer = self.writer(owner, file_id, ttl_ms)
+        count = LineCount()
+        limit = self.settings.batch_max_lines
+        try:
+            while piece := await read(self.chunk_bytes):
+                if writer.size + len(piece) > size:
+                    raise OpenAIError("the file is longer than its part announced", param="file")
+                count.feed(piece)
+                if count.lines > limit:
+                    raise too_many_lines(count.lines, limit)
+                await writer.write(piece)
+            if count.total() > limit:
+                raise too_many_lines(count.total(), limit)
+            await writer.close()
+            now = int(time.time())
+            obj = self.describe(file_id, filename, purpose, writer.size, now)
+            meta, body = self.keyspace.file(owner, file_id)
+            args: list[Any] = [file_id, obj.model_dump_json(), writer.size, writer.chunks, now * 1000, ttl_ms]
+            await self.store.call(
+                self.store.scripts.save_file(keys=[meta, body, self.keyspace.files(owner)], args=args)
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.store.redis.delete(self.keyspace.file(owner, file_id)[1])
+            await released(self.quotas, owner, file_id)
+            raise
+        finally:
+            self.quotas.pending -= size
         return obj
 
     async def get(self, owner: str, file_id: str, param: str | None = None) -> FileObject:
@@ -65,17 +182,42 @@ class FileStore:
             raise file_not_found(file_id, param)
         return FileObject.model_validate_json(raw)
 
-    async def content(self, owner: str, file_id: str, param: str | None = None) -> bytes:
-        body = self.keyspace.file(owner, file_id)[1]
-        data: Any = await self.store.call(self.store.redis.get(body))
-        if data is None:
+    async def opened(self, owner: str, file_id: str, param: str | None = None) -> tuple[FileObject, int]:
+        """The file's object and its chunk count (-1: an older file kept as one STRING)."""
+        meta = self.keyspace.file(owner, file_id)[0]
+        raw, chunks = await self.store.call(self.store.redis.hmget(meta, ["object", "chunks"]))
+        if raw is None:
             raise file_not_found(file_id, param)
-        return bytes(data)
+        return FileObject.model_validate_json(raw), -1 if chunks is None else int(chunks)
+
+    async def chunks(self, owner: str, file_id: str, count: int) -> AsyncIterator[bytes]:
+        """The file's bytes, one chunk per Redis call (ends early if the file is deleted meanwhile)."""
+        body = self.keyspace.file(owner, file_id)[1]
+        if count < 0:
+            data: Any = await self.store.call(self.store.redis.get(body))
+            if data is not None:
+                yield bytes(data)
+            return
+        for i in range(count):
+            piece: Any = await self.store.call(self.store.redis.lindex(body, i))
+            if piece is None:
+                return
+            yield bytes(piece)
+
+    async def content(self, owner: str, file_id: str, param: str | None = None) -> bytes:
+        """The whole file (a batch's input, at most ``files_max_bytes``)."""
+        _, count = await self.opened(owner, file_id, param)
+        out = bytearray()
+        async for piece in self.chunks(owner, file_id, count):
+            out += piece
+        return bytes(out)
 
     async def delete(self, owner: str, file_id: str) -> None:
         meta, body = self.keyspace.file(owner, file_id)
-        keys = [meta, body, self.keyspace.files(owner)]
-        if not await self.store.call(self.store.scripts.delete_file(keys=keys, args=[file_id])):
+        keys = [meta, body, self.keyspace.files(owner), *self.keyspace.file_quota(owner)]
+        deleted = await self.store.call(self.store.scripts.delete_file(keys=keys, args=[file_id]))
+        await self.quotas.release_total(owner, file_id)
+        if not deleted:
             raise file_not_found(file_id)
 
     async def page(self, owner: str, purpose: str | None, limit: int, after: str | None) -> FileList:

@@ -43,6 +43,7 @@ from ..auth import ApiKey
 from ..state import GatewayState
 from ..store import StoreUnavailable, text
 from .batches import BatchStore, output_line
+from .files import FENCE_TTL_MS
 from .line import Outcome, send_line
 from .validation import model_of
 
@@ -161,14 +162,16 @@ class BatchRunner:
         """End a batch whose end is decided, unless another replica is at it (a lock that lapses)."""
         lock = self.batches.keys(owner, batch_id).finalizer
         redis = self.st.redis
-        if not await self.batches.store.call(redis.set(lock, self.st.admission.gateway_id, nx=True, px=120_000)):
+        token = f"{self.st.admission.gateway_id}:{uuid.uuid4().hex}"  # fences each chunk it writes
+        if not await self.batches.store.call(redis.set(lock, token, nx=True, px=FENCE_TTL_MS)):
             return
         try:
-            await self.batches.finish(owner, batch_id, closing)
+            await self.batches.finish(owner, batch_id, closing, token)
             log.info("batch %s ended: %s", batch_id, closing)
         finally:
             with contextlib.suppress(Exception):
-                await redis.delete(lock)
+                if text(await redis.get(lock) or b"") == token:
+                    await redis.delete(lock)
 
     # -- one line ----------------------------------------------------------------------------------
 

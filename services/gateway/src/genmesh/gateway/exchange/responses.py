@@ -26,6 +26,8 @@ from genmesh.relay import split_events
 
 from ..auth import ApiKey
 from ..responses_store import input_items, too_large
+from ..store import StoreUnavailable
+from .errors import store_unavailable
 from .exchange import Exchange
 
 log = logging.getLogger("genmesh.gateway.http")
@@ -72,6 +74,13 @@ class ResponsesExchange(Exchange):
         send_body = _dumps(sent)
         if (self.store or previous is not None) and len(send_body) > self.st.responses.max_bytes:
             raise too_large(self.st.responses.max_bytes, "input")
+        if self.store:  # refused before it runs, not after: the key holds its quota of stored responses
+            try:
+                full = await self.st.quotas.responses_full(self.owner)
+            except StoreUnavailable as exc:
+                raise store_unavailable(self.st, exc, "response store") from exc
+            if full is not None:
+                raise full
         return send_body, False
 
     def prompt_source(self, body: dict[str, Any]) -> dict[str, Any]:

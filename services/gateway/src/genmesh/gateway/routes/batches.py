@@ -16,6 +16,7 @@ from .files import caller, stored
 
 router = APIRouter(route_class=CheckedRoute)
 WINDOWS = ("24h",)
+OUTPUT_TTL_MIN_S, OUTPUT_TTL_MAX_S = 3600, 30 * 24 * 3600  # OpenAI's bounds of output_expires_after.seconds
 MAX_METADATA = 16  # pairs, each key at most 64 characters and each value at most 512 (OpenAI's limits)
 
 
@@ -34,6 +35,19 @@ def _check(req: BatchCreateRequest) -> None:
         raise OpenAIError(
             f"completion_window '{quote(req.completion_window, 20)}' is not supported; use '24h'",
             param="completion_window",
+            code="invalid_value",
+        )
+    expires = req.output_expires_after
+    if expires is not None and (
+        set(expires) != {"anchor", "seconds"}
+        or expires["anchor"] != "created_at"
+        or not isinstance(expires["seconds"], int)
+        or not OUTPUT_TTL_MIN_S <= expires["seconds"] <= OUTPUT_TTL_MAX_S
+    ):
+        raise OpenAIError(
+            "output_expires_after takes {'anchor': 'created_at', 'seconds': N} with N from "
+            f"{OUTPUT_TTL_MIN_S} to {OUTPUT_TTL_MAX_S}",
+            param="output_expires_after",
             code="invalid_value",
         )
     meta = req.metadata or {}
@@ -57,8 +71,19 @@ async def create(req: BatchCreateRequest, request: Request) -> Response:
             param="input_file_id",
             code="invalid_value",
         )
-    data = await stored(st.files.content(key.key_id, file.id, param="input_file_id"))
-    batch = await stored(st.batches.create(key.key_id, file, data, req.endpoint, req.completion_window, req.metadata))
+    async with st.quotas.slot():  # the input file is read whole: at most files_max_concurrent at once
+        data = await stored(st.files.content(key.key_id, file.id, param="input_file_id"))
+        batch = await stored(
+            st.batches.create(
+                key.key_id,
+                file,
+                data,
+                req.endpoint,
+                req.completion_window,
+                req.metadata,
+                output_ttl_s=req.output_expires_after["seconds"] if req.output_expires_after else None,
+            )
+        )
     return _json(batch.model_dump_json())
 
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
@@ -16,7 +16,6 @@ from genmesh.protocol import OpenAIError, invalid_request
 from genmesh.protocol.batches import FileDeleted
 
 from ..auth import ApiKey
-from ..batch.validation import count_lines
 from ..exchange.errors import admission_error, authenticate
 from ..store import StoreUnavailable
 from .common import gateway
@@ -63,22 +62,20 @@ async def upload(request: Request) -> Response:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise invalid_request("missing required parameter: 'file' (a JSONL file)", param="file")
-        if upload.size is not None and upload.size > limit:
+        size = upload.size if upload.size is not None else await _measure(upload)
+        if size > limit:
             raise _too_large(limit)
-        data = await upload.read()
-        if len(data) > limit:
-            raise _too_large(limit)
-        lines = await asyncio.to_thread(count_lines, data)
-        if lines > st.settings.batch_max_lines:
-            raise OpenAIError(
-                f"the file holds {lines} requests; a batch may hold at most {st.settings.batch_max_lines}",
-                param="file",
-                code="too_many_lines",
-            )
-        obj = await stored(st.files.save(key.key_id, upload.filename or "upload.jsonl", purpose, data))
+        await upload.seek(0)
+        async with st.quotas.slot():  # the form is spooled to disk: this reads it a chunk at a time
+            name = upload.filename or "upload.jsonl"
+            obj = await stored(st.files.upload(key.key_id, name, purpose, size, upload.read))
     finally:
         await form.close()
     return _json(obj.model_dump_json())
+
+
+async def _measure(upload: UploadFile) -> int:
+    return int(await asyncio.to_thread(upload.file.seek, 0, 2))
 
 
 def _too_large(limit: int) -> OpenAIError:
@@ -111,8 +108,12 @@ async def retrieve(file_id: str, request: Request) -> Response:
 @router.get("/v1/files/{file_id}/content")
 async def content(file_id: str, request: Request) -> Response:
     key = await caller(request)
-    data = await stored(gateway(request).files.content(key.key_id, file_id))
-    return Response(data, media_type="application/octet-stream")
+    files = gateway(request).files
+    obj, count = await stored(files.opened(key.key_id, file_id))
+    headers = {"Content-Length": str(obj.bytes)}
+    return StreamingResponse(
+        files.chunks(key.key_id, file_id, count), media_type="application/octet-stream", headers=headers
+    )
 
 
 @router.delete("/v1/files/{file_id}")
