@@ -3,6 +3,7 @@
 -- -> {written (1 | 0), lines pending, lines running}
 local M, P, L, R = KEYS[1], KEYS[4], KEYS[5], KEYS[6]
 local written = 0
+if redis.call('EXISTS', M) == 0 then return {0, 0, 0} end  -- purged (or lost): never re-create its keys
 if redis.call('HEXISTS', M, 'closing') == 0 and redis.call('HSETNX', R, ARGV[1], ARGV[2] .. ARGV[3]) == 1 then
   written = 1
   redis.call('HINCRBY', M, ARGV[2] == 'o' and 'completed' or 'failed', 1)
