@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import httpx
@@ -64,7 +65,9 @@ def test_keys_cli_create_list_revoke(gw: Any, helpers: Any, redis_server: Any) -
     assert [k["key_id"] for k in listed] == [created["key_id"]]
     assert "api_key" not in listed[0]
     assert _chat(gw, helpers, helpers.auth(created["api_key"])).status_code == 200
-    assert cli("revoke", created["key_id"]).returncode == 0
+    revoked = cli("revoke", created["key_id"], "--purge")
+    assert revoked.returncode == 0, revoked.stderr
+    assert json.loads(revoked.stdout)["deleted"] == {"files": 0, "batches": 0, "responses": 0}
     assert _chat(gw, helpers, helpers.auth(created["api_key"])).status_code == 401
     assert cli("revoke", "000000000000").returncode == 1
 
@@ -103,3 +106,61 @@ def test_tokens_per_minute(gw: Any, helpers: Any) -> None:
     assert r.status_code == 429, r.text
     assert r.json()["error"]["code"] == "rate_limit_exceeded_tpm"
     assert "retry-after" in r.headers
+
+
+def test_admin_lists_and_purges_what_a_key_and_a_tenant_store(gw: Any, helpers: Any, redis_server: Any) -> None:
+    admin = helpers.auth(helpers.ADMIN_KEY)
+    hoarder, neighbour = gw.create_key("hoarder"), gw.create_key("neighbour")
+    kid = next(k for k in _admin_list(gw, helpers) if k["tenant"] == "hoarder")["key_id"]
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": helpers.chat("one")}
+
+    def upload(secret: str, name: str) -> str:
+        files = {"file": (name, json.dumps(line).encode() + b"\n")}
+        r = httpx.post(gw.url + "/v1/files", files=files, data={"purpose": "batch"}, headers=helpers.auth(secret))
+        assert r.status_code == 200, r.text
+        return str(r.json()["id"])
+
+    ids = [upload(hoarder, f"in{i}.jsonl") for i in range(2)]
+    kept = upload(neighbour, "theirs.jsonl")
+    body = {"input_file_id": ids[0], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    batch = httpx.post(gw.url + "/v1/batches", json=body, headers=helpers.auth(hoarder), timeout=30).json()["id"]
+
+    def ended() -> bool:
+        r = httpx.get(f"{gw.url}/v1/batches/{batch}", headers=helpers.auth(hoarder), timeout=10)
+        return r.json()["status"] in ("completed", "failed")
+
+    wait_until(ended, 60, what="the batch to end")
+    # a stored /v1/responses response, seeded as the response store keeps one (the fake upstream serves no
+    # /v1/responses); the key's own GET finds it, as it would a real one
+    response_id = "resp_" + uuid.uuid4().hex
+    record = {"response": {"id": response_id, "object": "response", "output": []}, "input": []}
+    gw.redis.hset(f"genmesh:gw:resp:{response_id}", mapping={"owner": kid, "record": json.dumps(record)})
+    gw.redis.pexpire(f"genmesh:gw:resp:{response_id}", 600_000)
+    mine = httpx.get(f"{gw.url}/v1/responses/{response_id}", headers=helpers.auth(hoarder), timeout=10)
+    assert mine.status_code == 200, mine.text
+
+    url = f"{gw.url}/admin/keys/{kid}/storage"
+    assert httpx.get(url, headers=helpers.auth(hoarder), timeout=10).status_code == 401
+    listed = httpx.get(url, headers=admin, timeout=10).json()
+    assert listed["files"]["count"] >= 3  # the two uploads and the batch's output
+    assert set(ids) <= {f["id"] for f in listed["files"]["data"]}
+    assert [b["id"] for b in listed["batches"]["data"]] == [batch]
+    assert listed["responses"]["data"] == [response_id]
+
+    revoked = httpx.delete(f"{gw.url}/admin/keys/{kid}", params={"purge": "true"}, headers=admin, timeout=30)
+    assert revoked.status_code == 200, revoked.text
+    deleted = revoked.json()["deleted"]
+    assert (deleted["batches"], deleted["responses"]) == (1, 1)
+    assert deleted["files"] == listed["files"]["count"]
+    after = httpx.get(url, headers=admin, timeout=10).json()
+    assert (after["files"]["count"], after["batches"]["count"], after["responses"]["count"]) == (0, 0, 0)
+    assert httpx.get(f"{gw.url}/v1/responses/{response_id}", headers=admin, timeout=10).status_code in (401, 404)
+    assert not gw.redis.exists(f"genmesh:gw:resp:{response_id}")
+    left = [k.decode() for k in gw.redis.scan_iter(f"*{{k:{kid}}}:*", count=1000)]
+    assert [k for k in left if ":file" in k or ":batch" in k] == []
+    # the other tenant's file is untouched; then the tenant endpoint purges it
+    assert httpx.get(f"{gw.url}/v1/files/{kept}", headers=helpers.auth(neighbour), timeout=10).status_code == 200
+    tenant = httpx.delete(f"{gw.url}/admin/tenants/neighbour/storage", headers=admin, timeout=30)
+    assert [d["files"] for d in tenant.json()["deleted"].values()] == [1]
+    assert httpx.get(f"{gw.url}/v1/files/{kept}", headers=helpers.auth(neighbour), timeout=10).status_code == 404
+    assert httpx.get(f"{gw.url}/admin/keys/bad*id/storage", headers=admin, timeout=10).status_code in (400, 422)

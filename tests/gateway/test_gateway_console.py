@@ -280,6 +280,31 @@ def test_console_headers_and_auth(start_gateway: StartGateway, fake_upstream: Se
         assert client.get("/console/status").status_code == 401
 
 
+def test_logout_refuses_other_sites_and_login_is_throttled_per_address(
+    start_gateway: StartGateway, fake_upstream: Server
+) -> None:
+    flags = ("--console-login-attempts", "3", "--console-login-window-s", "60")
+    gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "on", *flags)
+    with httpx.Client(base_url=gw.url, timeout=10, follow_redirects=False) as client:
+        assert client.post("/console/login", data={"key": ADMIN_KEY}).status_code == 303
+        for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+            cross = client.post("/console/logout", headers=headers)
+            assert cross.status_code == 403
+            assert "set-cookie" not in cross.headers
+            assert client.get("/console/status").status_code == 200  # still signed in
+        out = client.post("/console/logout", headers={"Origin": gw.url})
+        assert out.status_code == 303
+        assert "Max-Age=0" in out.headers["set-cookie"]
+        # three failures in the window, then even the right key waits
+        for _ in range(3):
+            assert client.post("/console/login", data={"key": "wrong-guess"}).status_code == 401
+        throttled = client.post("/console/login", data={"key": ADMIN_KEY})
+        assert throttled.status_code == 429
+        assert 1 <= int(throttled.headers["retry-after"]) <= 60
+        assert "set-cookie" not in throttled.headers
+        assert throttled.headers["content-security-policy"]
+
+
 def test_status_schema_and_computed_once_per_interval(start_gateway: StartGateway, fake_upstream: Server) -> None:
     gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "on", "--console-interval-s", "2")
     wait_until(lambda: status(gw.url)["seq"] >= 1, 10, what="a first status")

@@ -2,7 +2,7 @@
 
 genmesh-gateway-keys create --tenant acme --priority 5 --rpm 600 --tpm 100000 --max-concurrent 8
 genmesh-gateway-keys list
-genmesh-gateway-keys revoke KEY_ID
+genmesh-gateway-keys revoke KEY_ID [--purge]   # --purge: also delete its files, batches, stored responses
 genmesh-gateway-keys usage KEY_ID
 """
 
@@ -14,16 +14,21 @@ import json
 import sys
 from collections.abc import Sequence
 
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from .auth import KeyStore
+from .batch.batches import BatchStore
+from .batch.files import FileStore
+from .batch.purge import Storage
 from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
 from .ratelimit import Limiter
 from .redis_keys import API_KEY_TTL_S, KeySpace
+from .responses_store import ResponseStore
 from .settings import GatewaySettings
 from .state import connect_redis
-from .store import Store
+from .store import Store, StoreUnavailable
 
 # The ``create`` flags passed to ``KeyStore.create`` as they are (the tenant and lifetime apart).
 CREATE_OPTIONS = ("name", "priority", "max_priority", "rpm", "tpm", "max_concurrent")
@@ -46,9 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list keys (never their secrets)")
     r = sub.add_parser("revoke", help="revoke a key by id")
     r.add_argument("key_id")
+    r.add_argument("--purge", action="store_true", help="also delete the key's files, batches and stored responses")
     u = sub.add_parser("usage", help="tokens and requests used by a key")
     u.add_argument("key_id")
     return p
+
+
+def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Storage:
+    metrics = GatewayMetrics()
+    store = Store(redis, Scripts.register(redis), keyspace, metrics)
+    files = FileStore(store, settings.files_ttl_s)
+    responses = ResponseStore(redis, keyspace, metrics, settings.responses_ttl_s, settings.responses_max_bytes)
+    return Storage(files, BatchStore(store, files, settings), responses)
 
 
 async def run(ns: argparse.Namespace) -> int:
@@ -69,11 +83,14 @@ async def run(ns: argparse.Namespace) -> int:
             if not await store.revoke(ns.key_id):
                 print(f"no API key with id {ns.key_id}", file=sys.stderr)
                 return 1
-            print(json.dumps({"key_id": ns.key_id, "revoked": True}))
+            out: dict[str, object] = {"key_id": ns.key_id, "revoked": True}
+            if ns.purge:
+                out["deleted"] = await _storage(redis, keyspace, settings).purge(ns.key_id)
+            print(json.dumps(out))
         elif ns.command == "usage":
             limiter = Limiter(Store(redis, Scripts.register(redis), keyspace, GatewayMetrics()), settings.lease_ttl_s)
             print(json.dumps({"key_id": ns.key_id, **await limiter.usage(ns.key_id)}))
-    except (RedisError, OSError) as exc:
+    except (RedisError, OSError, StoreUnavailable) as exc:
         print(f"genmesh-gateway-keys: Redis at {settings.redis_location()} unavailable: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

@@ -164,9 +164,20 @@ class KeySpace:
         """ZSET batch id -> created ms: one owner's batches, for listing (TTL as the batches')."""
         return f"{self.prefix}:{{k:{_tag(owner)}}}:batches"
 
+    def active_batches_of(self, owner: str) -> str:
+        """ZSET batch id -> the latest its batch can end, ms: one owner's batches in progress, for
+        ``batch_max_active_per_key`` (entries drop when the batch ends, or past that time)."""
+        return f"{self.prefix}:{{k:{_tag(owner)}}}:batches:active"
+
     def active_batches(self) -> str:
         """ZSET ``<owner>|<batch id>`` -> created ms: batches some runner still has work on (TTL as the batches')."""
         return f"{self.prefix}:batches:active"
+
+    def served_models(self) -> str:
+        """ZSET model -> expiry ms: the models some live replica routes, each renewed by every replica
+        that routes it at each runner pass (TTL a minute); a batch runner lends a batch only where
+        its models are routed (``batch/turns.py``)."""
+        return f"{self.prefix}:models:served"
 
     def api_key_index(self) -> str:
         """HASH key id -> digest, for listing and revoking."""

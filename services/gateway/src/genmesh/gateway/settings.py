@@ -100,6 +100,12 @@ class GatewaySettings(ServiceSettings):
     )
     console_max_keys: int = Field(default=200, ge=0, le=10000, description="console: API keys shown (0: none)")
     console_max_batches: int = Field(default=50, ge=0, le=1000, description="console: batches shown (0: none)")
+    console_login_attempts: int = Field(
+        default=10, ge=1, le=10000, description="console: failed logins one client address may make per window"
+    )
+    console_login_window_s: float = Field(
+        default=300.0, gt=0, le=86400, description="console: the window of --console-login-attempts (429 past it)"
+    )
     console_session_s: float = Field(default=12 * 3600.0, gt=0, description="console: lifetime of a login cookie")
     # the Files and Batch API (docs/batch.md)
     files_max_bytes: int = Field(
@@ -161,6 +167,12 @@ class GatewaySettings(ServiceSettings):
         default=10_000, ge=1, description="quota: stored /v1/responses responses one API key may hold"
     )
     batch_max_lines: int = Field(default=50_000, ge=1, description="most requests in one batch (OpenAI: 50,000)")
+    batch_max_active_per_key: int = Field(
+        default=100,
+        ge=1,
+        description="batches one API key may have in progress at once; past it POST /v1/batches is a 429 "
+        "quota_exceeded (its lines are never copied in)",
+    )
     batch_window_s: float = Field(
         default=24 * 3600.0, gt=0, description="how long completion_window '24h' lasts before a batch expires"
     )

@@ -18,9 +18,11 @@ from genmesh.relay import RelayClient
 from .auth import KeyStore
 from .batch.batches import BatchStore
 from .batch.files import FileStore
+from .batch.purge import Storage
 from .config import RoutingConfig
 from .console.activity import Activity
 from .console.status import StatusBoard
+from .console.throttle import LoginThrottle
 from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
 from .queue import Admission
@@ -72,6 +74,7 @@ class GatewayState:
             settings.responses_max_bytes,
             self.quotas,
         )
+        self.storage = Storage(self.files, self.batches, self.responses)
         # the relay path (aiohttp), its upstream sockets bounded like the client ones
         self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)
         self.http = httpx.AsyncClient(  # health probes
@@ -80,6 +83,7 @@ class GatewayState:
         )
         self.activity = Activity()
         self.console = StatusBoard(self)
+        self.login_throttle = LoginThrottle(settings.console_login_attempts, settings.console_login_window_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
 

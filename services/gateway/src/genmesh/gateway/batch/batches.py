@@ -38,6 +38,7 @@ from .files import Fenced, FileStore
 from .output import ordered_results, quota_line
 from .validation import check, requests
 
+ACTIVE_GRACE_S = 600  # a batch counts as in progress at most this long past its window (its end, unnoticed)
 LOAD_CHUNK = 1000  # lines per Redis round trip while a batch's lines are copied in
 _FIELDS = ("total", "completed", "failed")
 _TIMES = (
@@ -138,6 +139,7 @@ class BatchStore:
             fields |= {"status": "failed", "failed_at": now, "total": 0}
             fields["errors"] = orjson.dumps([e.model_dump() for e in checked.errors]).decode()
         else:
+            await self._check_active(owner)
             await self._load(keys, data, checked.custom_ids)
             fields |= {"status": "in_progress", "in_progress_at": now, "total": len(checked.custom_ids)}
             fields |= {f"m:{model}": n for model, n in checked.models.items()}
@@ -145,13 +147,39 @@ class BatchStore:
             active = self.keyspace.active_batches()
             await self.store.call(self.store.redis.zadd(active, {f"{owner}|{batch_id}": now * 1000}))
             await self.store.call(self.store.redis.pexpire(active, self.ttl_ms))
-        args: list[Any] = [self.ttl_ms]
+        cap = 0 if checked.errors else self.settings.batch_max_active_per_key
+        end_ms = (now + int(self.settings.batch_window_s) + ACTIVE_GRACE_S) * 1000
+        args: list[Any] = [self.ttl_ms, cap, end_ms]
         for k, v in fields.items():
             args += [k, v]
-        await self.store.call(
-            self.store.scripts.create_batch(keys=[*keys.all(), self.keyspace.batches(owner)], args=args)
-        )
+        index_keys = [self.keyspace.batches(owner), self.keyspace.active_batches_of(owner)]
+        if not await self.store.call(self.store.scripts.create_batch(keys=[*keys.all(), *index_keys], args=args)):
+            await self.store.call(self.store.redis.delete(*keys.all()))  # a race past the cap: its lines go
+            raise self._too_many_active()
         return to_batch({k: str(v) for k, v in fields.items()})
+
+    async def _check_active(self, owner: str) -> None:
+        """Refuse a batch past the key's ``batch_max_active_per_key`` before its lines are copied in
+        (``create_batch.lua`` checks again, atomically)."""
+        key, redis = self.keyspace.active_batches_of(owner), self.store.redis
+        await self.store.call(redis.zremrangebyscore(key, "-inf", int(time.time() * 1000)))
+        if await self.store.call(redis.zcard(key)) >= self.settings.batch_max_active_per_key:
+            raise self._too_many_active()
+
+    def _too_many_active(self) -> OpenAIError:
+        cap = self.settings.batch_max_active_per_key
+        return OpenAIError(
+            f"quota exceeded: this API key already has {cap} batches in progress "
+            f"(--batch-max-active-per-key {cap}); wait for one to end or cancel one",
+            status=429,
+            type="rate_limit_error",
+            code="quota_exceeded",
+            headers={"Retry-After": "60"},
+        )
+
+    async def ended(self, owner: str, batch_id: str) -> None:
+        """The batch no longer counts against its key's batches in progress."""
+        await self.store.call(self.store.redis.zrem(self.keyspace.active_batches_of(owner), batch_id))
 
     async def _load(self, keys: BatchKeys, data: bytes, custom_ids: list[str]) -> None:
         """Copy the lines in, in chunks (the batch object, written last, makes them live)."""
@@ -286,6 +314,7 @@ class BatchStore:
         keys = self.keys(owner, batch_id)
         meta = await self.meta(owner, batch_id)
         if not meta.get("status") or meta.get("status") in TERMINAL_BATCH_STATUSES:
+            await self.ended(owner, batch_id)
             return
         total = int(meta.get("total", 0))
         ttl_s = float(meta.get("output_ttl_s") or self.files.ttl_s)
@@ -320,6 +349,7 @@ class BatchStore:
                 if w.size:
                     await self.files.quotas.count_output(owner, ids[kind], w.size, ttl_ms)
         await self.store.call(self.store.redis.zrem(self.keyspace.active_batches(), f"{owner}|{batch_id}"))
+        await self.ended(owner, batch_id)
 
 
 def output_line(custom_id: str, status: int, request_id: str, body: bytes) -> bytes:

@@ -4,11 +4,14 @@ each through the interactive path (``line.py``) at a priority below every intera
 Each pass over the active batches (every ``batch_poll_interval_s``, or at once when a line ends):
 a batch whose end is decided gets its files written (``BatchStore.finish``, any replica); a
 cancelled one whose running lines have ended is closed; one past its window is closed as
-expired; the others lend lines, round robin, while this replica runs fewer than
-``batch_concurrency``.
+expired; the others lend lines while this replica runs fewer than ``batch_concurrency``, in
+``turns.py``'s order (tenants, then their batches, round robin; only batches of models it routes).
+A line refused for its key's RPM, TPM or concurrency goes back to its batch at once, with its
+runner and batch slots, and its tenant sits out until the refusal's Retry-After.
 
 A claimed line first takes one of its model's batch slots (``batch_slot_share`` of the model's
-slots, counted over all replicas in Redis), then runs. Leases (the line's and the batch slot's)
+slots, counted over all replicas in Redis; a line without ``model`` takes one of the model it is
+served by), then runs. Leases (the line's and the batch slot's)
 are renewed every third of ``batch_lease_ttl_s`` while it runs; a replica that dies stops
 renewing, and the next claim of that batch puts its lines back in front. A line's result is
 written once (``LINE_DONE``): when a line ran twice (its first runner was only slow), the second
@@ -21,7 +24,8 @@ holding one (``queue.py``, ``PREEMPT_BATCH``): the runner running it gets ``!<le
 model's channel, cancels the line's request (its slot is released and goes to the waiting request
 first; the engine aborts it) and puts the line back in front of its batch, to run again from the
 start. Its result was never written, so it is still written once. Without preemption an
-interactive request waits for the next slot to free, and gets it before any batch line.
+interactive request waits for the next slot to free, and gets it before any batch line. A
+cancelled batch's lines waiting in admission are stopped the same way: only running lines finish.
 """
 
 from __future__ import annotations
@@ -37,20 +41,23 @@ from typing import Any
 
 import orjson
 
+from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import TERMINAL_BATCH_STATUSES
 
 from ..auth import ApiKey
+from ..exchange.exchange import route_of
 from ..state import GatewayState
 from ..store import StoreUnavailable, text
 from .batches import BatchStore, output_line
 from .files import FENCE_TTL_MS
 from .line import Outcome, send_line
+from .turns import Turns, key_limited, serves
 from .validation import model_of
 
 log = logging.getLogger("genmesh.gateway.batch")
 
 ORPHAN_GRACE_S = 60.0  # an active entry without its batch is dropped only when older than this
-MAX_WAIT_S = 5.0  # longest pause between tries of a line that must wait (limits, queue, slots)
+MAX_WAIT_S = 5.0  # longest pause between tries of a line that must wait (queue, slots, Redis)
 
 
 def _lease_id() -> str:
@@ -64,6 +71,7 @@ class _Line:
     batch_id: str
     idx: int
     model: str = "-"
+    route: str | None = None  # the model it is served by (its batch slots), once known
     slot: str = field(default_factory=_lease_id)  # its batch slot's lease id, its admission ticket id too
     has_slot: bool = False
     call: asyncio.Future[Outcome] | None = None  # its request, while one is under way
@@ -79,7 +87,7 @@ class BatchRunner:
         self.status: dict[tuple[str, str], str] = {}  # batch -> status, as of the last pass
         self.wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._next = 0  # round robin over the batches with lines to lend
+        self.turns = Turns()
         st.admission.grants.on_preempt = self.preempt
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -112,6 +120,7 @@ class BatchRunner:
         redis = self.st.redis
         active = self.st.keyspace.active_batches()
         entries: Any = await self.batches.store.call(redis.zrange(active, 0, -1, withscores=True))
+        elsewhere = await self._served_elsewhere()  # named every pass, also while no batch runs
         lendable: list[tuple[str, str]] = []
         now = time.time()
         seen: dict[tuple[str, str], str] = {}
@@ -128,30 +137,59 @@ class BatchRunner:
                 await self._finish(owner, batch_id, meta["closing"])
             elif status in TERMINAL_BATCH_STATUSES:
                 await self.batches.store.call(redis.zrem(active, text(raw)))
+                await self.batches.ended(owner, batch_id)
             elif now >= int(meta.get("expires_at", "0") or 0):
                 await self._close(owner, batch_id, "expired")
             elif status == "cancelling":
+                self._stop_waiting(owner, batch_id)
                 await self._close(owner, batch_id, "cancelled")
-            elif status == "in_progress":
+            elif status == "in_progress" and serves(self.st.config, meta, elsewhere):
                 lendable.append((owner, batch_id))
         self.status = seen  # batches no longer active are forgotten
         await self._lend(lendable)
 
+    async def _served_elsewhere(self) -> set[str]:
+        """Name the models this replica routes (for a few poll intervals); those other replicas route."""
+        key, redis = self.st.keyspace.served_models(), self.st.redis
+        now_ms = int(time.time() * 1000)
+        mine = set(self.st.config.models)
+        expiry = now_ms + int(max(10.0, 5 * self.settings.batch_poll_interval_s) * 1000)
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, dict.fromkeys(mine, expiry))
+            pipe.zremrangebyscore(key, "-inf", now_ms)
+            pipe.zrange(key, 0, -1)
+            pipe.pexpire(key, 60_000)
+            res = await self.batches.store.call(pipe.execute())
+        return {text(m) for m in res[2]} - mine
+
     async def _lend(self, batches: list[tuple[str, str]]) -> None:
-        """Claim lines round robin over ``batches`` while this replica has room."""
-        open_ = list(batches)
-        while open_ and len(self.running) < self.settings.batch_concurrency:
-            self._next %= len(open_)
-            owner, batch_id = open_[self._next]
-            res = await self.batches.claim(owner, batch_id)
-            kind = text(res[0])
-            if kind == "ok":
-                self._start(owner, batch_id, int(res[1]), bytes(res[2] or b""))
-                self._next += 1
+        """Claim lines, one per tenant in turn (each tenant's batches in turn), while this replica has room."""
+        turns = self.turns.order(batches)
+        while turns and len(self.running) < self.settings.batch_concurrency:
+            owner, ids = turns.pop(0)
+            while ids:
+                batch_id = ids.pop(0)
+                res = await self.batches.claim(owner, batch_id)
+                kind = text(res[0])
+                if kind == "ok":
+                    self._start(owner, batch_id, int(res[1]), bytes(res[2] or b""))
+                    self.turns.lent(owner, batch_id)
+                    turns.append((owner, [*ids, batch_id]))  # this tenant's next turn: its next batch
+                    break
+                if kind == "empty" and int(res[1]) == 0:
+                    await self._close(owner, batch_id, "completed")
+
+    def _stop_waiting(self, owner: str, batch_id: str) -> None:
+        """A cancelled batch's lines that wait for admission (or a batch slot) are given back unrun;
+        lines an upstream already serves finish."""
+        for line in self.running.values():
+            if (line.owner, line.batch_id) != (owner, batch_id) or line.call is None or line.call.done():
                 continue
-            open_.pop(self._next)
-            if kind == "empty" and int(res[1]) == 0:
-                await self._close(owner, batch_id, "completed")
+            ticket = self.st.admission.tracked.get(line.route or "", {}).get(line.slot)
+            if ticket is not None and ticket.upstream is None:
+                line.preempted = True
+                line.call.cancel()
+                log.info("batch %s line %d: cancelled while it waited in admission", batch_id, line.idx)
 
     async def _close(self, owner: str, batch_id: str, target: str) -> None:
         closing = await self.batches.close(owner, batch_id, target)
@@ -222,7 +260,7 @@ class BatchRunner:
             message = "the batch's API key no longer exists" if key is None else "this API key has been revoked"
             err = {"error": {"message": message, "type": "authentication_error", "param": None, "code": None}}
             return "e", output_line(custom_id, 401, "", orjson.dumps(err))
-        if not await self._take_slot(line):
+        if not await self._take_slot(line, body, path):
             return None
         body_bytes = orjson.dumps(body)
         attempts = 0
@@ -230,6 +268,9 @@ class BatchRunner:
             rid = f"{line.batch_id}-{line.idx}-{uuid.uuid4().hex[:8]}"
             outcome = await self._send(line, path, key, body_bytes, rid)
             if outcome is None:  # preempted: it runs again from the start
+                return None
+            if outcome.wait and key_limited(outcome):  # give the runner and batch slots back while it waits
+                self.turns.sit_out(line.owner, outcome.retry_after_s)
                 return None
             if outcome.wait or (outcome.transient and attempts + 1 < self.settings.batch_max_attempts):
                 attempts += 0 if outcome.wait else 1
@@ -303,24 +344,21 @@ class BatchRunner:
 
     # -- the model's batch slots -------------------------------------------------------------------
 
-    def _cap(self, model: str) -> int:
-        route = self.st.config.route(model)
-        if route is None:
-            return 1 << 30  # an unknown model: the interactive path answers 404, no slot is used
-        total = sum(self.st.pool.caps(route))
-        return max(1, int(total * self.settings.batch_slot_share))
-
-    async def _take_slot(self, line: _Line) -> bool:
-        """Wait for one of the model's batch slots; False when the batch stops meanwhile."""
-        route = self.st.config.route(line.model)
-        if route is None:
-            return True
+    async def _take_slot(self, line: _Line, body: dict[str, Any], path: str) -> bool:
+        """Wait for one of the batch slots of the model that serves the line (named or, without
+        ``model``, the one of its kind); False when the batch stops meanwhile."""
+        try:
+            route = route_of(self.st, body, path)
+        except OpenAIError:
+            return True  # an unknown model: the interactive path answers it (404), no slot is used
+        line.route = route.name
         key = self.st.admission.keys[route.name].batch
+        cap = max(1, int(sum(self.st.pool.caps(route)) * self.settings.batch_slot_share))
         ttl_ms = int(self.settings.batch_lease_ttl_s * 1000)
         while True:
             try:
                 took = await self.batches.store.call(
-                    self.st.scripts.take_batch_slot(keys=[key], args=[self._cap(line.model), line.slot, ttl_ms])
+                    self.st.scripts.take_batch_slot(keys=[key], args=[cap, line.slot, ttl_ms])
                 )
                 if took:
                     line.has_slot = True
@@ -333,9 +371,8 @@ class BatchRunner:
 
     def _drop_slot(self, line: _Line) -> None:
         line.has_slot = False
-        route = self.st.config.route(line.model)
-        if route is not None:
-            self.st.spawn(self._zrem(self.st.admission.keys[route.name].batch, line.slot))
+        if line.route is not None:
+            self.st.spawn(self._zrem(self.st.admission.keys[line.route].batch, line.slot))
 
     async def _zrem(self, key: str, member: str) -> None:
         with contextlib.suppress(Exception):
@@ -354,9 +391,8 @@ class BatchRunner:
         by_model: dict[str, list[str]] = {}
         for line in list(self.running.values()):
             by_batch.setdefault((line.owner, line.batch_id), []).append(line.idx)
-            route = self.st.config.route(line.model)
-            if line.has_slot and route is not None:
-                by_model.setdefault(route.name, []).append(line.slot)
+            if line.has_slot and line.route is not None:
+                by_model.setdefault(line.route, []).append(line.slot)
         for (owner, batch_id), indexes in by_batch.items():
             with contextlib.suppress(StoreUnavailable):
                 await self.batches.renew(owner, batch_id, indexes)

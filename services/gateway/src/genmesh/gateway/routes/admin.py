@@ -1,11 +1,12 @@
-"""Admin endpoints (admin key required): create, list and revoke API keys; read a key's usage."""
+"""Admin endpoints (admin key required): create, list and revoke API keys; read a key's usage; list and
+purge what a key or a tenant stores (files, batches, stored responses: ``batch/purge.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
@@ -14,7 +15,8 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.asgi import CheckedRoute
 
 from ..auth import check_admin
-from ..exchange.errors import store_unavailable
+from ..exchange.errors import admission_error, store_unavailable
+from ..store import StoreUnavailable
 from .common import gateway
 
 router = APIRouter(prefix="/admin", route_class=CheckedRoute)
@@ -40,6 +42,8 @@ async def _stored(request: Request, call: Awaitable[T]) -> T:
         return await call
     except (RedisError, OSError) as exc:
         raise store_unavailable(gateway(request), exc, "key store") from exc
+    except StoreUnavailable as exc:  # counted already
+        raise admission_error(exc, 1) from exc
 
 
 def _admin(request: Request) -> None:
@@ -60,12 +64,63 @@ async def list_keys(request: Request) -> JSONResponse:
     return JSONResponse({"data": [k.public() for k in keys]})
 
 
+KEY_ID = Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+LIMIT = Query(default=100, ge=0, le=10_000, description="items of each kind listed (the counts cover all)")
+
+
 @router.delete("/keys/{key_id}")
-async def revoke_key(key_id: str, request: Request) -> JSONResponse:
+async def revoke_key(
+    request: Request,
+    key_id: str = KEY_ID,
+    purge: bool = Query(default=False, description="also delete the key's files, batches and stored responses"),
+) -> JSONResponse:
     _admin(request)
-    if not await _stored(request, gateway(request).keys.revoke(key_id)):
+    st = gateway(request)
+    if not await _stored(request, st.keys.revoke(key_id)):
         raise OpenAIError(f"no API key with id '{key_id}'", status=404, type="not_found_error", code="key_not_found")
-    return JSONResponse({"key_id": key_id, "revoked": True})
+    out: dict[str, object] = {"key_id": key_id, "revoked": True}
+    if purge:
+        out["deleted"] = await _stored(request, st.storage.purge(key_id))
+    return JSONResponse(out)
+
+
+@router.get("/keys/{key_id}/storage")
+async def key_storage(request: Request, key_id: str = KEY_ID, limit: int = LIMIT) -> JSONResponse:
+    """What the key stores (also a revoked or expired key's: its files outlive it)."""
+    _admin(request)
+    found = await _stored(request, gateway(request).storage.of(key_id, limit))
+    return JSONResponse({"key_id": key_id, **found.public()})
+
+
+@router.delete("/keys/{key_id}/storage")
+async def purge_key_storage(request: Request, key_id: str = KEY_ID) -> JSONResponse:
+    _admin(request)
+    return JSONResponse({"key_id": key_id, "deleted": await _stored(request, gateway(request).storage.purge(key_id))})
+
+
+async def _tenant_keys(request: Request, tenant: str) -> list[str]:
+    keys = await _stored(request, gateway(request).keys.list())
+    return [k.key_id for k in keys if k.tenant == tenant]
+
+
+@router.get("/tenants/{tenant}/storage")
+async def tenant_storage(tenant: str, request: Request, limit: int = LIMIT) -> JSONResponse:
+    """What each of the tenant's keys (those still listed: a key's record lasts until it expires, a
+    revoked one's for a week) stores."""
+    _admin(request)
+    st = gateway(request)
+    keys = {}
+    for key_id in await _tenant_keys(request, tenant):
+        keys[key_id] = (await _stored(request, st.storage.of(key_id, limit))).public()
+    return JSONResponse({"tenant": tenant, "keys": keys})
+
+
+@router.delete("/tenants/{tenant}/storage")
+async def purge_tenant_storage(tenant: str, request: Request) -> JSONResponse:
+    _admin(request)
+    st = gateway(request)
+    deleted = {k: await _stored(request, st.storage.purge(k)) for k in await _tenant_keys(request, tenant)}
+    return JSONResponse({"tenant": tenant, "deleted": deleted})
 
 
 @router.get("/keys/{key_id}/usage")

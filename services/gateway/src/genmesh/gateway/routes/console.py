@@ -44,6 +44,7 @@ STATUS_PATH = "/console/status"
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 MAX_LOGIN_BYTES = 4096
 LOGIN_ERROR = '<p class="error" role="alert">That is not the admin key.</p>'
+TOO_MANY_LOGINS = '<p class="error" role="alert">Too many failed logins from this address: try again later.</p>'
 
 
 @cache
@@ -79,15 +80,23 @@ async def login_page(request: Request) -> Response:
     return _page("login.html")
 
 
+def _cross_site(request: Request) -> bool:
+    """A form posted from another site (CSRF): its browser says so, or names another origin."""
+    origin = request.headers.get("origin")
+    cross = request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
+    return cross or (origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}")
+
+
 @router.post("/login", include_in_schema=False)
 async def login(request: Request) -> Response:
     st = gateway(request)
-    origin = request.headers.get("origin")
-    cross = request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
-    if cross or (origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}"):
+    if _cross_site(request):
         return _page("login.html", 403, '<p class="error" role="alert">Cross-site login refused.</p>')
     if not st.auth_required:
         return _redirect("/console")
+    address = request.client.host if request.client else ""
+    if wait := st.login_throttle.retry_after(address):
+        return _page("login.html", 429, TOO_MANY_LOGINS, {"Retry-After": str(wait)})
     body = b""
     async for chunk in request.stream():
         body += chunk
@@ -97,6 +106,7 @@ async def login(request: Request) -> Response:
     try:
         check_admin(f"Bearer {key}", st.admin_key)
     except OpenAIError as err:
+        st.login_throttle.failed(address)
         return _page("login.html", err.status, LOGIN_ERROR)
     assert st.admin_key is not None
     lifetime = int(st.settings.console_session_s)
@@ -108,6 +118,8 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout", include_in_schema=False)
 async def logout(request: Request) -> Response:
+    if _cross_site(request):  # another site may not log the console out either
+        return Response("Cross-site logout refused.", 403, SECURITY_HEADERS, media_type="text/plain; charset=utf-8")
     return _redirect("/console/login", {"Set-Cookie": session.set_cookie_header("", 0, request.url.scheme == "https")})
 
 
