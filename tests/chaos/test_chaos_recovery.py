@@ -46,7 +46,7 @@ async def test_new_stream_served_right_after_core_recovery(chaos: Chaos) -> None
             await ld.fill(chaos.gateway, 1, chaos.auth)
             chaos.mesh.engine_core().kill()
             await until(lambda: _not_ok(ld.client, chaos.engine), 10, "the engine's /health to leave 200", 0.005)
-            back = await until(lambda: _ok(ld.client, chaos.engine), 120, "the engine's /health to be 200 again")
+            back = await until(lambda: _ok(ld.client, chaos.engine), 180, "the engine's /health to be 200 again")
             # (3) at once: a new long stream through the gateway
             res = await stream_once(ld.client, chaos.gateway, long_body(128), chaos.auth)
             killed = await ld.results()
