@@ -11,6 +11,7 @@ no upstream probes it itself.
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from support.chaos import FULL, Chaos, StreamResult, load, long_body, record, stream_once, until_serving
 from support.polling import until
@@ -33,6 +34,7 @@ async def _not_ok(client: httpx.AsyncClient, url: str) -> bool:
     return await _health(client, url) != 200
 
 
+@pytest.mark.timeout(max(600, 240 * RUNS))  # each run waits out a core restart (a minute or more under load)
 async def test_new_stream_served_right_after_core_recovery(chaos: Chaos) -> None:
     name = "gateway+core kill, new stream"
     runs: list[tuple[float, StreamResult]] = []  # each run's new stream, and its start after /health was 200
