@@ -246,6 +246,15 @@ def test_console_live_in_chromium(
     print(f"\n[killed upstream unhealthy on the page after {time.monotonic() - killed:.1f} s]")
     assert {r[1]: r[2] for r in cells(browser, "upstreams")}["engine"] == "healthy"
 
+    # its circuit cell names its last transition's cause (failed probes, then the cool-down's end), as the status does
+    def circuit_shown() -> tuple[str, str]:
+        u = next(u for u in status(gw.url)["upstreams"] if u["upstream"] == "micro")
+        page = {r[1]: r[3] for r in cells(browser, "upstreams")}["micro"]
+        return page, f"{u['circuit']} · {u['circuit_cause'].replace('_', ' ')}"
+
+    wait_until(lambda: len(set(circuit_shown())) == 1, 10, what="the page to show the status's circuit and cause")
+    assert circuit_shown()[0] in ("open · probe", "half-open · cooldown")
+
 
 def test_console_headers_and_auth(start_gateway: StartGateway, fake_upstream: Server) -> None:
     gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "on")
@@ -308,7 +317,9 @@ def test_logout_refuses_other_sites_and_login_is_throttled_per_address(
 def test_status_schema_and_computed_once_per_interval(start_gateway: StartGateway, fake_upstream: Server) -> None:
     gw = start_gateway({"m": model_config(fake_upstream.url)}, "--auth", "on", "--console-interval-s", "2")
     wait_until(lambda: status(gw.url)["seq"] >= 1, 10, what="a first status")
-    jsonschema.validate(status(gw.url), SCHEMA)
+    first_status = status(gw.url)
+    jsonschema.validate(first_status, SCHEMA)
+    assert [(u["circuit"], u["circuit_cause"]) for u in first_status["upstreams"]] == [("closed", "")]
     # forty viewers polling at once get one snapshot, computed once: at most two in one second
     seen: list[tuple[int, float]] = []
 

@@ -95,7 +95,7 @@ async def test_an_upstream_that_sends_nothing_has_its_circuit_opened(
         r = await client.post(gw.url + "/v1/chat/completions", json=helpers.chat("m", "refused"), timeout=10)
         assert r.status_code == 503
         assert r.json()["error"]["code"] == "no_healthy_upstream"
-        assert r.headers["retry-after"] == "2"
+        assert 1 <= int(r.headers["retry-after"]) <= 5  # when the cool-down (5 s) ends: the next probe
         fake.hold(False)
         assert await held == 200
         await until(lambda: httpx.get(gw.url + "/ready").status_code == 200, 10, "the circuit to close again")

@@ -89,6 +89,14 @@ class GatewayMetrics(Metrics):
         "Lines of running batches not finished and not holding a batch slot (all replicas)",
         "model",
     )
+    circuit_transitions = counter(
+        "genmesh_gateway_circuit_transitions",
+        "Circuit breaker transitions of an upstream: to closed, open or half-open; cause probe, "
+        "request_failure, stall (the progress watch) or cooldown",
+        "upstream",
+        "to",
+        "cause",
+    )
     redis_errors = counter("genmesh_gateway_redis_errors", "Redis calls that failed")
     peers = gauge(
         "genmesh_gateway_peers",

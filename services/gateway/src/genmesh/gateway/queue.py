@@ -98,7 +98,10 @@ class Admission:
         """Return the index of the upstream whose slot ``ticket`` now holds; raise if it may not."""
         route = ticket.route
         if not self.pool.any_available(route, exclude):
-            raise NoUpstream(f"no healthy upstream for model '{route.name}'")
+            await self.pool.probe_now(route, exclude)  # a half-open upstream may have recovered
+            if not self.pool.any_available(route, exclude):
+                retry = self.pool.next_probe_in(route, exclude)
+                raise NoUpstream(f"no healthy upstream for model '{route.name}'", retry)
         self._tracked[route.name][ticket.id] = ticket
         deadline = ticket.arrived + route.max_queue_wait_s
         try:

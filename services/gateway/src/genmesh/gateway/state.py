@@ -58,7 +58,8 @@ class GatewayState:
         self.keyspace = KeySpace(settings.redis_prefix)
         self.scripts = Scripts.register(self.redis)
         self.metrics = GatewayMetrics()
-        self.pool = Pool(config, settings)
+        transitions = self.metrics.circuit_transitions
+        self.pool = Pool(config, settings, lambda up, to, cause: transitions.labels(up.name, to, cause).inc())
         self.keys = KeyStore(self.redis, self.keyspace, cache_ttl_s=settings.auth_cache_s)
         store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)

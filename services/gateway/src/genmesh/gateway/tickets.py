@@ -20,7 +20,9 @@ class QueueTimeout(Exception):
 
 
 class NoUpstream(Exception):
-    pass
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s  # when an upstream is probed next (None: the route's)
 
 
 @dataclass

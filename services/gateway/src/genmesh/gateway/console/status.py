@@ -412,16 +412,9 @@ class StatusBoard:
         self, shared: dict[str, Any], engines: dict[tuple[str, str], dict[str, Any]]
     ) -> list[dict[str, Any]]:
         in_flight: dict[tuple[str, str], int] = shared.get("in_flight", {})
-        now = time.monotonic()
         out = []
         for model, pool in self.st.pool.models.items():
             for u in pool:
-                if now < u.open_until:
-                    circuit = "open"
-                elif u.failures:
-                    circuit = "half-open" if not u.probed_ok else "closed"
-                else:
-                    circuit = "closed"
                 engine = engines.get((model, u.name), {"ok": False})
                 out.append(
                     {
@@ -429,7 +422,8 @@ class StatusBoard:
                         "upstream": u.name,
                         "url": u.url,
                         "healthy": u.available(),
-                        "circuit": circuit,
+                        "circuit": u.circuit(),
+                        "circuit_cause": u.cause,
                         "failures": u.failures,
                         "circuit_opened": u.opened,
                         "in_flight": in_flight.get((model, u.name)),

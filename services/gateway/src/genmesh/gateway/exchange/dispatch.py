@@ -47,6 +47,7 @@ async def connect(
     route = ticket.route
     front = bool(exclude)
     headers = [*_UPSTREAM_HEADERS, *own_headers]
+    rid = next((v.decode("latin-1") for k, v in own_headers if k == b"x-request-id"), "")
     while True:
         try:
             idx = await st.admission.acquire(ticket, exclude, front)
@@ -56,17 +57,17 @@ async def connect(
         sent_at = time.monotonic()
         wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
         if stream:
-            up.stream_began()  # the upstream's progress is watched from here (upstreams.py)
+            up.stream_began(ticket.id)  # the upstream's progress is watched from here (upstreams.py)
         try:
             try:
                 async with asyncio.timeout(wait_s):
                     resp = await st.upstream.post(up.url, path, send_body, headers)
             except BaseException:
                 if stream:
-                    up.stream_ended()
+                    up.stream_ended(ticket.id)
                 raise
         except UpstreamConnectError as exc:
-            up.record_failure(type(exc).__name__)
+            up.record_failure(type(exc).__name__, sent_at, rid)
             await st.admission.release(ticket)
             exclude = exclude | {idx}
             front = True
@@ -78,10 +79,10 @@ async def connect(
                 ) from exc
             continue
         except TimeoutError as exc:
-            up.record_failure("timeout")
+            up.record_failure("timeout", sent_at, rid)
             raise upstream_timeout("first token" if stream else "total", wait_s) from exc
         except UpstreamError as exc:  # the upstream went away mid-request: worth a retry soon
-            up.record_failure(type(exc).__name__)
+            up.record_failure(type(exc).__name__, sent_at, rid)
             raise with_retry_after(
                 bad_gateway(f"upstream request failed: {type(exc).__name__}"), route.retry_after_s
             ) from exc
@@ -89,12 +90,12 @@ async def connect(
         if resp.status not in (502, 503):
             up.record_success()
             return resp, idx, sent_at
-        up.record_failure(f"status {resp.status}")
+        up.record_failure(f"status {resp.status}", sent_at, rid)
         if not st.pool.any_available(route, exclude | {idx}):
             return resp, idx, sent_at  # the client gets the upstream's own 502/503
         # nothing was generated: another upstream may serve it (a replica whose engine is down)
         if stream:
-            up.stream_ended()
+            up.stream_ended(ticket.id)
         resp.abort()
         await st.admission.release(ticket)
         exclude = exclude | {idx}

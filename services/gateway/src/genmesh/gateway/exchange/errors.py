@@ -24,6 +24,7 @@ def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
         err = service_unavailable(str(exc), code="queue_timeout")
     elif isinstance(exc, NoUpstream):
         err = service_unavailable(str(exc), code="no_healthy_upstream")
+        retry_after_s = exc.retry_after_s or retry_after_s
     elif isinstance(exc, StoreUnavailable):
         err = service_unavailable(f"{exc}; try again shortly", code="queue_store_unavailable")
     else:

@@ -325,7 +325,7 @@ class Exchange:
             resp = self.leg[0] or resp  # after a failover: the upstream that took over
             watched = self.leg[1]
             if stream and watched is not None:
-                watched.stream_ended()  # watched since _connect sent it
+                watched.stream_ended(ticket.id)  # watched since _connect sent it
             name = (watched or up).name
             if completed:
                 resp.close()
@@ -377,8 +377,8 @@ class Exchange:
             if not cont.retry() or cont.legs > route.max_failovers or failed is None:
                 yield cont.failure
                 return
-            failed.record_failure("stream failed")
-            failed.stream_ended()
+            failed.record_failure("stream failed", failed.stream_sent_at(ticket.id), self.rid)
+            failed.stream_ended(ticket.id)
             if self.leg[0] is not None:
                 self.leg[0].abort()
             self.leg = (self.leg[0], None)

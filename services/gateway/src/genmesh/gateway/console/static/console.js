@@ -110,7 +110,7 @@
       return [
         el("td", u.model), el("td", u.upstream),
         el("td", u.healthy ? "healthy" : "unhealthy", u.healthy ? "ok" : "bad"),
-        el("td", u.circuit, u.circuit === "closed" ? "ok" : "bad"),
+        el("td", u.circuit + (u.circuit_cause ? " · " + u.circuit_cause.replace("_", " ") : ""), u.circuit === "closed" ? "ok" : "bad"),
         meter(u.in_flight, u.capacity, (u.in_flight === null ? "?" : u.in_flight) + " / " + u.capacity),
         e.kv_cache_usage === null ? el("td", e.reachable ? "–" : "no engine metrics", "muted") :
           meter(e.kv_cache_usage, 1, (e.kv_cache_usage * 100).toFixed(e.kv_cache_usage < 0.1 ? 1 : 0) + "%"),
