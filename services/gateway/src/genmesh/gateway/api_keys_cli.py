@@ -23,6 +23,7 @@ from .batch.files import FileStore
 from .batch.purge import Storage
 from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
+from .quotas import Quotas
 from .ratelimit import Limiter
 from .redis_keys import API_KEY_TTL_S, KeySpace
 from .responses_store import ResponseStore
@@ -60,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Storage:
     metrics = GatewayMetrics()
     store = Store(redis, Scripts.register(redis), keyspace, metrics)
-    files = FileStore(store, settings.files_ttl_s)
-    responses = ResponseStore(redis, keyspace, metrics, settings.responses_ttl_s, settings.responses_max_bytes)
+    quotas = Quotas(store, settings)
+    files = FileStore(store, settings, quotas)
+    responses = ResponseStore(redis, keyspace, metrics, settings.responses_ttl_s, settings.responses_max_bytes, quotas)
     return Storage(files, BatchStore(store, files, settings), responses)
 
 

@@ -28,6 +28,7 @@ from ..auth import ApiKey
 from ..redis_keys import CONSOLE_HISTORY_SERIES
 from ..store import text
 from . import engine_metrics
+from .sections import model_rows, percentile, upstream_rows
 from .sources import BoardSources
 
 log = logging.getLogger("genmesh.gateway.console")
@@ -36,13 +37,6 @@ SCHEMA_VERSION = 1
 MAX_WAITING_LISTED = 200  # per replica: waiting requests published with tenant and age
 RECENT_BATCHES_PER_KEY = 3  # finished batches leave the active index: each listed key's latest stay in view
 FULL_HISTORY_EVERY = 60  # computations: the charts are read in full this often, else only their new samples
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 class StatusBoard:
@@ -147,8 +141,8 @@ class StatusBoard:
             self._history, self._history_ms = {}, 0
         snap["redis"] = {"ok": redis_ok, "error": error, "location": self.settings.redis_location()}
         snap["replicas"] = shared.get("replicas", 1)
-        snap["models"] = self._models(shared)
-        snap["upstreams"] = self._upstreams(shared, engines)
+        snap["models"] = model_rows(self.st.config, shared, shared.get("waiting", self._waiting_here()))
+        snap["upstreams"] = upstream_rows(self.st.pool, shared, engines)
         snap["keys"] = shared.get("keys", [])
         snap["batches"] = shared.get("batches", [])
         snap["history"] = shared.get("history", {name: [] for name in CONSOLE_HISTORY_SERIES})
@@ -366,86 +360,6 @@ class StatusBoard:
             )
         out.sort(key=lambda b: -b["created_at"])
         return out
-
-    # -- the snapshot's sections --------------------------------------------------------------------
-
-    def _models(self, shared: dict[str, Any]) -> list[dict[str, Any]]:
-        waiting = shared.get("waiting", self._waiting_here())
-        depths: dict[tuple[str, int], int] = shared.get("depths", {})
-        in_flight: dict[tuple[str, str], int] = shared.get("in_flight", {})
-        totals: dict[str, dict[str, Any]] = shared.get("totals", {})
-        out = []
-        for name, route in self.st.config.models.items():
-            mine = [w for w in waiting if w[0] == name]
-            tenants: dict[str, dict[str, Any]] = {}
-            for _, _prio, tenant, age in mine:
-                t = tenants.setdefault(tenant, {"tenant": tenant, "waiting": 0, "oldest_wait_s": 0.0})
-                t["waiting"] += 1
-                t["oldest_wait_s"] = max(t["oldest_wait_s"], age)
-            by_prio = {str(p): n for (m, p), n in depths.items() if m == name and n}
-            if not depths:  # Redis away: what this replica holds
-                for _, prio, _, _ in mine:
-                    by_prio[str(prio)] = by_prio.get(str(prio), 0) + 1
-            t = totals.get(name, {})
-            out.append(
-                {
-                    "model": name,
-                    "waiting": sum(by_prio.values()),
-                    "waiting_by_priority": by_prio,
-                    "waiting_by_tenant": sorted(tenants.values(), key=lambda x: (-x["waiting"], x["tenant"])),
-                    "oldest_wait_s": max((w[3] for w in mine), default=0.0),
-                    "running": [
-                        {"upstream": u.name, "running": in_flight.get((name, u.name)), "capacity": u.max_concurrency}
-                        for u in route.upstreams
-                    ],
-                    "tokens_per_s": round(t.get("tokens_per_s", 0.0), 3),
-                    "requests_per_s": round(t.get("requests_per_s", 0.0), 3),
-                    "queue_wait_p50_s": _num(percentile(t.get("waits", []), 0.5)),
-                    "queue_wait_p99_s": _num(percentile(t.get("waits", []), 0.99)),
-                    "ttft_p50_s": _num(percentile(t.get("ttfts", []), 0.5)),
-                    "ttft_p99_s": _num(percentile(t.get("ttfts", []), 0.99)),
-                }
-            )
-        return out
-
-    def _upstreams(
-        self, shared: dict[str, Any], engines: dict[tuple[str, str], dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        in_flight: dict[tuple[str, str], int] = shared.get("in_flight", {})
-        out = []
-        for model, pool in self.st.pool.models.items():
-            for u in pool:
-                engine = engines.get((model, u.name), {"ok": False})
-                out.append(
-                    {
-                        "model": model,
-                        "upstream": u.name,
-                        "url": u.url,
-                        "healthy": u.available(),
-                        "circuit": u.circuit(),
-                        "circuit_cause": u.cause,
-                        "failures": u.failures,
-                        "circuit_opened": u.opened,
-                        "in_flight": in_flight.get((model, u.name)),
-                        "capacity": u.config.max_concurrency,
-                        "engine": {
-                            "reachable": bool(engine.get("ok")),
-                            "kv_cache_usage": engine.get("kv_cache_usage"),
-                            "running": _int(engine.get("running")),
-                            "waiting": _int(engine.get("waiting")),
-                            "restarts": _int(engine.get("restarts")),
-                        },
-                    }
-                )
-        return out
-
-
-def _num(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 def _arg(value: float | None) -> str:
