@@ -142,7 +142,12 @@ class _Writer:
         completion_tokens = 0
         async for index, ev in events:
             if self.hermes and isinstance(ev, str | Delta):
-                for c in self.pieces(index, ev if isinstance(ev, str) else ev.text, False):
+                out = self.pieces(index, ev if isinstance(ev, str) else ev.text, False)
+                if isinstance(ev, Delta):  # the tokens' logprobs ride on the first chunk they made
+                    lps = chat_logprobs(self.tok, ev.token_ids, ev.logprobs, ev.scored, self.top)
+                    out = out or [self.chunk(index, ChatDelta(content=""))]
+                    out[0].choices[0].logprobs = lps
+                for c in out:
                     yield c
             elif isinstance(ev, str):
                 text = self.visible(index, ev, False)
