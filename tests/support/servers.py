@@ -72,7 +72,12 @@ def start_server(
 
 
 def start_engine(
-    log_dir: Path, *extra: str, port: int | None = None, model: Path = DEFAULT_MODEL, cpus: frozenset[int] = frozenset()
+    log_dir: Path,
+    *extra: str,
+    port: int | None = None,
+    model: Path = DEFAULT_MODEL,
+    cpus: frozenset[int] = frozenset(),
+    timeout_s: float = 180.0,
 ) -> Server:
     port = port or free_port()
     argv = [
@@ -89,7 +94,7 @@ def start_engine(
         "0",
         *extra,
     ]
-    return start_server("engine", argv, port, log_dir, cpus=cpus)
+    return start_server("engine", argv, port, log_dir, cpus=cpus, timeout_s=timeout_s)
 
 
 def start_repository_engine(config: Path, log_dir: Path, *extra: str, timeout_s: float = 240.0) -> Server:

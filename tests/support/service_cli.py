@@ -43,7 +43,8 @@ ENGINE_FLAGS = flag_words("""
 --structured-free-json-max-depth --watchdog-timeout-s --core-restart-backoff-s
 --core-restart-backoff-max-s --core-restart-limit --core-restart-window-s --max-prompt-tokens
 --gguf-reencode --no-gguf-reencode --gguf-reencode-type --gguf-cache-dir --max-num-scoring-seqs
---scoring-chunk-tokens --scoring-queue-timeout-s --max-logprobs
+--scoring-chunk-tokens --scoring-queue-timeout-s --max-logprobs --draft-model --assistant-confidence-threshold
+--tool-call-parser --enable-auto-tool-choice --no-enable-auto-tool-choice
 """)
 
 GATEWAY_FLAGS = flag_words("""
@@ -66,6 +67,8 @@ VALUES: dict[str, tuple[str, Any]] = {
     "--log-level": ("debug", "debug"),
     "--auth": ("on", "on"),
     "--gguf-reencode-type": ("Q8_0", "Q8_0"),
+    "--assistant-confidence-threshold": ("0.4", 0.4),
+    "--tool-call-parser": ("hermes", "hermes"),
     "--plugin-config": ('{"KV_CACHE_PRECISION": "u8"}', {"KV_CACHE_PRECISION": "u8"}),
 }
 

@@ -98,3 +98,12 @@ def test_bad_sources_are_explained(tmp_path: Path) -> None:
     other.write_bytes(b"x")
     with pytest.raises(ModelSourceError, match=r"not a \.gguf"):
         resolve(str(other))
+
+
+def test_a_draft_model_sets_the_request_defaults_and_excludes_prompt_lookup() -> None:
+    drafting = parse_settings(["--draft-model", "draft.gguf", "--num-assistant-tokens", "4"])
+    assert (drafting.uses_assistant, drafting.uses_prompt_lookup, drafting.request_lookup) == (True, False, (4, 0))
+    by_confidence = parse_settings(["--draft-model", "d.gguf", "--assistant-confidence-threshold", "0.3"])
+    assert by_confidence.request_lookup == (0, 0)  # the threshold decides how many tokens are drafted
+    assert "choose one" in refusal(parse_settings, ["--prompt-lookup", "--draft-model", "draft.gguf"])
+    assert "--assistant-confidence-threshold" in refusal(parse_settings, ["--assistant-confidence-threshold", "1.5"])

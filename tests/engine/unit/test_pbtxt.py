@@ -135,8 +135,29 @@ def test_exported_node_options_are_typed() -> None:
         "plugin_config": {"KV_CACHE_PRECISION": "f16"},
         "best_of_limit": 4,
         "max_tokens_limit": 100,
+        "tool_call_parser": "hermes3",  # OVMS's tool_parser: the engine's --tool-call-parser
     }
-    assert opts.ignored == ["reasoning_parser", "tool_parser"]
+    assert opts.ignored == ["reasoning_parser"]
+
+
+def llm_options(fields: str) -> str:
+    return graph_with("[type.googleapis.com / mediapipe.LLMCalculatorOptions]: {" + fields + "}")
+
+
+def test_draft_model_options_become_engine_settings() -> None:
+    opts = llm_node_options(
+        llm_options('models_path: "./", draft_models_path: "draft", num_assistant_tokens: 4, tool_parser: "hermes3",')
+    )
+    assert opts.settings_overrides() == {
+        "draft_model": "draft",
+        "num_assistant_tokens": 4,
+        "tool_call_parser": "hermes3",
+    }
+    assert llm_node_options(
+        llm_options('models_path: "./", assistant_confidence_threshold: 0.4,')
+    ).settings_overrides() == {"assistant_confidence_threshold": 0.4}
+    with pytest.raises(GraphError, match="tool_parser"):
+        llm_node_options(llm_options('models_path: "./", tool_parser: "qwen3coder",'))
 
 
 def test_reference_graph_sets_only_the_models_path() -> None:

@@ -50,6 +50,12 @@ class MetricFamilies(Metrics):
         "model",
         "cause",
     )
+    # Drafting (speculative decoding with --draft-model, or prompt lookup): each request-step gives the
+    # served model's token plus the draft tokens it accepted. Accepted per step: accepted / steps;
+    # acceptance rate: accepted / drafted (drafted counts num_assistant_tokens drafts only).
+    draft_steps = counter("genmesh_engine_spec_decode_steps", "Request-steps that gave tokens", "model")
+    draft_accepted = counter("genmesh_engine_spec_decode_accepted_tokens", "Draft tokens accepted", "model")
+    draft_proposed = counter("genmesh_engine_spec_decode_draft_tokens", "Draft tokens proposed", "model")
     core_uptime = gauge(
         "genmesh_engine_core_uptime_seconds", "Seconds the serving engine core has been up (0: none)", "model"
     )
@@ -82,6 +88,9 @@ class EngineMetrics:
         self.tpot = f.tpot.labels(model=model)
         self.e2e = f.e2e.labels(model=model)
         self.core_uptime = f.core_uptime.labels(model=model)
+        self._drafting = (f.draft_steps.labels(model=model), f.draft_accepted.labels(model=model))
+        self._draft_proposed = f.draft_proposed.labels(model=model)
+        self._last_draft = (0, 0, 0)  # the core's cumulative (steps, accepted, proposed) last seen
         self._model = model
         self.model = model
         self.last_waiting = 0  # the core's last report, for traces (client/request_trace.py)
@@ -97,6 +106,14 @@ class EngineMetrics:
         self.waiting.set(stats.waiting)
         self.last_waiting = stats.waiting
         self.kv_cache_usage.set(stats.cache_usage)
+        now = (stats.token_steps, stats.tokens - stats.token_steps, stats.drafted)
+        # A new core counts from zero again: then all of its counts are new.
+        last = self._last_draft if all(n >= p for n, p in zip(now, self._last_draft, strict=True)) else (0, 0, 0)
+        steps, accepted = self._drafting
+        steps.inc(now[0] - last[0])
+        accepted.inc(now[1] - last[1])
+        self._draft_proposed.inc(now[2] - last[2])
+        self._last_draft = now
 
     def render(self) -> bytes:
         return self.families.render()

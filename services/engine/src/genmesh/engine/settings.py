@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -73,14 +73,41 @@ class EngineSettings(ServiceSettings):
         description="prompt-lookup decoding: draft tokens copied from where the prompt's last n-gram recurs, "
         "checked in one step (faster on replies that repeat their input; the same tokens); no beam search ('best_of')",
     )
+    # Speculative decoding with a draft model (OVMS: draft_models_path in graph.pbtxt; docs/qwen.md).
+    draft_model: str | None = Field(
+        default=None,
+        description="speculative decoding: the draft model (a GGUF, made an IR folder once in --gguf-cache-dir, "
+        "or an OpenVINO IR folder with its tokenizer) that proposes tokens the served model checks in one step "
+        "(the same tokens when greedy); it must share the model's tokenizer; no beam search ('best_of')",
+    )
+    assistant_confidence_threshold: float | None = Field(
+        default=None,
+        gt=0.0,
+        lt=1.0,
+        description="with --draft-model: the draft proposes tokens while its confidence stays above this "
+        "(instead of --num-assistant-tokens a step)",
+    )
     num_assistant_tokens: int = Field(
-        default=5, ge=1, description="with --prompt-lookup: draft tokens per step when a request does not say"
+        default=5,
+        ge=1,
+        description="with --prompt-lookup or --draft-model: draft tokens per step when a request does not say",
     )
     max_ngram_size: int = Field(
         default=3, ge=1, description="with --prompt-lookup: longest n-gram looked up when a request does not say"
     )
     prompt_lookup_limit: int = Field(
         default=16, ge=1, description="largest num_assistant_tokens or max_ngram_size a request may ask for"
+    )
+    # Tool calls (openai/tools.py): vLLM's flags; OVMS sets the parser with graph.pbtxt's tool_parser.
+    tool_call_parser: Literal["hermes", "hermes3", "llama3_json", "llama3"] | None = Field(
+        default=None,
+        description="how tool calls are written and parsed: hermes (Qwen, Hermes: <tool_call>{...}</tool_call>; "
+        "OVMS's hermes3) or llama3_json (OVMS's llama3); unset: from the chat template",
+    )
+    enable_auto_tool_choice: bool = Field(
+        default=True,
+        description="allow tool_choice 'auto' (the model decides whether to call); off: only 'required', "
+        "a named function or 'none' (vLLM without --enable-auto-tool-choice)",
     )
     max_tokens_limit: int | None = Field(default=None, ge=1, description="largest max_tokens a request may ask for")
     max_prompt_tokens: int | None = Field(
@@ -218,6 +245,18 @@ class EngineSettings(ServiceSettings):
                 raise ValueError(f"below --{name.replace('_', '-')} ({default}): requests that send none get that")
         return limit
 
+    @field_validator("draft_model")
+    @classmethod
+    def _one_kind_of_draft(cls, draft: str | None, info: ValidationInfo) -> str | None:
+        if draft is not None and info.data.get("prompt_lookup"):
+            raise ValueError("--draft-model and --prompt-lookup are two kinds of drafts: choose one")
+        return draft
+
+    @property
+    def uses_assistant(self) -> bool:
+        """Tokens drafted and checked in one step: prompt lookup or a draft model."""
+        return self.uses_prompt_lookup or self.draft_model is not None
+
     @property
     def uses_prompt_lookup(self) -> bool:
         """``--prompt-lookup``, or OVMS's way of saying it: ``prompt_lookup`` true in the plugin config."""
@@ -226,6 +265,8 @@ class EngineSettings(ServiceSettings):
     @property
     def request_lookup(self) -> tuple[int, int]:
         """``num_assistant_tokens`` and ``max_ngram_size`` for a request that names neither (0: no prompt lookup)."""
+        if self.draft_model is not None:  # a draft model: the draft's token count, no n-grams
+            return (0 if self.assistant_confidence_threshold else self.num_assistant_tokens), 0
         return (self.num_assistant_tokens, self.max_ngram_size) if self.uses_prompt_lookup else (0, 0)
 
     @property

@@ -118,11 +118,18 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+class FunctionCallDelta(BaseModel):
+    """A streamed call's function: its name in the first delta, then its arguments in fragments."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
 class ToolCallDelta(BaseModel):
     index: int = 0
     id: str | None = None
     type: Literal["function"] | None = None
-    function: FunctionCall | None = None
+    function: FunctionCallDelta | None = None
 
 
 class TopLogprob(BaseModel):

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -141,7 +142,7 @@ class CoreClient:
         if self._loaded is not None and not self._loaded.done():
             self._loaded.set_exception(EngineDeadError(reason, certain_to_repeat(code, loading=True)))
         why = self.dead_reason
-        self._set_stats(m.Stats(0, 0, 0.0, self.stats.steps, self.stats.tokens))
+        self._set_stats(msgspec.structs.replace(self.stats, running=0, waiting=0, cache_usage=0.0))
         if self.on_exit is not None:
             self.on_exit(why)
 

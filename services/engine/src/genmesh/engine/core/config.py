@@ -26,6 +26,10 @@ class CoreConfig:
     num_kv_blocks: int | None = None
     plugin_config: dict[str, Any] = field(default_factory=dict)  # the device's (EngineSettings.device_config)
     prompt_lookup: bool = False
+    # Speculative decoding (draft_model.py): the draft's path, and the confidence threshold of its drafts
+    # (None: each request's num_assistant_tokens).
+    draft_model: str | None = None
+    assistant_confidence_threshold: float | None = None
     # ONEDNN_MAX_CPU_ISA for the core process, set before it imports OpenVINO (None: as inherited).
     max_cpu_isa: str | None = None
     # Grammars compiled before the core reports ready (JSON mode's: seconds to compile, and a

@@ -118,6 +118,10 @@ class Stats(msgspec.Struct, array_like=True, frozen=True):
     # Progress since the core started, for the API process's watchdog: engine steps done, tokens out.
     steps: int = 0
     tokens: int = 0
+    # Drafting (a draft model or prompt lookup), since the core started: request-steps that gave tokens
+    # (each gives the served model's own token plus the drafted ones it accepted), and tokens drafted.
+    token_steps: int = 0
+    drafted: int = 0
 
 
 class ScoreOpen(msgspec.Struct, tag="score_open", frozen=True):

@@ -60,8 +60,9 @@ def _structured_output(ov_genai: Any, c: m.Constraint) -> Any:
     return out
 
 
-def generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:
-    """One request's ``openvino_genai.GenerationConfig``: greedy, sampling or beam search."""
+def generation_config(ov_genai: Any, params: m.SamplingParams, assistant_confidence: float | None = None) -> Any:
+    """One request's ``openvino_genai.GenerationConfig``: greedy, sampling or beam search (and, on a
+    pipeline with a draft model, ``assistant_confidence`` when the request names no draft length)."""
     gc = _copied(ov_genai.GenerationConfig(), params, _PLAIN_GENERATION_FIELDS)
     if params.stop_token_ids:
         gc.stop_token_ids = set(params.stop_token_ids)
@@ -82,6 +83,8 @@ def generation_config(ov_genai: Any, params: m.SamplingParams) -> Any:
         gc.do_sample = False
     if params.num_assistant_tokens:
         _copied(gc, params, ("num_assistant_tokens", "max_ngram_size"))
+    elif assistant_confidence:
+        gc.assistant_confidence_threshold = assistant_confidence
     if params.constraint is not None:
         gc.structured_output_config = _structured_output(ov_genai, params.constraint)
     return gc

@@ -22,6 +22,7 @@ from genmesh.protocol.server.logs import configure_logging
 
 from . import ipc as m
 from .config import ISA_ENV, CoreConfig
+from .draft_model import draft_folder, draft_property
 from .model_loading import prepare_model, start_scorer
 from .pipeline_config import generation_config, pipeline_properties, scheduler_config
 from .scorer import Scorer
@@ -33,11 +34,13 @@ IDLE_POLL_MS = 1000  # while idle, wake this often to notice an orphaned core
 WARMUP_REQUEST_ID = 2**62  # above any id the API process gives out
 
 
-def _warm_up(ov_genai: Any, ov: Any, np: Any, pipe: Any, grammars: tuple[str, ...], prompt_lookup: bool) -> None:
-    lookup = 1 if prompt_lookup else 0  # a prompt-lookup pipeline takes only prompt-lookup requests
+def _warm_up(ov_genai: Any, ov: Any, np: Any, pipe: Any, grammars: tuple[str, ...], config: CoreConfig) -> None:
+    # A pipeline with a draft (prompt lookup or a draft model) takes only requests that draft.
+    lookup = 1 if config.prompt_lookup or config.draft_model else 0
+    ngram = 1 if config.prompt_lookup else 0
     for i, grammar in enumerate(grammars):
         constraint = m.Constraint(grammar=grammar)
-        params = m.SamplingParams(1, 0.0, constraint=constraint, num_assistant_tokens=lookup, max_ngram_size=lookup)
+        params = m.SamplingParams(1, 0.0, constraint=constraint, num_assistant_tokens=lookup, max_ngram_size=ngram)
         # Keep the handle: OpenVINO drops a request whose handle is gone, grammar unused.
         ids = ov.Tensor(np.asarray([[1]], dtype=np.int64))
         handle = pipe.add_request(WARMUP_REQUEST_ID + i, ids, generation_config(ov_genai, params))
@@ -51,6 +54,7 @@ class _Live:
     handle: Any
     logprobs: bool
     beams: int  # 0: stream tokens as they come; else return this many beam-search sequences at the end
+    drafts: int = 0  # draft tokens proposed per step (num_assistant_tokens; 0: none or by confidence)
 
 
 @dataclass(eq=False)
@@ -62,6 +66,7 @@ class _Loop:
     inbox: zmq.Socket[bytes]
     outbox: zmq.Socket[bytes]
     scorer: Scorer | None = None
+    assistant_confidence: float | None = None  # a draft model's confidence threshold (None: token counts)
     handles: dict[int, _Live] = field(default_factory=dict)
     pending: list[m.RequestOutput] = field(default_factory=list)
     parent: int = field(default_factory=os.getppid)
@@ -69,6 +74,8 @@ class _Loop:
     failed: bool = False
     steps: int = 0  # progress, reported with every step's stats
     tokens: int = 0
+    token_steps: int = 0  # request-steps that gave tokens (tokens - token_steps: accepted draft tokens)
+    drafted: int = 0  # draft tokens proposed (known for num_assistant_tokens drafts)
     scored: list[m.ScoreOutput] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -84,7 +91,9 @@ class _Loop:
             try:
                 ids = self.np.asarray([msg.prompt_ids], dtype=self.np.int64)
                 handle = self.pipe.add_request(
-                    msg.request_id, self.ov.Tensor(ids), generation_config(self.ov_genai, msg.params)
+                    msg.request_id,
+                    self.ov.Tensor(ids),
+                    generation_config(self.ov_genai, msg.params, self.assistant_confidence),
                 )
             except Exception as exc:  # a bad request must not kill the core
                 rejected = m.RequestError("rejected", f"engine rejected the request: {exc}")
@@ -92,7 +101,7 @@ class _Loop:
             else:
                 p = msg.params
                 beams = p.num_return_sequences if p.beam_search else 0
-                self.handles[msg.request_id] = _Live(handle, p.logprobs, beams)
+                self.handles[msg.request_id] = _Live(handle, p.logprobs, beams, p.num_assistant_tokens)
         elif isinstance(msg, m.Abort):
             for rid in msg.request_ids:
                 live = self.handles.pop(rid, None)
@@ -147,6 +156,9 @@ class _Loop:
                 done.append(rid)
                 if reason is None:
                     reason, error = self._end_without_reason(status)
+            if tokens:
+                self.token_steps += 1
+                self.drafted += live.drafts
             if tokens or reason is not None or error is not None:
                 self.tokens += len(tokens)
                 outputs.append(m.RequestOutput(rid, tokens, reason, error, logprobs))
@@ -182,7 +194,8 @@ class _Loop:
         metrics = self.pipe.get_metrics()
         live = len(self.handles)
         running = min(int(metrics.scheduled_requests), live)
-        return m.Stats(running, live - running, float(metrics.cache_usage) / 100.0, self.steps, self.tokens)
+        usage = float(metrics.cache_usage) / 100.0
+        return m.Stats(running, live - running, usage, self.steps, self.tokens, self.token_steps, self.drafted)
 
     def _score(self) -> list[m.ScoreOutput]:
         """One scoring chunk between engine steps (scorer.py); counts as progress for the watchdog."""
@@ -251,6 +264,12 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         properties = pipeline_properties(config.plugin_config, config.prompt_lookup)
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
+        if config.draft_model is not None:
+            draft = draft_folder(
+                ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type
+            )
+            properties["draft_model"] = draft_property(ov_genai, draft, config.device, config.plugin_config)
+            log.info("speculative decoding with the draft model %s", draft)
         log.info("loading %s on %s", served.path, config.device)
         if served.tokenizer_gguf is not None:  # the exact compressed IR, with the GGUF's own tokenizer
             tokenizer = ov_genai.Tokenizer(str(served.tokenizer_gguf))
@@ -258,7 +277,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         else:
             pipe = ov_genai.ContinuousBatchingPipeline(str(served.path), sc, config.device, properties)
         started = time.monotonic()
-        _warm_up(ov_genai, ov, np, pipe, config.warmup_grammars, config.prompt_lookup)
+        _warm_up(ov_genai, ov, np, pipe, config.warmup_grammars, config)
         if config.warmup_grammars:
             log.info("compiled %d grammar(s) in %.1f s", len(config.warmup_grammars), time.monotonic() - started)
         scorer = start_scorer(ov, np, config, served)
@@ -271,7 +290,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         return
     outbox.send(m.encode(m.Ready(pid=os.getpid())))
     log.info("model loaded; engine loop running")
-    loop = _Loop(ov_genai, ov, np, pipe, inbox, outbox, scorer)
+    loop = _Loop(ov_genai, ov, np, pipe, inbox, outbox, scorer, config.assistant_confidence_threshold)
     try:
         loop.run()
     finally:

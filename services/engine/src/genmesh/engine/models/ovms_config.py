@@ -153,6 +153,8 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
                 log.warning("model %s: %s options not used by genmesh: %s", name, graph, ", ".join(options.ignored))
             model_path = _relative_to(base, options.models_path)
             overrides = options.settings_overrides()
+            if "draft_model" in overrides:  # relative to base_path, like models_path
+                overrides["draft_model"] = str(_relative_to(base, overrides["draft_model"]))
         elif graph_path:
             raise ValueError(f"graph_path {str(graph)!r} does not exist")
         own = settings.model_copy(update={"model": str(model_path), "served_model_name": name, **overrides})

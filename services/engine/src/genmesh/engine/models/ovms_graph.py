@@ -2,8 +2,10 @@
 
 OVMS serves an LLM as a MediaPipe graph whose ``HttpLLMCalculator`` node carries
 ``[type.googleapis.com / mediapipe.LLMCalculatorOptions]`` options. The options genmesh
-honours are the fields of ``LLMNodeOptions``; the other options OVMS defines (speculative
-decoding's draft model, output parsers) are reported by ``ignored`` (the caller logs them)
+honours are the fields of ``LLMNodeOptions`` (with speculative decoding's ``draft_models_path`` and
+the ``tool_parser``, and genmesh's own ``num_assistant_tokens`` / ``assistant_confidence_threshold``,
+which OVMS takes per request); the other options OVMS defines (the draft's own device and scheduler,
+other parsers) are reported by ``ignored`` (the caller logs them)
 rather than dropped silently, and any option OVMS does not define is an error (a typo must not
 pass for a setting). ``render`` writes the graph OVMS's ``export_model.py`` writes.
 """
@@ -23,7 +25,6 @@ OPTIONS_TYPE = "mediapipe.LLMCalculatorOptions"
 # Options of OVMS's LLMCalculatorOptions that genmesh accepts but does not act on.
 OVMS_ONLY_OPTIONS = frozenset(
     {
-        "draft_models_path",
         "draft_device",
         "draft_max_num_batched_tokens",
         "draft_cache_size",
@@ -33,7 +34,6 @@ OVMS_ONLY_OPTIONS = frozenset(
         "draft_plugin_config",
         "draft_eagle3_mode",
         "reasoning_parser",
-        "tool_parser",
         "response_parser",
         "enable_tool_guided_generation",
         "max_prompt_length",
@@ -41,6 +41,8 @@ OVMS_ONLY_OPTIONS = frozenset(
 )
 # OVMS's servable types; genmesh serves text with continuous batching (AUTO picks it on CPU/GPU).
 PipelineType = Literal["LM_CB", "AUTO"]
+# OVMS's tool parsers that genmesh implements (openai/tools.py): Hermes/Qwen and Llama 3 JSON.
+ToolParser = Literal["hermes3", "llama3"]
 
 
 class GraphError(ValueError):
@@ -63,6 +65,10 @@ class LLMNodeOptions(BaseModel):
     best_of_limit: int | None = Field(default=None, ge=1)
     max_tokens_limit: int | None = Field(default=None, ge=1)
     pipeline_type: PipelineType | None = None
+    draft_models_path: str | None = None  # relative to the graph's folder (base_path), as models_path
+    num_assistant_tokens: int | None = Field(default=None, ge=1)
+    assistant_confidence_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
+    tool_parser: ToolParser | None = None
 
     @model_validator(mode="after")
     def _known(self) -> LLMNodeOptions:
@@ -88,8 +94,9 @@ class LLMNodeOptions(BaseModel):
 
     def settings_overrides(self) -> dict[str, Any]:
         """The per-model settings these options set (everything but ``models_path``)."""
+        renamed = {"draft_models_path": "draft_model", "tool_parser": "tool_call_parser"}
         known = self.model_dump(exclude={"models_path", "pipeline_type"}, exclude_none=True)
-        return {k: v for k, v in known.items() if k in type(self).model_fields}
+        return {renamed.get(k, k): v for k, v in known.items() if k in type(self).model_fields}
 
 
 def _options_of(node: pbtxt.Message, options_type: str) -> pbtxt.Message | None:
@@ -164,7 +171,7 @@ node: {{
 def _pbtxt_value(name: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
+    if isinstance(value, int | float):
         return str(value)
     if name == "plugin_config":  # a JSON object in a single-quoted string, as export_model.py writes it
         return "'" + json.dumps(value, separators=(",", ":")) + "'"

@@ -99,7 +99,10 @@ def submit(
 async def start_chat(st: EngineState, body: ChatCompletionRequest, endpoint: str, arrival: float) -> ChatJob:
     model = admit(st, body, endpoint)
     limits = st.grammar_limits
-    plan = tools.plan_tools(body, st.tokenizer.chat_template, limits)
+    settings = st.settings
+    plan = tools.plan_tools(
+        body, st.tokenizer.chat_template, limits, settings.tool_call_parser, settings.enable_auto_tool_choice
+    )
     constraint, source = await output_constraint_off_loop(body, limits)
     if plan is not None and source is not None:
         raise invalid_request(f"use either 'tools' or '{source}', not both", param=source)

@@ -87,6 +87,8 @@ class EngineState:
             num_kv_blocks=settings.num_kv_blocks,
             plugin_config=settings.device_config,
             prompt_lookup=settings.uses_prompt_lookup,
+            draft_model=settings.draft_model,
+            assistant_confidence_threshold=settings.assistant_confidence_threshold,
             max_cpu_isa=settings.max_cpu_isa,
             warmup_grammars=(any_object_grammar(grammar_limits(settings)).render(),),
             gguf_reencode=settings.gguf_reencode,

@@ -69,13 +69,18 @@ def check_prompt_lookup(req: SamplingFields, settings: EngineSettings) -> None:
     """A 400 for prompt-lookup parameters this engine cannot take: either one on an engine without prompt
     lookup; on one with it, beam search, or a value above ``--prompt-lookup-limit``."""
     asked = {name: value for name in _LOOKUP if (value := getattr(req, name)) is not None}
-    if not settings.uses_prompt_lookup:
+    if not settings.uses_assistant:
         if asked:
             name = next(iter(asked))
-            raise invalid_request(f"'{name}' needs an engine started with --prompt-lookup", param=name)
+            raise invalid_request(f"'{name}' needs an engine started with --prompt-lookup or --draft-model", param=name)
         return
+    if settings.draft_model is not None and "max_ngram_size" in asked:
+        raise invalid_request(
+            "'max_ngram_size' is prompt lookup's; this engine drafts with a model", param="max_ngram_size"
+        )
     if (req.best_of or 1) > 1:
-        raise invalid_request("'best_of' (beam search) cannot be used on an engine with prompt lookup", param="best_of")
+        kind = "a draft model" if settings.draft_model is not None else "prompt lookup"
+        raise invalid_request(f"'best_of' (beam search) cannot be used on an engine with {kind}", param="best_of")
     for name, value in asked.items():
         if value > settings.prompt_lookup_limit:
             limit = settings.prompt_lookup_limit
@@ -85,9 +90,11 @@ def check_prompt_lookup(req: SamplingFields, settings: EngineSettings) -> None:
 def prompt_lookup(req: SamplingFields, settings: EngineSettings) -> tuple[int, int]:
     """``num_assistant_tokens`` and ``max_ngram_size`` of one checked request (:func:`check_prompt_lookup`):
     the request's, else the engine's defaults; (0, 0) on an engine without prompt lookup."""
-    if not settings.uses_prompt_lookup:
+    if not settings.uses_assistant:
         return 0, 0
     defaults = settings.request_lookup
+    if settings.draft_model is not None:
+        return req.num_assistant_tokens or defaults[0], 0
     return req.num_assistant_tokens or defaults[0], req.max_ngram_size or defaults[1]
 
 

@@ -1,6 +1,7 @@
 """Tool calling: prompt the model with the tools, constrain its calls, parse them back.
 
-Two formats, picked from the model's chat template:
+Two formats, picked from the model's chat template, or named by ``--tool-call-parser`` (vLLM's
+names ``hermes`` and ``llama3_json``; a graph.pbtxt's ``tool_parser``, OVMS's ``hermes3`` and ``llama3``):
 
 - ``llama3_json`` (Llama 3.x templates): the template renders the tools itself; a call is
   ``{"name": ..., "parameters": {...}}`` and OpenVINO GenAI's ``Llama3JsonToolParser`` reads it.
@@ -11,7 +12,8 @@ Two formats, picked from the model's chat template:
 The engine's grammar support keeps calls valid: with ``tool_choice`` ``required`` or a named
 function the whole reply is one call that must match the tool's JSON schema; with ``auto`` the
 reply is free text until the model opens ``<tool_call>``, after which the call must match
-(structural tags).
+(structural tags). ``--no-enable-auto-tool-choice`` refuses ``auto`` (vLLM without
+``--enable-auto-tool-choice``); forced calls stay available. Streamed Hermes calls: hermes_stream.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,16 +36,25 @@ from genmesh.protocol import (
 
 from ..core.ipc import Constraint, StructuralTag
 from ..grammar import GrammarLimits
+from .hermes_stream import CLOSE, OPEN, new_call_id, partial_suffix
 from .structured_output import schema_constraint_text
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
 Format = Literal["hermes", "llama3_json"]
+# Parser names the engine takes (--tool-call-parser, graph.pbtxt tool_parser) and the format each means.
+PARSERS: dict[str, Format] = {
+    "hermes": "hermes",
+    "hermes3": "hermes",
+    "llama3_json": "llama3_json",
+    "llama3": "llama3_json",
+}
 
 
-def template_format(template: str) -> tuple[Format, bool]:
-    """The call format a chat template expects, and whether it renders ``tools`` itself."""
+def template_format(template: str, parser: str | None = None) -> tuple[Format, bool]:
+    """The call format a chat template expects (or ``parser`` names), and whether it renders ``tools`` itself."""
     native = "tools" in template
+    if parser is not None:
+        return PARSERS[parser], native
     if native and "<|start_header_id|>" in template:
         return "llama3_json", True
     return "hermes", native
@@ -82,8 +92,16 @@ def _call_schema(tool: ToolDefinition, args_key: str) -> dict[str, Any]:
     }
 
 
-def plan_tools(req: ChatCompletionRequest, template: str, limits: GrammarLimits) -> ToolPlan | None:
-    """How this request uses its tools; None when it does not (no tools, or ``tool_choice: none``)."""
+def plan_tools(
+    req: ChatCompletionRequest,
+    template: str,
+    limits: GrammarLimits,
+    parser: str | None = None,
+    auto_tool_choice: bool = True,
+) -> ToolPlan | None:
+    """How this request uses its tools; None when it does not (no tools, or ``tool_choice: none``).
+    ``parser``: the call format by name (None: from the template); ``auto_tool_choice`` False refuses
+    ``tool_choice: auto`` (the default when tools are given), as vLLM does without ``--enable-auto-tool-choice``."""
     tools = req.tools or []
     choice = req.tool_choice
     if isinstance(choice, NamedToolChoice):
@@ -100,12 +118,18 @@ def plan_tools(req: ChatCompletionRequest, template: str, limits: GrammarLimits)
         tools_for_call, mode = tools, "required"
     elif choice == "none" or not tools:
         return None
+    elif not auto_tool_choice:
+        raise invalid_request(
+            "tool_choice 'auto' is off on this server (--enable-auto-tool-choice): "
+            "use 'required', a named function or 'none'",
+            param="tool_choice",
+        )
     else:
         tools_for_call, mode = tools, "auto"
     for i, tool in enumerate(tools):
         if tool.function.parameters is not None:  # checked alone first, so a 400 names the tool's own field
             schema_constraint_text(tool.function.parameters, f"tools[{i}].function.parameters", limits)
-    fmt, native = template_format(template)
+    fmt, native = template_format(template, parser)
     schemas = [_call_schema(t, _args_key(fmt)) for t in tools_for_call]
     constraint: Constraint | None
     if mode != "auto":
@@ -172,7 +196,7 @@ def _history_call(call: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_call(name: str, arguments: Any) -> ToolCall:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(name=name, arguments=args))
+    return ToolCall(id=new_call_id(), function=FunctionCall(name=name, arguments=args))
 
 
 def _from_object(obj: Any, args_key: str) -> ToolCall | None:
@@ -191,18 +215,28 @@ def parse(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
         return (None, [call]) if call is not None else (text, [])
     if plan.format == "llama3_json":
         return _parse_llama3(text)
+    return parse_hermes(text, plan.args_key)
+
+
+def parse_hermes(text: str, args_key: str = "arguments") -> tuple[str | None, list[ToolCall]]:
+    """Every well-formed ``<tool_call>`` block of a whole reply as a call; the rest (malformed blocks
+    included, markup and all) is the content (None when nothing but calls and whitespace is left)."""
     calls: list[ToolCall] = []
-    for block in _CALL_BLOCK.findall(text):
+
+    def take(match: re.Match[str]) -> str:
         try:
-            call = _from_object(json.loads(block.strip()), plan.args_key)
+            call = _from_object(json.loads(match.group(1).strip()), args_key)
         except json.JSONDecodeError:
             call = None
-        if call is not None:
-            calls.append(call)
+        if call is None:
+            return match.group(0)
+        calls.append(call)
+        return ""
+
+    content = _CALL_BLOCK.sub(take, text)
     if not calls:
         return text, []
-    content = _CALL_BLOCK.sub("", text).strip()
-    return content or None, calls
+    return content.strip() or None, calls
 
 
 def _parse_llama3(text: str) -> tuple[str | None, list[ToolCall]]:
@@ -232,7 +266,7 @@ class CallSplitter:
             out, self._buf = self._buf[:at], self._buf[at:]
             self.in_call = True
             return out
-        keep = 0 if final else _partial_suffix(self._buf, OPEN)
+        keep = 0 if final else partial_suffix(self._buf, OPEN)
         out = self._buf[: len(self._buf) - keep]
         self._buf = self._buf[len(self._buf) - keep :]
         return out
@@ -240,11 +274,3 @@ class CallSplitter:
     @property
     def rest(self) -> str:
         return self._buf
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of ``text`` that is a proper start of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0

@@ -17,6 +17,7 @@ from genmesh.protocol import (
     ChatCompletionResponse,
     ChatDelta,
     ChoiceLogprobs,
+    FunctionCallDelta,
     ToolCall,
     ToolCallDelta,
     new_id,
@@ -29,6 +30,7 @@ from ...client.generation import Collected, Delta, Event, Finished
 from ...client.n_choices import Reply, usage_of_results
 from ...core.ipc import ScoredToken
 from .. import tools
+from ..hermes_stream import CallStart, HermesStream
 from ..intake import start_chat
 from ..logprobs import chat_logprobs, vllm_prompt_logprobs
 from ..prompt_logprobs import Prompts, ScoringPlan
@@ -67,7 +69,8 @@ def _choice(
 
 @dataclass
 class _Writer:
-    """A chat reply: whole, or as chunks (``n`` choices interleaved, tool calls sent once complete)."""
+    """A chat reply: whole, or as chunks (``n`` choices interleaved). Streamed with ``tool_choice`` auto,
+    Hermes calls go out as they are written (hermes_stream.py); other calls once complete."""
 
     tok: PromptTokenizer
     reply: Reply
@@ -76,11 +79,14 @@ class _Writer:
     top: int
     prompt_top: int | None
     splitters: list[tools.CallSplitter] = field(init=False)
+    hermes: list[HermesStream] = field(init=False)
     texts: list[str] = field(init=False)  # whole text per choice, for parsing tool calls at the end
 
     def __post_init__(self) -> None:
         auto = self.plan is not None and self.plan.mode == "auto"
-        self.splitters = [tools.CallSplitter() for _ in range(self.reply.n)] if auto else []
+        incremental = auto and self.plan is not None and self.plan.format == "hermes"
+        self.hermes = [HermesStream() for _ in range(self.reply.n)] if incremental else []
+        self.splitters = [tools.CallSplitter() for _ in range(self.reply.n)] if auto and not incremental else []
         self.texts = [""] * self.reply.n
 
     def whole(self, results: list[Collected], prompts: Prompts) -> ChatCompletionResponse:
@@ -135,7 +141,15 @@ class _Writer:
             yield first
         completion_tokens = 0
         async for index, ev in events:
-            if isinstance(ev, str):
+            if self.hermes and isinstance(ev, str | Delta):
+                out = self.pieces(index, ev if isinstance(ev, str) else ev.text, False)
+                if isinstance(ev, Delta):  # the tokens' logprobs ride on the first chunk they made
+                    lps = chat_logprobs(self.tok, ev.token_ids, ev.logprobs, ev.scored, self.top)
+                    out = out or [self.chunk(index, ChatDelta(content=""))]
+                    out[0].choices[0].logprobs = lps
+                for c in out:
+                    yield c
+            elif isinstance(ev, str):
                 text = self.visible(index, ev, False)
                 if text:
                     yield self.chunk(index, ChatDelta(content=text))
@@ -150,14 +164,39 @@ class _Writer:
         if self.reply.include_usage:
             yield self.reply.usage_chunk(ChatCompletionChunk, completion_tokens)
 
+    def pieces(self, index: int, text: str, final: bool) -> list[ChatCompletionChunk]:
+        """Hermes calls as OpenAI streams them: id, type and name first, then argument fragments."""
+        out: list[ChatCompletionChunk] = []
+        for piece in self.hermes[index].feed(text, final):
+            if isinstance(piece, str):
+                delta = ChatDelta(content=piece)
+            elif isinstance(piece, CallStart):
+                call = FunctionCallDelta(name=piece.name, arguments="")
+                delta = ChatDelta(
+                    tool_calls=[ToolCallDelta(index=piece.index, id=piece.id, type="function", function=call)]
+                )
+            else:
+                args = FunctionCallDelta(arguments=piece.text)
+                delta = ChatDelta(tool_calls=[ToolCallDelta(index=piece.index, function=args)])
+            out.append(self.chunk(index, delta))
+        return out
+
     async def finish(self, index: int, ev: Finished) -> AsyncIterator[ChatCompletionChunk]:
         reason = ev.reason
-        if self.plan is not None:
+        if self.hermes:
+            for c in self.pieces(index, "", True):
+                yield c
+            if self.hermes[index].calls:
+                reason = "tool_calls"
+        elif self.plan is not None:
             tail = self.visible(index, "", True)
             _, calls = tools.parse(self.texts[index], self.plan)
             if calls:
                 deltas = [
-                    ToolCallDelta(index=k, id=c.id, type="function", function=c.function) for k, c in enumerate(calls)
+                    ToolCallDelta(
+                        index=k, id=c.id, type="function", function=FunctionCallDelta(**c.function.model_dump())
+                    )
+                    for k, c in enumerate(calls)
                 ]
                 yield self.chunk(index, ChatDelta(tool_calls=deltas))
                 reason = "tool_calls"
