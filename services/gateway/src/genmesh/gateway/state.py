@@ -61,7 +61,7 @@ class GatewayState:
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
         self.limiter = Limiter(store, settings.lease_ttl_s)
         self.files = FileStore(store, settings.files_ttl_s)
-        self.batches = BatchStore(store, self.files, settings)
+        self.batches = BatchStore(store, self.files, settings, config)
         self.responses = ResponseStore(
             self.redis, self.keyspace, self.metrics, settings.responses_ttl_s, settings.responses_max_bytes
         )

@@ -26,7 +26,8 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import server_span
 
-from ..exchange.exchange import EMBEDDINGS_PATH, Exchange
+from ..exchange.dispatch import EMBEDDINGS_PATH
+from ..exchange.exchange import Exchange
 from ..state import GatewayState
 
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH))
