@@ -157,7 +157,7 @@ def _rate_tokens(mesh: Mesh, key_id: str) -> int:
 def _usage(mesh: Mesh, key_id: str) -> dict[str, int]:
     r = httpx.get(f"{mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=5)
     assert r.status_code == 200, r.text
-    return dict(r.json())
+    return {k: v for k, v in r.json().items() if k != "key_id"}
 
 
 WIDE_INPUTS = [f"sentence number {i} of the wide request" for i in range(2048)]
@@ -214,3 +214,30 @@ def test_a_batch_of_wide_lines_is_charged_each_line_once(embeddings_mesh: Mesh) 
     again = mesh.redis.client().register_script(source("account_once"))
     assert again(keys=[k.rate, k.usage, charged], args=[used[0], 0, 3600, 0, 60_000]) == -1
     assert _usage(mesh, key_id)["prompt_tokens"] == sum(used)
+
+
+def test_a_model_not_served_costs_its_key_a_request(embeddings_mesh: Mesh) -> None:
+    """An unknown model is a 404 (inline) or a line refused at the batch's creation, and costs the
+    key one request of its RPM window each, as any refused request does."""
+    mesh = embeddings_mesh
+    wait_until(lambda: int(mesh.redis.client().time()[0]) % 60 < 45, timeout_s=20, interval_s=0.2, what="a window")
+    secret, key_id = mesh.key()
+    auth = {"Authorization": f"Bearer {secret}"}
+    r = httpx.post(f"{mesh.gateway.url}/v1/embeddings", json={"model": "nope", "input": "x"}, headers=auth, timeout=30)
+    assert r.status_code == 404, r.text
+    rate = KeySpace().key_id(key_id).rate
+    assert mesh.redis.client().hget(rate, "req") == b"1"
+    sdk = mesh.client(secret)
+    lines = [
+        {"custom_id": f"n{i}", "method": "POST", "url": "/v1/embeddings", "body": {"model": f"nope-{i}", "input": "x"}}
+        for i in range(2)
+    ]
+    f = sdk.files.create(file=("nope.jsonl", jsonl(lines)), purpose="batch")
+    batch = sdk.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+    assert batch.status == "failed"
+    assert batch.errors is not None
+    assert [(e.line, e.code, e.param) for e in batch.errors.data] == [
+        (1, "model_not_found", "body.model"),
+        (2, "model_not_found", "body.model"),
+    ]
+    assert mesh.redis.client().hget(rate, "req") == b"3"
