@@ -75,11 +75,6 @@ class Checked:
             self.errors.append(BatchError(code=code, message=f"Line {line}: {message}", param=param, line=line))
 
 
-def model_of(body: dict[str, Any]) -> str:
-    model = body.get("model")
-    return model if isinstance(model, str) and model else "-"
-
-
 def served_model(kinds: Mapping[str, str], endpoint: str, body: dict[str, Any]) -> str | None:
     """The served model a line's body names (``kinds``: served name -> ``chat``/``embeddings``), the
     endpoint's one model when the line leaves it out (or names a placeholder, ``$x``/``<x>``) as the
