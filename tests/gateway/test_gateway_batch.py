@@ -145,7 +145,7 @@ def test_a_mixed_batch_fails_bad_requests_alone(gateway: Any) -> None:
     secret, _ = create_key(gateway.url, "mixed")
     sdk = client(gateway.url, secret)
     good = [chat_line(f"ok-{i}") for i in range(4)]
-    bad = [chat_line("neg-max-tokens", max_tokens=-1), {**chat_line("no-model"), "body": {"model": "nope"}}]
+    bad = [chat_line("neg-max-tokens", max_tokens=-1), chat_line("hot", temperature=3.0)]  # known models: they run
     batch = submit(sdk, [good[0], bad[0], good[1], bad[1], *good[2:]])
     done = wait_for(sdk, batch.id, 120)
     assert done.status == "completed", done
@@ -153,7 +153,7 @@ def test_a_mixed_batch_fails_bad_requests_alone(gateway: Any) -> None:
     out = read_lines(sdk, done.output_file_id)
     errors = {e["custom_id"]: e for e in read_lines(sdk, done.error_file_id)}
     assert sorted(o["custom_id"] for o in out) == [f"ok-{i}" for i in range(4)]
-    assert set(errors) == {"neg-max-tokens", "no-model"}
+    assert set(errors) == {"neg-max-tokens", "hot"}
     # the status and error the interactive path gives for the same body
     for custom_id, line in errors.items():
         body = next(b for b in bad if b["custom_id"] == custom_id)["body"]
@@ -166,7 +166,17 @@ def test_a_mixed_batch_fails_bad_requests_alone(gateway: Any) -> None:
 
 
 def test_bad_input_is_refused_naming_the_field_or_line(start_gateway: Any, engine_url: str) -> None:
-    gw = start_gateway(_models(engine_url), *BATCH_FLAGS, "--files-max-bytes", "4096", "--batch-max-lines", "20")
+    flags = (
+        "--files-max-bytes",
+        "4096",
+        "--batch-max-lines",
+        "20",
+        "--max-body-bytes",
+        "1024",
+        "--max-json-depth",
+        "8",
+    )
+    gw = start_gateway(_models(engine_url), *BATCH_FLAGS, *flags)
     sdk = client(gw.url)
 
     def refused(call: Any, status: int, param: str, code: str | None = None) -> None:
@@ -216,6 +226,26 @@ def test_bad_input_is_refused_naming_the_field_or_line(start_gateway: Any, engin
         ([chat_line("a"), chat_line("b"), chat_line("a")], 3, "duplicate_custom_id", "custom_id"),
         ([chat_line("a", stream=True)], 1, "invalid_value", "body.stream"),
         ([{"method": "POST", "url": "/v1/chat/completions", "body": {}}], 1, "missing_required_parameter", "custom_id"),
+        # a line is an interactive request: its size (--max-body-bytes), its nesting, a model served here
+        ([chat_line("a"), chat_line("b", "x" * 1100)], 2, "line_too_large", None),
+        (
+            [
+                {
+                    **chat_line("a"),
+                    "body": {"model": MODEL_NAME, "messages": [[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]},
+                },
+                chat_line("b"),
+            ],
+            1,
+            "invalid_json_line",
+            None,
+        ),
+        (
+            [chat_line("a"), {**chat_line("b"), "body": {"model": "nope", "messages": []}}],
+            2,
+            "model_not_found",
+            "body.model",
+        ),
     ]
     for lines, line_no, code, param in cases:
         batch = submit(sdk, lines)

@@ -11,6 +11,8 @@ import numpy as np
 import openai
 import pytest
 
+from genmesh.gateway.lua_scripts import source
+from genmesh.gateway.redis_keys import KeySpace
 from support.batches import jsonl, read_lines, wait_for
 from support.embeddings import REFERENCE, SENTENCES, check_fidelity, cosines, vectors_of
 from support.embeddings_mesh import ADMIN, Mesh
@@ -142,3 +144,100 @@ def test_a_batch_file_of_embeddings_lines(embeddings_mesh: Mesh) -> None:
     assert cosines(vectors, REFERENCE[:12]).min() >= 0.9999
     assert out["wrong"]["response"]["status_code"] == 400
     assert out["wrong"]["response"]["body"]["error"]["param"] == "model"
+
+
+def _rate_tokens(mesh: Mesh, key_id: str) -> int:
+    """This minute's tokens in the key's TPM window (0 when the window is another minute's)."""
+    rate = KeySpace().key_id(key_id).rate
+    window, tokens = mesh.redis.client().hmget(rate, "w", "tok")
+    now = str(int(mesh.redis.client().time()[0]) // 60)
+    return int(tokens or 0) if window is not None and window.decode() == now else 0
+
+
+def _usage(mesh: Mesh, key_id: str) -> dict[str, int]:
+    r = httpx.get(f"{mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=5)
+    assert r.status_code == 200, r.text
+    return {k: v for k, v in r.json().items() if k != "key_id"}
+
+
+WIDE_INPUTS = [f"sentence number {i} of the wide request" for i in range(2048)]
+
+
+def test_a_reply_of_any_size_is_metered_by_its_usage(embeddings_mesh: Mesh) -> None:
+    """2,048 inputs as floats: a reply of about 16 MB (past what the relay parses whole) is still
+    charged its own ``usage``: the key's usage and its TPM window move by exactly that."""
+    mesh = embeddings_mesh
+    wait_until(lambda: int(mesh.redis.client().time()[0]) % 60 < 30, timeout_s=40, interval_s=0.2, what="a window")
+    secret, key_id = mesh.key()
+    body = {"model": EMBEDDING_NAME, "input": WIDE_INPUTS, "encoding_format": "float"}
+    r = httpx.post(
+        f"{mesh.gateway.url}/v1/embeddings", json=body, headers={"Authorization": f"Bearer {secret}"}, timeout=300
+    )
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.content) > 8 * 1024 * 1024
+    used = r.json()["usage"]["prompt_tokens"]
+    assert used > 2048
+    assert _usage(mesh, key_id) == {"requests": 1, "prompt_tokens": used, "completion_tokens": 0}
+    assert _rate_tokens(mesh, key_id) == used
+
+
+def test_a_batch_of_wide_lines_is_charged_each_line_once(embeddings_mesh: Mesh) -> None:
+    """Batch lines are metered as interactive requests, each reply past 4 MiB: the key is charged
+    the sum of the lines' ``usage``; a line charged already is not charged again (``account_once``)."""
+    mesh = embeddings_mesh
+    secret, key_id = mesh.key()
+    sdk = mesh.client(secret)
+    inputs = WIDE_INPUTS[:600]  # 600 vectors as floats: about 4.8 MB a reply
+    lines = [
+        {
+            "custom_id": f"w{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": EMBEDDING_NAME, "input": inputs, "encoding_format": "float"},
+        }
+        for i in range(2)
+    ]
+    f = sdk.files.create(file=("wide.jsonl", jsonl(lines)), purpose="batch")
+    batch = sdk.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+    done = wait_for(sdk, batch.id, 300)
+    assert done.status == "completed", done
+    out = read_lines(sdk, done.output_file_id)
+    used = [o["response"]["body"]["usage"]["prompt_tokens"] for o in out]
+    assert len(used) == 2
+    assert min(used) > 600
+    assert _usage(mesh, key_id) == {"requests": 2, "prompt_tokens": sum(used), "completion_tokens": 0}
+    # a run of line 0 again (its lease lapsed meanwhile): the batch says it was charged, nothing moves
+    charged = KeySpace().batch(key_id, batch.id).charged
+    assert mesh.redis.client().smembers(charged) == {b"0", b"1"}
+    assert mesh.redis.client().pttl(charged) > 0
+    k = KeySpace().key_id(key_id)
+    again = mesh.redis.client().register_script(source("account_once"))
+    assert again(keys=[k.rate, k.usage, charged], args=[used[0], 0, 3600, 0, 60_000]) == -1
+    assert _usage(mesh, key_id)["prompt_tokens"] == sum(used)
+
+
+def test_a_model_not_served_costs_its_key_a_request(embeddings_mesh: Mesh) -> None:
+    """An unknown model is a 404 (inline) or a line refused at the batch's creation, and costs the
+    key one request of its RPM window each, as any refused request does."""
+    mesh = embeddings_mesh
+    wait_until(lambda: int(mesh.redis.client().time()[0]) % 60 < 45, timeout_s=20, interval_s=0.2, what="a window")
+    secret, key_id = mesh.key()
+    auth = {"Authorization": f"Bearer {secret}"}
+    r = httpx.post(f"{mesh.gateway.url}/v1/embeddings", json={"model": "nope", "input": "x"}, headers=auth, timeout=30)
+    assert r.status_code == 404, r.text
+    rate = KeySpace().key_id(key_id).rate
+    assert mesh.redis.client().hget(rate, "req") == b"1"
+    sdk = mesh.client(secret)
+    lines = [
+        {"custom_id": f"n{i}", "method": "POST", "url": "/v1/embeddings", "body": {"model": f"nope-{i}", "input": "x"}}
+        for i in range(2)
+    ]
+    f = sdk.files.create(file=("nope.jsonl", jsonl(lines)), purpose="batch")
+    batch = sdk.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+    assert batch.status == "failed"
+    assert batch.errors is not None
+    assert [(e.line, e.code, e.param) for e in batch.errors.data] == [
+        (1, "model_not_found", "body.model"),
+        (2, "model_not_found", "body.model"),
+    ]
+    assert mesh.redis.client().hget(rate, "req") == b"3"

@@ -36,6 +36,8 @@ class Scripts:
     reclaim: AsyncScript
     limit: AsyncScript
     account: AsyncScript
+    account_once: AsyncScript
+    count_requests: AsyncScript
     renew_concurrent: AsyncScript
     remember: AsyncScript
     sample: AsyncScript

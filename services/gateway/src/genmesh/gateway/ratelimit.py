@@ -77,6 +77,31 @@ class Limiter:
             args = [prompt_tokens, completion_tokens, USAGE_TTL_S]
             await self.store.scripts.account(keys=[k.rate, k.usage], args=args)
 
+    async def account_once(
+        self, key: ApiKey, prompt_tokens: int, completion_tokens: int, charged: str, idx: int, ttl_ms: int
+    ) -> None:
+        """``account`` for a batch line, once per line: ``charged`` is its batch's SET of charged
+        line indexes (in the key's hash slot), ``ttl_ms`` the batch's TTL. With Redis away the charge
+        is lost, as ``account``'s is (the line's result is recorded in the same Redis)."""
+        if not key.key_id:
+            await self.account(key, prompt_tokens, completion_tokens)
+            return
+        k = self.keyspace.key_id(key.key_id)
+        with contextlib.suppress(RedisError, OSError):
+            args = [prompt_tokens, completion_tokens, USAGE_TTL_S, idx, ttl_ms]
+            total = await self.store.scripts.account_once(keys=[k.rate, k.usage, charged], args=args)
+            if int(total) >= 0:
+                self.store.metrics.tokens.labels(key.tenant, "prompt").inc(prompt_tokens)
+                self.store.metrics.tokens.labels(key.tenant, "completion").inc(completion_tokens)
+
+    async def count_refused(self, key_id: str, n: int = 1) -> None:
+        """``n`` refused requests that cost their key anyway (a model not served): counted in this
+        minute's RPM window, as admitted ones are (lost with Redis away, as the refusal stands)."""
+        if not key_id or n <= 0:
+            return
+        with contextlib.suppress(RedisError, OSError):
+            await self.store.scripts.count_requests(keys=[self.keyspace.key_id(key_id).rate], args=[n])
+
     async def usage(self, key_id: str) -> dict[str, int]:
         raw = await self.redis.hgetall(self.keyspace.key_id(key_id).usage)
         out = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}

@@ -65,6 +65,7 @@ class BatchKeys:
     leases: str  # ZSET line index -> lease expiry ms (lines running somewhere)
     results: str  # HASH line index -> "o<output line>" or "e<error line>", written once (HSETNX)
     finalizer: str  # STRING the replica writing the output files (SET NX PX): a lock, never the truth
+    charged: str  # SET line indexes whose tokens were charged to the key (each line once: ACCOUNT_ONCE)
 
     def all(self) -> list[str]:
         return [self.meta, self.input, self.ids, self.pending, self.leases, self.results]
@@ -158,6 +159,7 @@ class KeySpace:
             leases=f"{base}:leases",
             results=f"{base}:results",
             finalizer=f"{base}:finalizer",
+            charged=f"{base}:charged",
         )
 
     def batches(self, owner: str) -> str:

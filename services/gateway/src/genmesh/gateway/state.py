@@ -66,7 +66,7 @@ class GatewayState:
         self.limiter = Limiter(store, settings.lease_ttl_s)
         self.quotas = Quotas(store, settings)
         self.files = FileStore(store, settings, self.quotas)
-        self.batches = BatchStore(store, self.files, settings)
+        self.batches = BatchStore(store, self.files, settings, config)
         self.responses = ResponseStore(
             self.redis,
             self.keyspace,

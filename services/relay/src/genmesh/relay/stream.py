@@ -40,7 +40,9 @@ _USAGE = re.compile(rb'"usage":\s*\{')
 # terminal event (quotes inside generated text are escaped, so these bytes are the event's own).
 _LAST = re.compile(rb'^data: ?\[DONE\]\r?$|"type":"response\.(?:completed|incomplete|failed)"', re.MULTILINE)
 _MAX_EVENT = 1024 * 1024  # past this without an event's end, it is not SSE we understand: passed on as is
-_MAX_UNARY_SCAN = 4 * 1024 * 1024
+_MAX_UNARY_SCAN = 4 * 1024 * 1024  # a unary reply up to this is parsed whole for its usage
+_USAGE_TAIL = 64 * 1024  # past it, usage is read from this many last bytes (OpenAI bodies end with it)
+_USAGE_TRIES = 8  # closing braces tried as the end of the usage object (its details nest one level)
 
 
 def error_event(err: OpenAIError) -> bytes:
@@ -103,6 +105,8 @@ class Outcome:
     error: str | None = None
     first_token_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    usage_seen: bool = False  # the reply said its usage (else the gateway charges an estimate)
+    reply_bytes: int = 0  # relayed so far
 
 
 def _usage_from(obj: Any, out: Outcome) -> None:
@@ -112,6 +116,7 @@ def _usage_from(obj: Any, out: Outcome) -> None:
         obj = obj["response"]
     usage = obj.get("usage") if isinstance(obj, dict) else None
     if isinstance(usage, dict):
+        out.usage_seen = True
         out.prompt_tokens = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
         out.completion_tokens = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
 
@@ -145,6 +150,7 @@ async def relay_stream(
                 return
             if not chunk:
                 break
+            out.reply_bytes += len(chunk)
             buf = buf + chunk if buf else chunk
             cut = _last_event_end(buf)
             if not cut:
@@ -192,9 +198,11 @@ def _account(events: bytes, out: Outcome, strip_usage: bool) -> bytes:
 
 
 async def relay_unary(resp: UpstreamResponse, out: Outcome, *, total_deadline: float) -> AsyncGenerator[bytes, None]:
-    """A whole reply, chunk by chunk as it comes (its usage read at the end, for accounting)."""
-    seen: list[bytes] = []
-    size = 0
+    """A whole reply, chunk by chunk as it comes, its usage read at the end (for accounting): from
+    the whole body up to ``_MAX_UNARY_SCAN``, past that from its last ``_USAGE_TAIL`` bytes, so
+    that a reply of any size is metered while what is kept stays bounded."""
+    seen: list[bytes] | None = []
+    tail = b""
     while True:
         try:
             chunk = await resp.read(total_deadline)
@@ -203,10 +211,38 @@ async def relay_unary(resp: UpstreamResponse, out: Outcome, *, total_deadline: f
             return  # headers are sent: all we can do is end the body short
         if not chunk:
             break
-        if size < _MAX_UNARY_SCAN:
+        out.reply_bytes += len(chunk)
+        if seen is not None:
             seen.append(chunk)
-            size += len(chunk)
+            if out.reply_bytes > _MAX_UNARY_SCAN:
+                tail, seen = b"".join(seen)[-_USAGE_TAIL:], None
+        else:
+            tail = (tail + chunk)[-_USAGE_TAIL:] if len(chunk) < _USAGE_TAIL else chunk[-_USAGE_TAIL:]
         yield chunk
-    if b"json" in (resp.header(b"content-type") or b"") and size < _MAX_UNARY_SCAN:
+    if b"json" not in (resp.header(b"content-type") or b""):
+        return
+    if seen is not None:
         with contextlib.suppress(ValueError):
             _usage_from(orjson.loads(b"".join(seen) if len(seen) != 1 else seen[0]), out)
+    else:
+        usage_in_tail(tail, out)
+
+
+def usage_in_tail(tail: bytes, out: Outcome) -> None:
+    """The usage object of a JSON body from the body's last bytes: the last ``"usage":{`` (a key
+    of the body's own: inside a string its quotes are escaped), up to the first closing brace after
+    it that ends a JSON object."""
+    begin = max((m.end() - 1 for m in _USAGE.finditer(tail)), default=-1)
+    if begin < 0:
+        return
+    end = begin
+    for _ in range(_USAGE_TRIES):
+        end = tail.find(b"}", end + 1)
+        if end < 0:
+            return
+        try:
+            usage = orjson.loads(tail[begin : end + 1])
+        except ValueError:
+            continue
+        _usage_from({"usage": usage}, out)
+        return

@@ -15,6 +15,7 @@ lines into the batch: the batch either starts ``in_progress`` with every line qu
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from typing import Any
@@ -31,12 +32,13 @@ from genmesh.protocol.batches import (
     FileObject,
 )
 
+from ..config import RoutingConfig
 from ..redis_keys import BatchKeys
 from ..settings import GatewaySettings
 from ..store import Store, StoreUnavailable, start_after, text
 from .files import Fenced, FileStore
 from .output import ordered_results, quota_line
-from .validation import check, requests
+from .validation import LineRules, check, requests, served_model
 
 ACTIVE_GRACE_S = 600  # a batch counts as in progress at most this long past its window (its end, unnoticed)
 LOAD_CHUNK = 1000  # lines per Redis round trip while a batch's lines are copied in
@@ -86,8 +88,12 @@ def output_file_id(batch_id: str, kind: str) -> str:
 
 
 class BatchStore:
-    def __init__(self, store: Store, files: FileStore, settings: GatewaySettings) -> None:
+    def __init__(
+        self, store: Store, files: FileStore, settings: GatewaySettings, config: RoutingConfig | None = None
+    ) -> None:
         self.store = store
+        # the served models (none for the keys CLI, which only purges: it creates no batch)
+        self.kinds = {name: route.kind for name, route in config.models.items()} if config else {}
         self.files = files
         self.keyspace = store.keyspace
         self.settings = settings
@@ -119,7 +125,12 @@ class BatchStore:
         metadata: dict[str, str] | None,
         output_ttl_s: int | None = None,
     ) -> Batch:
-        checked = await asyncio.to_thread(check, data, endpoint, self.settings.batch_max_lines)
+        served = functools.partial(served_model, self.kinds, endpoint)
+        rules = LineRules(self.settings.max_body_bytes, self.settings.max_json_depth, served)
+        checked = await asyncio.to_thread(check, data, endpoint, self.settings.batch_max_lines, rules)
+        if checked.unknown_models:  # as many refused requests, in the key's RPM window
+            rate = self.keyspace.key_id(owner).rate
+            await self.store.call(self.store.scripts.count_requests(keys=[rate], args=[checked.unknown_models]))
         now = int(time.time())
         batch_id = f"batch_{uuid.uuid4().hex}"
         keys = self.keys(owner, batch_id)

@@ -1,6 +1,6 @@
 """One batch line sent through the interactive path: limits, admission, routing, relay, metering.
 
-The line is served by the same ``Exchange`` (``routes/exchange.py``) a client's request
+The line is served by the same ``Exchange`` (``exchange/exchange.py``) a client's request
 gets, from inside the gateway: its reply is captured instead of sent, and its ticket has
 ``BATCH_PRIORITY``, a queue class after every interactive one, so a slot that frees goes to an
 interactive request first. What went wrong is sorted for the runner (``Outcome``): a reply (any
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from starlette.types import Message
@@ -23,6 +24,7 @@ from genmesh.protocol.server.tracing import root_span, set_status
 
 from ..auth import ApiKey
 from ..exchange.exchange import Exchange
+from ..exchange.metering import ChargeOnce
 from ..exchange.responses import PATH as RESPONSES_PATH
 from ..exchange.responses import ResponsesExchange
 from ..state import GatewayState
@@ -66,10 +68,18 @@ class _Capture:
 
 
 async def send_line(
-    st: GatewayState, path: str, key: ApiKey, body: bytes, request_id: str, lease: str | None = None
+    st: GatewayState,
+    path: str,
+    key: ApiKey,
+    body: tuple[bytes, dict[str, Any]],
+    request_id: str,
+    lease: str | None = None,
+    charge_once: ChargeOnce | None = None,
 ) -> Outcome:
-    """Serve one line's ``body`` on ``path`` as key ``key``; the reply or the refusal. ``lease``: the
-    line's batch slot lease id, its id in admission too (what preemption names)."""
+    """Serve one line's ``body`` (its bytes and the parsed object: checked and parsed once, never
+    again here) on ``path`` as key ``key``; the reply or the refusal. ``lease``: the
+    line's batch slot lease id, its id in admission too (what preemption names); ``charge_once``:
+    where its batch records that the line was charged (metered as an interactive request, once)."""
     capture = _Capture()
     never = asyncio.Event()
 
@@ -85,7 +95,7 @@ async def send_line(
         with root_span(f"batch line {path}", {"http.route": path, "genmesh.batch.line": True}) as span:
             exchange.trace(span)
             try:
-                await exchange.call(key, BATCH_PRIORITY, body, lease)
+                await exchange.call(key, BATCH_PRIORITY, body[0], lease, charge_once, body[1])
             except OpenAIError as err:
                 set_status(span, err.status)
                 retry = float(err.headers.get("Retry-After", "0") or 0)

@@ -89,7 +89,7 @@ class Storage:
             cancel = self.store.scripts.cancel_batch(keys=keys.all(), args=[int(time.time())])
             if text(await self.store.call(cancel)):
                 batches += 1
-            await self.store.call(redis.delete(*keys.all(), keys.finalizer))
+            await self.store.call(redis.delete(*keys.all(), keys.finalizer, keys.charged))
             await self.store.call(redis.zrem(self.keyspace.batches(owner), batch_id))
             await self.store.call(redis.zrem(self.keyspace.active_batches(), f"{owner}|{batch_id}"))
             await self.batches.ended(owner, batch_id)

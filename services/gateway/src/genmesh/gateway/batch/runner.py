@@ -45,14 +45,15 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import TERMINAL_BATCH_STATUSES
 
 from ..auth import ApiKey
-from ..exchange.exchange import route_of
+from ..exchange.dispatch import route_of
+from ..exchange.metering import ChargeOnce
 from ..state import GatewayState
 from ..store import StoreUnavailable, text
 from .batches import BatchStore, output_line
 from .files import FENCE_TTL_MS
 from .line import Outcome, send_line
 from .turns import Turns, key_limited, serves
-from .validation import model_of
+from .validation import served_model
 
 log = logging.getLogger("genmesh.gateway.batch")
 
@@ -250,11 +251,12 @@ class BatchRunner:
 
     async def _execute(self, line: _Line, raw: bytes) -> tuple[str, bytes] | None:
         """The line's result, ``(kind, output line)``; None when it was not run (cancelled)."""
+        # the line's one parse (checked at creation: at most max_body_bytes, its nesting, its model)
         req = orjson.loads(raw)
         custom_id = str(req["custom_id"])
         body = req["body"]
-        line.model = model_of(body)
         path = str(req["url"])
+        line.model = served_model(self.batches.kinds, path, body) or "-"  # a served name: a bounded label
         key = await self._key(line.owner)
         if key is None or key.revoked:
             message = "the batch's API key no longer exists" if key is None else "this API key has been revoked"
@@ -266,7 +268,7 @@ class BatchRunner:
         attempts = 0
         while True:
             rid = f"{line.batch_id}-{line.idx}-{uuid.uuid4().hex[:8]}"
-            outcome = await self._send(line, path, key, body_bytes, rid)
+            outcome = await self._send(line, path, key, (body_bytes, body), rid)
             if outcome is None:  # preempted: it runs again from the start
                 return None
             if outcome.wait and key_limited(outcome):  # give the runner and batch slots back while it waits
@@ -281,9 +283,13 @@ class BatchRunner:
             kind = "o" if 200 <= outcome.status < 300 else "e"
             return kind, output_line(custom_id, outcome.status, rid, outcome.body)
 
-    async def _send(self, line: _Line, path: str, key: ApiKey, body: bytes, rid: str) -> Outcome | None:
-        """The line's request, in a task of its own that ``preempt`` may cancel; None when it did."""
-        line.call = asyncio.ensure_future(send_line(self.st, path, key, body, rid, line.slot))
+    async def _send(
+        self, line: _Line, path: str, key: ApiKey, body: tuple[bytes, dict[str, Any]], rid: str
+    ) -> Outcome | None:
+        """The line's request (its bytes and its parsed body), in a task of its own that ``preempt``
+        may cancel; None when it did."""
+        once = ChargeOnce(self.batches.keys(line.owner, line.batch_id).charged, line.idx, self.batches.ttl_ms)
+        line.call = asyncio.ensure_future(send_line(self.st, path, key, body, rid, line.slot, once))
         try:
             return await line.call
         except asyncio.CancelledError:

@@ -1,4 +1,4 @@
-"""Dispatch: a slot on an upstream, the request sent there, and its stream relayed.
+"""Dispatch: the model's route (``route_of``), a slot on an upstream, the request sent there, and its stream relayed.
 
 A connect failure (or a 502/503 before anything was generated) gives the slot back and tries
 another upstream of the model, in front of the queue; a timeout or a failure mid-request is the
@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator
+from typing import Any
 
+from genmesh.protocol import invalid_request, model_not_found
 from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..config import ModelRoute
@@ -22,6 +24,33 @@ from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
 from .errors import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
+
+EMBEDDINGS_PATH = "/v1/embeddings"
+
+
+SCORING_PATHS = ("/v1/rerank", "/v1/score")
+# the route kinds each kind of endpoint takes: rerank and score also take an embedding model (cosine)
+_TAKES = {"chat": ("chat",), "embeddings": ("embeddings",), "rerank": ("rerank", "embeddings")}
+_USE = {"chat": "/v1/chat/completions", "embeddings": "/v1/embeddings", "rerank": "/v1/rerank"}
+
+
+def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
+    kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
+    model = body.get("model")
+    route = st.config.route(model) if isinstance(model, str) else None
+    if route is not None:
+        if route.kind not in _TAKES[kind]:
+            raise invalid_request(
+                f"model '{route.name}' is a {route.kind} model: use {_USE[route.kind]}",
+                param="model",
+                code="model_not_supported",
+            )
+        return route
+    of_kind = [r for r in st.config.models.values() if r.kind in _TAKES[kind]]
+    if len(of_kind) == 1 and (model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))):
+        return of_kind[0]  # OPEA clients may leave the model out
+    raise model_not_found(str(model))
+
 
 # How long past the route's request timeout a reply may still be going out: the relay's own
 # deadline ends a stream with its failure events, which a client that reads gets within this; a

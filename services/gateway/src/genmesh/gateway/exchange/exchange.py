@@ -1,6 +1,6 @@
 """``Exchange``: one completion request's way through the gateway -- authenticate, per-key limits,
 a slot lease (maybe after waiting in Redis), the upstream (a connect failure is retried on another
-upstream: ``dispatch.py``), the relay, release and metering. ``routes/completions.py`` serves
+upstream: ``dispatch.py``), the relay, release and metering (``metering.py``). ``routes/completions.py`` serves
 clients' requests with it, ``routes/responses.py`` extends it, and the batch runner
 (``batch/line.py``) serves each batch line with it from inside the gateway (``Exchange.call``).
 
@@ -22,15 +22,10 @@ import orjson
 from opentelemetry.trace import Span, StatusCode
 from starlette.types import Message, Receive, Send
 
-from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
+from genmesh.protocol import OpenAIError, internal_error
 from genmesh.protocol.server.http_server import too_large
 from genmesh.protocol.server.inputs import decode_json_object
-from genmesh.protocol.server.tracing import (
-    request_attributes,
-    trace_headers,
-    tracing,
-    usage_attributes,
-)
+from genmesh.protocol.server.tracing import request_attributes, trace_headers, tracing
 from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
 
 from .. import failover
@@ -42,37 +37,13 @@ from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import Ticket
 from ..upstreams import Upstream
-from .dispatch import connect, relay_from, reply_deadline
+from . import metering
+from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate
 
 log = logging.getLogger("genmesh.gateway.http")
 
-EMBEDDINGS_PATH = "/v1/embeddings"
 _JSON = (b"content-type", b"application/json")
-
-
-SCORING_PATHS = ("/v1/rerank", "/v1/score")
-# the route kinds each kind of endpoint takes: rerank and score also take an embedding model (cosine)
-_TAKES = {"chat": ("chat",), "embeddings": ("embeddings",), "rerank": ("rerank", "embeddings")}
-_USE = {"chat": "/v1/chat/completions", "embeddings": "/v1/embeddings", "rerank": "/v1/rerank"}
-
-
-def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
-    kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
-    model = body.get("model")
-    route = st.config.route(model) if isinstance(model, str) else None
-    if route is not None:
-        if route.kind not in _TAKES[kind]:
-            raise invalid_request(
-                f"model '{route.name}' is a {route.kind} model: use {_USE[route.kind]}",
-                param="model",
-                code="model_not_supported",
-            )
-        return route
-    of_kind = [r for r in st.config.models.values() if r.kind in _TAKES[kind]]
-    if len(of_kind) == 1 and (model is None or (isinstance(model, str) and model.strip().startswith(("$", "<")))):
-        return of_kind[0]  # OPEA clients may leave the model out
-    raise model_not_found(str(model))
 
 
 class Exchange:
@@ -97,6 +68,8 @@ class Exchange:
         self.traced: dict[str, Any] | None = None  # None: not traced, or not sampled
         self.own_headers = [self.rid_header]
         self.limits_done = self.started  # when the key's limits let it on to the queue
+        self.request: metering.Request | None = None  # what its charge needs (once it is on its way)
+        self.charge_once: metering.ChargeOnce | None = None  # a batch line: charged once per line
 
     def trace(self, span: Span | None) -> None:
         """Trace the request in ``span`` (its SERVER span, or a batch line's root; None: tracing off)."""
@@ -149,7 +122,7 @@ class Exchange:
             budget_s -= time.monotonic() - began
             raw = await self._read_body()
             body = decode_json_object(raw, st.settings.max_json_depth)
-            route = route_of(st, body, self.path)
+            route = await self._route(key, body)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
             stream = bool(body.get("stream") or body.get("streaming"))
@@ -168,16 +141,36 @@ class Exchange:
             st.activity.finished(route_name, 500)
             await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
 
-    async def call(self, key: ApiKey, priority: int, raw: bytes, ticket_id: str | None = None) -> None:
+    async def call(
+        self,
+        key: ApiKey,
+        priority: int,
+        raw: bytes,
+        ticket_id: str | None = None,
+        charge_once: metering.ChargeOnce | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         """Serve a request made inside the gateway (a batch line, non-streaming) as ``run`` serves
         one from a client, after authentication: a refusal is raised (``OpenAIError``), the
         reply goes to ``send``; ``ticket_id``: its id in admission (a batch line's lease id, so
-        that preemption finds the line holding a slot)."""
-        body = decode_json_object(raw, self.st.settings.max_json_depth)
-        route = route_of(self.st, body, self.path)
+        that preemption finds the line holding a slot); ``charge_once``: where its charge is recorded;
+        ``body``: ``raw`` parsed and checked already (a batch line, at its batch's creation)."""
+        self.charge_once = charge_once
+        if body is None:
+            body = decode_json_object(raw, self.st.settings.max_json_depth)
+        route = await self._route(key, body)
         if self.traced is not None:
             self._annotate(body, route.name, priority, key.tenant, False)
         await self._serve(key, route, priority, raw, body, False, ticket_id=ticket_id)
+
+    async def _route(self, key: ApiKey, body: dict[str, Any]) -> ModelRoute:
+        """``route_of``; a model not served costs the key one request of its RPM all the same."""
+        try:
+            return route_of(self.st, body, self.path)
+        except OpenAIError as err:
+            if err.status == 404:
+                await self.st.limiter.count_refused(key.key_id)
+            raise
 
     def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
         assert self.traced is not None
@@ -269,6 +262,7 @@ class Exchange:
     async def _exchange(self, key: ApiKey, ticket: Ticket, raw: bytes, body: dict[str, Any], stream: bool) -> None:
         st = self.st
         route = ticket.route
+        self.request = metering.Request.of(raw, body, self.path == EMBEDDINGS_PATH)
         try:
             send_body, strip_usage = await self.prepare(key, raw, body, stream)
             ticket.prefix = prefix_of(route, self.prompt_source(body))
@@ -335,16 +329,6 @@ class Exchange:
                 await relay.aclose()
                 st.spawn(self._finish(key, ticket, resp, out, name, completed=False))
 
-    def _observe_latency(self, model: str, out: Outcome) -> None:
-        """TTFT, inter-token latency and end-to-end latency of a successful reply, as the client saw them."""
-        now = time.monotonic()
-        metrics = self.st.metrics
-        metrics.e2e.labels(model).observe(now - self.started)
-        if out.first_token_at is not None:
-            metrics.ttft.labels(model).observe(out.first_token_at - self.started)
-            if out.completion_tokens > 1:
-                metrics.tpot.labels(model).observe((now - out.first_token_at) / (out.completion_tokens - 1))
-
     async def _failover(
         self,
         relay: AsyncGenerator[bytes, None],
@@ -403,40 +387,5 @@ class Exchange:
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
     ) -> None:
-        st = self.st
-        route = ticket.route
         await self._give_back(key, ticket)
-        if not completed:
-            status = "504" if out.error == "reply timeout" else "499"
-        else:
-            status = str(resp.status) if out.error is None else "502"
-        st.metrics.requests.labels(route.name, status).inc()
-        ttft = None if self.first_output is None else self.first_output - self.started
-        st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
-        if status == "200":
-            self._observe_latency(route.name, out)
-        if self.traced is not None:
-            attrs = self.traced
-            attrs["genmesh.upstream"] = upstream
-            attrs.update(usage_attributes(out.prompt_tokens, out.completion_tokens))
-            if out.first_token_at is not None:
-                attrs["genmesh.time_to_first_token_s"] = out.first_token_at - self.started
-            if not completed:  # spawned: the span may have ended already (then this is not seen)
-                self.end_trace()
-            if out.error is not None and self.span is not None:
-                self.span.set_status(StatusCode.ERROR, out.error)
-        if out.prompt_tokens or out.completion_tokens:
-            await st.limiter.account(key, out.prompt_tokens, out.completion_tokens)
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "%s %s -> %s status=%s queued=%d wait_ms=%d total_ms=%d tokens=%d/%d",
-                self.path,
-                route.name,
-                upstream,
-                status,
-                ticket.position,
-                int(ticket.waited_s() * 1000),
-                int((time.monotonic() - self.started) * 1000),
-                out.prompt_tokens,
-                out.completion_tokens,
-            )
+        await metering.record(self, key, ticket, resp, out, upstream, completed=completed)

@@ -28,7 +28,8 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import server_span
 
-from ..exchange.exchange import EMBEDDINGS_PATH, Exchange
+from ..exchange.dispatch import EMBEDDINGS_PATH
+from ..exchange.exchange import Exchange
 from ..state import GatewayState
 from .aliases import RERANK_PATH, SCORE_PATH
 
