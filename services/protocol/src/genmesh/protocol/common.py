@@ -34,6 +34,10 @@ class Usage(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """A served model. Extra keys pass through (an audio model says its ``kind`` and ``voices``)."""
+
+    model_config = ConfigDict(extra="allow")
+
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))

@@ -1,0 +1,82 @@
+"""The audio suite's pure parts: the CTranslate2 reader and its mapping onto the Hugging Face Whisper
+checkpoint (scripts/whisper_convert.py, on the real model.bin), the transcription form's parsing and
+the subtitle formats (genmesh.protocol.audio), and the engine's decoder on made-up bytes."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import soundfile
+
+from genmesh.engine.audio.decode import WHISPER_RATE, decode
+from genmesh.protocol import OpenAIError
+from genmesh.protocol.audio import TranscriptionRequest, TranscriptionSegment, srt, timestamp, vtt
+from support.servers import ROOT
+
+CT2 = ROOT / "models" / "whisper-tiny.en-ct2" / "model.bin"
+
+
+def test_ct2_weights_map_one_to_one_onto_the_hf_checkpoint() -> None:
+    import whisper_convert as wc
+
+    assert CT2.is_file(), "run 'make model' first (make test does it)"
+    ct = wc.read_ct2(CT2)
+    hf = wc.to_hf(ct)
+    # tiny: 4 + 4 layers of 384; 15 tensors per encoder layer, 24 per decoder layer (cross-attention), 11 others
+    assert len(hf) == 4 * 15 + 4 * 24 + 11
+    q = hf["model.encoder.layers.0.self_attn.q_proj.weight"]
+    k = hf["model.encoder.layers.0.self_attn.k_proj.weight"]
+    assert q.shape == k.shape == (384, 384)
+    assert "model.encoder.layers.0.self_attn.k_proj.bias" not in hf  # Whisper's k has no bias
+    fused = ct["encoder/layer_0/self_attention/linear_0/weight"].astype(np.float32)
+    np.testing.assert_array_equal(np.concatenate([q, k, hf["model.encoder.layers.0.self_attn.v_proj.weight"]]), fused)
+    cross_v = hf["model.decoder.layers.3.encoder_attn.v_proj.weight"]
+    np.testing.assert_array_equal(cross_v, ct["decoder/layer_3/attention/linear_1/weight"][384:].astype(np.float32))
+    assert wc.hf_config(ct, {"suppress_ids": [], "suppress_ids_begin": []})["decoder_layers"] == 4
+
+
+def test_form_fields_become_the_request_and_bad_ones_name_themselves() -> None:
+    got = TranscriptionRequest.from_form(
+        [("model", "whisper-1"), ("stream", "true"), ("timestamp_granularities[]", "word"), ("temperature", "0.2")]
+    )
+    assert got.stream is True
+    assert got.timestamp_granularities == ["word"]
+    assert got.temperature == 0.2
+    for fields, param in [
+        ([("response_format", "xml")], "response_format"),
+        ([("temperature", "3")], "temperature"),
+        ([("language", "English!")], "language"),
+        ([("nonsense", "1")], "nonsense"),
+        ([("model", "a"), ("model", "b")], "model"),
+    ]:
+        with pytest.raises(OpenAIError) as err:
+            TranscriptionRequest.from_form(fields)
+        assert err.value.param == param
+
+
+def test_subtitles() -> None:
+    segs = [
+        TranscriptionSegment(id=0, start=0.0, end=1.5, text=" Hi."),
+        TranscriptionSegment(id=1, start=61.25, end=3723.5, text="Bye."),
+    ]
+    assert timestamp(3723.5, ",") == "01:02:03,500"
+    assert srt(segs) == "1\n00:00:00,000 --> 00:00:01,500\nHi.\n\n2\n00:01:01,250 --> 01:02:03,500\nBye.\n"
+    assert vtt(segs).startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHi.\n")
+
+
+def test_decoder_resamples_to_16k_mono_and_names_file_on_bad_bytes() -> None:
+    stereo = np.stack([np.sin(np.arange(44100) / 10), np.zeros(44100)], axis=1).astype(np.float32)
+    out = io.BytesIO()
+    soundfile.write(out, stereo, 44100, format="FLAC")
+    mono = decode(out.getvalue(), max_duration_s=60)
+    assert mono.dtype == np.float32
+    assert abs(mono.shape[0] - WHISPER_RATE) < 10
+    for data in (b"", b"RIFF....WAVEfmt ", b"\x00" * 1000):
+        with pytest.raises(OpenAIError) as err:
+            decode(data, max_duration_s=60)
+        assert err.value.param == "file"
+    with pytest.raises(OpenAIError) as err:
+        decode(out.getvalue(), max_duration_s=0.5)
+    assert err.value.code == "audio_too_long"
