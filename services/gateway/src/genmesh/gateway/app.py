@@ -13,7 +13,7 @@ from genmesh.protocol.server.asgi import error_response
 from .auth import check_admin
 from .batch.runner import BatchRunner
 from .config import RoutingConfig
-from .routes import admin, batches, completions, console, files, openai, responses, stored_responses, system
+from .routes import admin, audio, batches, completions, console, files, openai, responses, stored_responses, system
 from .routes.common import authenticate
 from .settings import GatewaySettings
 from .state import GatewayState
@@ -37,6 +37,9 @@ class GatewayApp:
             path = scope["path"]
             if path in completions.PATHS:
                 await completions.serve(self.api.state.gateway, scope, receive, send)
+                return
+            if path in audio.PATHS:
+                await audio.serve(self.api.state.gateway, scope, receive, send)
                 return
             if path == responses.PATH and scope["method"] == "POST":
                 await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)

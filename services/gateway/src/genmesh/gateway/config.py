@@ -60,14 +60,17 @@ class UpstreamConfig(BaseModel):
 
 
 Routing = Literal["least-loaded", "prefix-affinity"]
-# chat: /v1/chat/completions, /v1/completions, /v1/responses; embeddings: /v1/embeddings
-ModelKind = Literal["chat", "embeddings"]
+# chat: /v1/chat/completions, /v1/completions, /v1/responses; embeddings: /v1/embeddings;
+# transcription: /v1/audio/transcriptions; speech: /v1/audio/speech
+ModelKind = Literal["chat", "embeddings", "transcription", "speech"]
 
 
 class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
-    kind: ModelKind = Field(default="chat", description="which endpoints serve it: chat or embeddings")
+    kind: ModelKind = Field(
+        default="chat", description="which endpoints serve it: chat, embeddings, transcription or speech"
+    )
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     max_queue_length: int = Field(default=256, ge=0)
     max_queue_wait_s: float = Field(default=60.0, gt=0)

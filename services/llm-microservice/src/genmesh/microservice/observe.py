@@ -12,7 +12,17 @@ from .metrics import MicroserviceMetrics
 log = logging.getLogger("genmesh.microservice.access")
 
 # Only these paths get metric labels; anything else would let clients grow label cardinality.
-API_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models"})
+API_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+        "/v1/models",
+        "/v1/audio/transcriptions",
+        "/v1/audio/speech",
+    }
+)
 
 
 class ObserveMiddleware:

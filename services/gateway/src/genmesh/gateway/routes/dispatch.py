@@ -46,7 +46,8 @@ async def connect(
     request was sent."""
     route = ticket.route
     front = bool(exclude)
-    headers = [*_UPSTREAM_HEADERS, *own_headers]
+    own = {name for name, _ in own_headers}  # a multipart upload brings its own content-type
+    headers = [*(h for h in _UPSTREAM_HEADERS if h[0] not in own), *own_headers]
     while True:
         try:
             idx = await st.admission.acquire(ticket, exclude, front)
