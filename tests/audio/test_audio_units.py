@@ -13,6 +13,7 @@ import soundfile
 from genmesh.engine.audio.decode import WHISPER_RATE, decode
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.audio import TranscriptionRequest, TranscriptionSegment, srt, timestamp, vtt
+from support.polling import until
 from support.servers import ROOT
 
 CT2 = ROOT / "models" / "whisper-tiny.en-ct2" / "model.bin"
@@ -80,3 +81,41 @@ def test_decoder_resamples_to_16k_mono_and_names_file_on_bad_bytes() -> None:
     with pytest.raises(OpenAIError) as err:
         decode(out.getvalue(), max_duration_s=0.5)
     assert err.value.code == "audio_too_long"
+
+
+async def test_worker_bounds_its_queue_and_stops_what_runs_past_its_deadline() -> None:
+    import asyncio
+    import threading
+
+    from genmesh.engine.audio.worker import AudioWorker
+
+    worker = AudioWorker("test", max_queued=2, timeout_s=0.3)
+    release = threading.Event()
+    stopped: list[bool] = []
+
+    def slow(stop: threading.Event) -> str:
+        while not release.wait(0.01):
+            if stop.is_set():
+                stopped.append(True)
+                return "stopped"
+        return "done"
+
+    first = asyncio.ensure_future(worker.run(slow))
+    second = asyncio.ensure_future(worker.run(slow))
+    await asyncio.sleep(0)
+    with pytest.raises(OpenAIError) as full:
+        await worker.run(slow)  # a third: the queue holds two
+    assert full.value.status == 503
+    assert full.value.headers.get("Retry-After") == "1"
+    for task in (first, second):
+        with pytest.raises(OpenAIError) as late:
+            await task
+        assert late.value.status == 503
+        assert late.value.code == "timeout"
+    await until(
+        lambda: worker.pending == 0, 5, "the worker's jobs to end"
+    )  # the running job saw its stop flag; the queued one never started
+    assert stopped == [True]
+    release.set()
+    assert await worker.run(lambda stop: "again") == "again"
+    worker.close()
