@@ -119,3 +119,18 @@ async def test_worker_bounds_its_queue_and_stops_what_runs_past_its_deadline() -
     release.set()
     assert await worker.run(lambda stop: "again") == "again"
     worker.close()
+
+
+def test_batches_refuse_audio_lines() -> None:
+    """A batch line is a JSON body and a transcription needs a file: audio is no batch endpoint, and an
+    audio line in another batch fails validation naming its url."""
+    import json
+
+    from genmesh.gateway.batch.validation import check
+    from genmesh.protocol.batches import BATCH_ENDPOINTS
+
+    assert not [e for e in BATCH_ENDPOINTS if e.startswith("/v1/audio/")]
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/audio/speech", "body": {"input": "hi", "voice": "alloy"}}
+    checked = check(json.dumps(line).encode() + b"\n", "/v1/chat/completions", 10)
+    assert checked.failed_lines == 1
+    assert checked.errors[0].param == "url"
