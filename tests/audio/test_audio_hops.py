@@ -107,5 +107,9 @@ def test_bad_audio_input_at_the_gateway_is_a_4xx_naming_the_field(audio_mesh: Me
     _named(_post(audio_mesh, secret, s, json={**base, "response_format": "aiff"}), 400, "response_format")
     _named(_post(audio_mesh, secret, s, json={**base, "input": "a" * 4097}), 400, "input")
     _named(_post(audio_mesh, secret, s, json={**base, "model": WHISPER_NAME}), 400, "model")
+    chat = {"model": WHISPER_NAME, "messages": [{"role": "user", "content": "hi"}]}
+    wrong = _post(audio_mesh, secret, "/v1/chat/completions", json=chat)
+    _named(wrong, 400, "model")
+    assert "/v1/audio/transcriptions" in wrong.json()["error"]["message"]
     # nothing else was harmed: the same key still gets speech
     assert _post(audio_mesh, secret, s, json=base).status_code == 200

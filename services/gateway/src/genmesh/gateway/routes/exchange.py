@@ -48,6 +48,7 @@ from .dispatch import connect, relay_from, reply_deadline
 log = logging.getLogger("genmesh.gateway.http")
 
 EMBEDDINGS_PATH = "/v1/embeddings"
+KIND_PATHS = {"embeddings": EMBEDDINGS_PATH, "transcription": "/v1/audio/transcriptions", "speech": "/v1/audio/speech"}
 _JSON = (b"content-type", b"application/json")
 
 
@@ -57,7 +58,7 @@ def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
     route = st.config.route(model) if isinstance(model, str) else None
     if route is not None:
         if route.kind != kind:
-            use = "/v1/embeddings" if route.kind == "embeddings" else "/v1/chat/completions"
+            use = KIND_PATHS.get(route.kind, "/v1/chat/completions")
             raise invalid_request(
                 f"model '{route.name}' is a {route.kind} model: use {use}", param="model", code="model_not_supported"
             )
