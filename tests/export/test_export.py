@@ -4,6 +4,7 @@ graph options as given, config.json entries kept, and no other model ever overwr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -132,3 +133,18 @@ def test_a_hugging_face_folder_is_exported_with_optimum(tmp_path: Path) -> None:
     assert set(IR_FILES) <= {p.name for p in folder.iterdir()}
     repo = from_config(tmp_path / "config.json", EngineSettings())
     assert repo.models[0].source.kind == "openvino_ir"
+
+
+def test_exact_export_is_the_ir_the_engine_serves(tmp_path: Path) -> None:
+    """--weight-format exact: the engine's exact compressed IR of the Q4_1 GGUF (made by make model,
+    sha256 in scripts/fetch_model.py), with the tokenizer IRs and metadata of any export."""
+    done = run_export(tmp_path, "smol-exact", "--weight-format", "exact")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "smol-exact"
+    assert set(IR_FILES) | {"graph.pbtxt", "config.json", "tokenizer_config.json"} <= {p.name for p in folder.iterdir()}
+    assert stamp(folder)["weight_format"] == "exact"
+    text = (ROOT / "scripts" / "fetch_model.py").read_text()
+    digest = re.search(r'"openvino_model.bin": "([0-9a-f]{64})"', text)
+    assert digest is not None
+    assert hashlib.sha256((folder / "openvino_model.bin").read_bytes()).hexdigest() == digest.group(1)
+    assert len(re.findall(r'element_type="u4"', (folder / "openvino_model.xml").read_text())) >= 210

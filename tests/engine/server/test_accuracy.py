@@ -22,7 +22,9 @@ import pytest
 
 from genmesh.accuracy import fixture
 from genmesh.accuracy.compare import answer_pairs, answers_equal, choice_figures, token_figures
-from support.servers import GENMESH_ENGINE_ONLY
+from genmesh.engine.core.config import CoreConfig
+from genmesh.engine.core.model_loading import prepare_model
+from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY
 
 pytestmark = GENMESH_ENGINE_ONLY
 
@@ -87,3 +89,17 @@ def test_greedy_chat_answers_match_the_reference(engine_url: str, reference: dic
     equal, asked = answers_equal(served, items)
     assert asked == len(items)
     assert equal >= 0.6 * asked, {c["id"]: (served[c["id"]], c["answer"]) for c in items}
+
+
+def test_the_engine_serves_the_default_gguf_as_its_exact_compressed_form(
+    engine_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The session's engine (every default) loaded the exact IR folder (core/gguf_exact.py), not the
+    F16 re-encoding, and answers from it (the figures above are that model's)."""
+    served = prepare_model(CoreConfig(str(DEFAULT_MODEL), "CPU", 1, 1, 16, True, False))
+    assert served.tokenizer_gguf is not None  # the exact form: an IR folder with the GGUF's tokenizer
+    with httpx.Client(timeout=120) as client:
+        r = client.post(engine_url + CHAT, json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path_factory.getbasetemp().glob("engine-logs*/*.log"))
+    assert f"loading {served.path} on CPU" in logs

@@ -93,12 +93,12 @@ def test_prepare_reencodes_once_and_links_faithful_files(tmp_path: Path) -> None
     cache = tmp_path / "cache"
     misread_src = tmp_path / "a.gguf"
     write_gguf(misread_src, {"blk.0.attn_q.weight": GGMLQuantizationType.Q4_1})
-    served = prepare(misread_src, cache)
+    served = prepare(misread_src, cache, target="F16")
     assert served.is_file()
     assert not served.is_symlink()
     assert served.parent.parent == cache
     mtime = served.stat().st_mtime_ns
-    assert prepare(misread_src, cache) == served
+    assert prepare(misread_src, cache, target="F16") == served
     assert served.stat().st_mtime_ns == mtime  # made once
     as_is = prepare(misread_src, cache, reencode_unfaithful=False)
     assert as_is != served
@@ -109,3 +109,21 @@ def test_prepare_reencodes_once_and_links_faithful_files(tmp_path: Path) -> None
     linked = prepare(faithful_src, cache)
     assert linked.is_symlink()
     assert linked.resolve() == faithful_src.resolve()
+    assert prepare(faithful_src, cache) == linked  # the default (exact) target: a file read as it is stays linked
+
+
+def test_a_type_the_exact_form_does_not_cover_falls_back_to_f16_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    src = tmp_path / "q5.gguf"
+    values = write_gguf(src, {"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_0})
+    with caplog.at_level("WARNING", logger="genmesh.engine.core.gguf_reencode"):
+        served = prepare(src, tmp_path / "cache")  # the default target: exact
+    assert served == prepare(src, tmp_path / "cache", target="F16")
+    assert [r.getMessage() for r in caplog.records if "not covered by the exact" in r.getMessage()] == [
+        f"{src.resolve()}: tensors of type Q5_0 are not covered by the exact compressed form; "
+        "serving the F16 re-encoding"
+    ]
+    kind, kept = tensor(GGUFReader(str(served)), "blk.0.ffn_up.weight")
+    assert kind == "F16"
+    np.testing.assert_allclose(kept, values["blk.0.ffn_up.weight"], rtol=1e-3, atol=1e-4)

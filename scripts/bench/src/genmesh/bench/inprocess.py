@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, prepare
+from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, exact_ir, prepare
 from genmesh.engine.core.ipc import SamplingParams
 from genmesh.engine.core.pipeline_config import SCHEDULER_FIELDS as FIELDS
 from genmesh.engine.core.pipeline_config import generation_config, pipeline_properties, scheduler_config
@@ -42,7 +42,20 @@ def served_file(model: str) -> str:
     """What the engine's core loads for ``model`` with its defaults: a GGUF's faithful re-encoding (the
     file OpenVINO GenAI reads as the GGUF means it, core/gguf_reencode.py), an IR folder as it is. The
     baseline runs the served model, never the misread one."""
-    return model if Path(model).is_dir() else str(prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET))
+    if Path(model).is_dir():
+        return model
+    served = prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET)
+    return str(served.parent) if exact_ir(served) is not None else str(served)
+
+
+def _pipeline(ov_genai: Any, model: str, config: Any, properties: dict[str, Any]) -> Any:
+    """The pipeline the engine core builds for ``model``: an exact compressed IR folder (gguf_exact.py)
+    with its GGUF's tokenizer, or the served file or folder as it is."""
+    served = served_file(model)
+    gguf = Path(served) / "model.gguf"
+    if Path(served).is_dir() and not Path(model).is_dir() and gguf.exists():
+        return ov_genai.ContinuousBatchingPipeline(served, ov_genai.Tokenizer(str(gguf)), config, "CPU", **properties)
+    return ov_genai.ContinuousBatchingPipeline(served, config, "CPU", properties)
 
 
 def _load(model: str, flags: Sequence[str], prompts: list[str], warmup: int, warmup_tokens: int) -> None:
@@ -55,7 +68,7 @@ def _load(model: str, flags: Sequence[str], prompts: list[str], warmup: int, war
     t0, settings = time.perf_counter(), engine_settings(model, flags)
     config = scheduler_config(ov_genai, settings)  # the engine core's builder
     properties = pipeline_properties(settings.device_config, settings.uses_prompt_lookup)
-    pipe = ov_genai.ContinuousBatchingPipeline(served_file(model), config, "CPU", properties)
+    pipe = _pipeline(ov_genai, model, config, properties)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
     texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]
     ids = [tok.encode(text, add_special_tokens=False).input_ids.data for text in texts]

@@ -93,13 +93,15 @@ def _export_files(
             raise ExportError(f"{src} is a file but not a .gguf model")
         from .gguf_ir import ir_from_gguf, write_metadata
 
-        base = ir_from_gguf(src, cache_dir, steps)
+        base = ir_from_gguf(src, cache_dir, steps, exact=weight_format == "exact")
         model = compressed(base, weight_format, steps)
         files = {n: (model if n.startswith("openvino_model.") else base) / n for n in IR_FILES}
         meta = Path(tempfile.mkdtemp(prefix=".meta-", dir=scratch))
         write_metadata(src, base, meta)
         files.update({p.name: p for p in meta.iterdir()})
         return files
+    if weight_format == "exact":
+        raise ExportError(f"{src}: --weight-format exact needs a GGUF source (it keeps the GGUF's own 4-bit weights)")
     from .hf_ir import ir_from_hf
 
     out = ir_from_hf(src, weight_format, scratch, steps)

@@ -2,7 +2,8 @@
 
 int8: every weight matrix INT8_ASYM per output channel. int4: INT4_ASYM in groups of 128
 (halved where a row is not a multiple of 128: 64 for SmolLM2's 576-wide rows), the embedding
-and the last layer kept INT8_ASYM (NNCF's backup mode). fp16: the weights as they are.
+and the last layer kept INT8_ASYM (NNCF's backup mode). fp16: the weights as they are. exact (a
+Q4_1 GGUF only): the engine's exact compressed form (genmesh.engine.core.gguf_exact), no NNCF.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from genmesh.engine.models.source import IR_MODEL_FILE
 
 from .steps import Steps
 
-WeightFormat = Literal["fp16", "int8", "int4"]
-WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("fp16", "int8", "int4")
+WeightFormat = Literal["fp16", "int8", "int4", "exact"]
+WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("fp16", "int8", "int4", "exact")
 INT4_GROUP_SIZE = 128
 # Bump when the compression changes: cached compressed models of an older version are not reused.
 COMPRESSION_VERSION = 1
@@ -25,7 +26,7 @@ COMPRESSION_VERSION = 1
 
 def compressed(src_folder: Path, weight_format: WeightFormat, steps: Steps) -> Path:
     """``src_folder``'s model compressed to ``weight_format``, cached in a sub-folder of it."""
-    if weight_format == "fp16":
+    if weight_format in ("fp16", "exact"):  # exact: the GGUF's own weights, written by the engine's converter
         return src_folder
     import openvino as ov
 

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from genmesh.engine.core.gguf_reencode import prepare
+from genmesh.engine.core.gguf_reencode import exact_ir, prepare
 from genmesh.engine.models.source import IR_MODEL_FILE, IR_TOKENIZER_FILES, resolve
 
-from .steps import Steps
+from .steps import ExportError, Steps
 
 SAVE_IR = {"enable_save_ov_model": True}
 
@@ -27,12 +27,18 @@ def _complete(folder: Path, names: tuple[str, ...]) -> bool:
     return all((folder / n).is_file() and (folder / n).with_suffix(".bin").is_file() for n in names)
 
 
-def ir_from_gguf(src: Path, cache_dir: Path, steps: Steps) -> Path:
-    """The cache folder holding ``src``'s fp16 IR and its tokenizer IRs (built once)."""
+def ir_from_gguf(src: Path, cache_dir: Path, steps: Steps, exact: bool = False) -> Path:
+    """The cache folder holding ``src``'s fp16 IR (``exact``: its exact compressed IR, the one the
+    engine serves) and its tokenizer IRs (built once)."""
     import openvino_genai as ov_genai
 
-    steps.say(f"preparing the faithful copy of {src} (once per file)")
-    served = prepare(src, cache_dir)
+    steps.say(f"preparing the {'exact compressed form' if exact else 'faithful copy'} of {src} (once per file)")
+    served = prepare(src, cache_dir, True, "exact" if exact else "F16")
+    if exact and exact_ir(served) is None:
+        raise ExportError(
+            f"{src}: --weight-format exact covers GGUFs whose misread weights are Q4_1 (see the log above); "
+            "use fp16, int8 or int4"
+        )
     folder = served.parent
     if not _complete(folder, (IR_MODEL_FILE,)):
         steps.say(f"building the OpenVINO model from {served} (OpenVINO GenAI)")
@@ -45,7 +51,7 @@ def ir_from_gguf(src: Path, cache_dir: Path, steps: Steps) -> Path:
         ov_genai.Tokenizer(str(served), SAVE_IR)
     if not _complete(folder, (IR_MODEL_FILE, *IR_TOKENIZER_FILES)):
         raise RuntimeError(f"OpenVINO GenAI did not write the IR files into {folder}")
-    steps.say(f"fp16 IR ready in {folder}")
+    steps.say(f"{'exact compressed' if exact else 'fp16'} IR ready in {folder}")
     return folder
 
 

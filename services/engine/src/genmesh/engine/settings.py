@@ -19,6 +19,7 @@ from genmesh.protocol.server.settings import ServiceSettings
 from .core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+DQ_GROUP_SIZE = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 PROMPT_LOOKUP = "prompt_lookup"
 FREE = "schema-free JSON (json_object mode, values a schema leaves open)"
 
@@ -47,6 +48,13 @@ class EngineSettings(ServiceSettings):
     enable_prefix_caching: bool = Field(default=True, description="reuse KV blocks of repeated prompt prefixes")
     plugin_config: dict[str, Any] = Field(
         default_factory=dict, description='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}'
+    )
+    dynamic_quantization_group_size: int = Field(
+        default=32,
+        ge=0,
+        description="the CPU plugin's DYNAMIC_QUANTIZATION_GROUP_SIZE for 4/8-bit weights (the exact Q4_1 form's): "
+        "activations quantised to int8 per this many inputs (0: off, f32 activations; docs/accuracy.md); "
+        "a DYNAMIC_QUANTIZATION_GROUP_SIZE in --plugin-config wins",
     )
     max_cpu_isa: str | None = Field(
         default=None,
@@ -138,7 +146,8 @@ class EngineSettings(ServiceSettings):
     )
     gguf_reencode_type: Target = Field(
         default=DEFAULT_TARGET,
-        description="what misread GGUFs become: F16 (the GGUF's values) or Q8_0 (half the size, requantised)",
+        description="what misread GGUFs become: exact (Q4_1: the file's own 4-bit values, scales and minimums as a "
+        "compressed OpenVINO model; other types: F16), F16 (the GGUF's values) or Q8_0 (half the size, requantised)",
     )
     gguf_cache_dir: str = Field(
         default=DEFAULT_CACHE_DIR, description="where re-encoded GGUFs and their OpenVINO IRs are kept"
@@ -254,7 +263,10 @@ class EngineSettings(ServiceSettings):
     @property
     def device_config(self) -> dict[str, Any]:
         """The plugin config for OpenVINO's device (OVMS's ``prompt_lookup`` is the pipeline's, not the device's)."""
-        return {k: v for k, v in self.plugin_config.items() if k != PROMPT_LOOKUP}
+        config = {k: v for k, v in self.plugin_config.items() if k != PROMPT_LOOKUP}
+        if self.device.upper().startswith("CPU"):
+            config.setdefault(DQ_GROUP_SIZE, self.dynamic_quantization_group_size)
+        return config
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> EngineSettings:

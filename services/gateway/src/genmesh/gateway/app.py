@@ -13,8 +13,9 @@ from genmesh.protocol.server.asgi import error_response
 from .auth import check_admin
 from .batch.runner import BatchRunner
 from .config import RoutingConfig
-from .routes import admin, audio, batches, completions, console, files, openai, responses, stored_responses, system
-from .routes.common import authenticate
+from .exchange import responses
+from .exchange.errors import authenticate
+from .routes import admin, audio, batches, completions, console, files, openai, stored_responses, system
 from .settings import GatewaySettings
 from .state import GatewayState
 

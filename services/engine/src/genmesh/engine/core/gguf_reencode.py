@@ -17,6 +17,10 @@ package's bit-exact dequantisation, in numpy: as F16 (the default: every weight 
 rounded to half precision; OpenVINO then also keeps the KV cache in f16), or as Q8_0 for the
 misread tensors only (half the size, but a requantisation: 0.015 nats median with f32
 arithmetic). ``prepare`` does that once per source file and keeps the result in a cache folder.
+
+The default target, ``exact``, serves a file whose misread matrices are all Q4_1 as the exact
+compressed OpenVINO model of gguf_exact.py instead (the file's own 4-bit values, scales and
+minimums: nothing re-encoded); any other file falls back to ``F16``, with one log line.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ log = logging.getLogger("genmesh.engine.core.gguf_reencode")
 # Bump when the re-encoding changes: cached files of an older version are not reused.
 ENCODER_VERSION = 2
 DEFAULT_CACHE_DIR = "~/.cache/genmesh"
-Target = Literal["F16", "Q8_0"]
-DEFAULT_TARGET: Target = "F16"
+Target = Literal["exact", "F16", "Q8_0"]
+DEFAULT_TARGET: Target = "exact"
 # Weight matrices OpenVINO GenAI reads exactly; every other type is misread (Q4_1, Q4_K) or refused
 # ("Unsupported quantization type": F32, BF16, Q5_0, Q5_1, ...), and served from a re-encoding.
 FAITHFUL_TYPES = frozenset({"F16", "Q8_0", "Q4_0"})
@@ -70,7 +74,7 @@ def misread(reader: Any) -> list[tuple[str, str]]:
     return out
 
 
-def plan(reader: Any, target: Target = DEFAULT_TARGET) -> list[TensorPlan]:
+def plan(reader: Any, target: Target = "F16") -> list[TensorPlan]:
     """What ``reencode`` does to each tensor of a file (nothing when none is misread)."""
     t = _types()
     bad = {name for name, _ in misread(reader)}
@@ -79,7 +83,7 @@ def plan(reader: Any, target: Target = DEFAULT_TARGET) -> list[TensorPlan]:
         src = t(tensor.tensor_type).name
         if not bad or len(tensor.shape) < 2 or src == "F16":
             dst = src
-        elif target == "F16":
+        elif target != "Q8_0":
             dst = "F16"  # every quantised matrix: one uniform half-precision file
         elif tensor.name in bad:
             dst = "Q8_0" if int(tensor.shape[0]) % 32 == 0 else "F16"  # GGUF shapes list the row length first
@@ -107,7 +111,7 @@ def _file_type(plans: Iterable[TensorPlan]) -> int:
     return int(LlamaFileType.MOSTLY_F16)
 
 
-def reencode(src: str | Path, dst: str | Path, target: Target = DEFAULT_TARGET) -> list[TensorPlan]:
+def reencode(src: str | Path, dst: str | Path, target: Target = "F16") -> list[TensorPlan]:
     """Write ``dst``: ``src`` with its tensors re-encoded as ``plan`` says (metadata kept)."""
     import numpy as np
     from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys, quants
@@ -157,7 +161,7 @@ def reencode(src: str | Path, dst: str | Path, target: Target = DEFAULT_TARGET) 
     return plans
 
 
-def cache_folder(src: Path, cache_dir: Path, target: Target | Literal["as-is"]) -> Path:
+def cache_folder(src: Path, cache_dir: Path, target: str) -> Path:
     """Where the served copy of ``src`` lives: one folder per source file (its path, size and
     modification time), target type (or "as-is") and encoder version, so a changed file is
     prepared anew."""
@@ -167,6 +171,47 @@ def cache_folder(src: Path, cache_dir: Path, target: Target | Literal["as-is"]) 
 
 
 SERVED_NAME = "model.gguf"
+EXACT_KEY = "exact-v2"  # the exact form's cache key: bumped with gguf_exact.VERSION
+
+
+def exact_ir(served: Path) -> Path | None:
+    """The exact compressed IR ``prepare`` made beside ``served`` (None: serve ``served`` itself)."""
+    from .gguf_exact import IR_XML, MARKER
+
+    folder = served.parent
+    if (folder / MARKER).is_file() and (folder / IR_XML).is_file() and (folder / IR_XML).with_suffix(".bin").is_file():
+        return folder / IR_XML
+    return None
+
+
+def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> Path | None:
+    """``src``'s exact folder (made once), or None when its types are not covered (then: F16)."""
+    from .gguf_exact import EXACT_TYPES, GGUF_LINK, NotExact, build
+
+    served = cache_folder(src, cache_dir, EXACT_KEY) / GGUF_LINK
+    if exact_ir(served) is not None:
+        return served
+    other = sorted({kind for _, kind in todo} - EXACT_TYPES)
+    if other:
+        log.warning(
+            "%s: tensors of type %s are not covered by the exact compressed form; serving the F16 re-encoding",
+            src,
+            "/".join(other),
+        )
+        return None
+    log.warning(
+        "%s: %d Q4_1 tensors would be misread by OpenVINO GenAI (an integer zero point); writing the exact "
+        "compressed model (4-bit values, f16 scales and minimums, as in the file) into %s (once)",
+        src,
+        len(todo),
+        served.parent,
+    )
+    try:
+        build(src, served.parent)
+    except NotExact as exc:
+        log.warning("%s: the exact compressed form failed (%s); serving the F16 re-encoding", src, exc)
+        return None
+    return served
 
 
 def prepare(
@@ -174,14 +219,32 @@ def prepare(
 ) -> Path:
     """The GGUF to serve for ``src``, in a folder of its own under ``cache_dir`` (OpenVINO GenAI
     writes the IR it builds beside it): ``src``'s faithful re-encoding, made once and written
-    atomically, or a link to ``src`` when OpenVINO reads it as it is (or re-encoding is off)."""
+    atomically, or a link to ``src`` when OpenVINO reads it as it is (or re-encoding is off).
+    With ``target`` "exact" and a file of covered types: a link to ``src`` in the folder of its
+    exact compressed IR (``exact_ir`` finds it)."""
     src = Path(src).resolve()
-    folder = cache_folder(src, Path(cache_dir).expanduser(), target if reencode_unfaithful else "as-is")
+    cache = Path(cache_dir).expanduser()
+    todo: list[tuple[str, str]] | None = None
+    if target == "exact" and reencode_unfaithful:
+        exact_served = cache_folder(src, cache, EXACT_KEY) / SERVED_NAME
+        if exact_ir(exact_served) is not None:
+            return exact_served
+        as_read = cache_folder(src, cache, "F16") / SERVED_NAME
+        if as_read.is_symlink():  # a file OpenVINO GenAI reads as it is (found so at an earlier load)
+            return as_read
+        todo = unfaithful(src)
+        exact = _prepare_exact(src, cache, todo) if todo else None
+        if exact is not None:
+            return exact
+    if target == "exact":
+        target = "F16"
+    folder = cache_folder(src, cache, target if reencode_unfaithful else "as-is")
     served = folder / SERVED_NAME
     if served.exists():
         return served
     folder.mkdir(parents=True, exist_ok=True)
-    todo = unfaithful(src)
+    if todo is None:
+        todo = unfaithful(src)
     if todo and not reencode_unfaithful:
         kinds = "/".join(sorted({kind for _, kind in todo}))
         log.warning(

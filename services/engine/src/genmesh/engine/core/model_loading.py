@@ -1,6 +1,7 @@
 """What the engine core loads for a model path, and the scorer that runs the same model.
 
-A GGUF is served from its folder under the GGUF cache (``gguf_reencode.prepare``): its faithful
+A GGUF is served from its folder under the GGUF cache (``gguf_reencode.prepare``): its exact
+compressed IR (gguf_exact.py, loaded as an IR folder with the GGUF's tokenizer), its faithful
 re-encoding, or a link to it. OpenVINO GenAI builds an OpenVINO model from it at every load;
 the first load also writes that model (``openvino_model.xml``) into the folder, and the scorer
 compiles it from there, so scoring and generation run one and the same graph. An OpenVINO IR
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .gguf_reencode import prepare
+from .gguf_reencode import exact_ir, prepare
 
 if TYPE_CHECKING:
     from .config import CoreConfig
@@ -30,6 +31,9 @@ class ServedModel:
     path: Path  # what ContinuousBatchingPipeline loads
     ir: Path  # the OpenVINO model the scorer compiles
     save_ir: bool  # the pipeline must write ``ir`` while it loads (first load of a GGUF)
+    # The GGUF the tokenizer is built from, when ``path`` is the folder of a GGUF's exact compressed
+    # IR (gguf_exact.py): the pipeline loads that IR with this GGUF's tokenizer.
+    tokenizer_gguf: Path | None = None
 
 
 def _has_ir(xml: Path) -> bool:
@@ -41,6 +45,9 @@ def prepare_model(config: CoreConfig) -> ServedModel:
     if path.is_dir():
         return ServedModel(path, path / IR_XML, False)
     served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
+    exact = exact_ir(served)
+    if exact is not None:
+        return ServedModel(served.parent, exact, False, tokenizer_gguf=served)
     ir = served.parent / IR_XML
     return ServedModel(served, ir, config.max_num_scoring_seqs > 0 and not _has_ir(ir))
 

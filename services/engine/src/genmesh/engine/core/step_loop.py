@@ -252,7 +252,11 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
         log.info("loading %s on %s", served.path, config.device)
-        pipe = ov_genai.ContinuousBatchingPipeline(str(served.path), sc, config.device, properties)
+        if served.tokenizer_gguf is not None:  # the exact compressed IR, with the GGUF's own tokenizer
+            tokenizer = ov_genai.Tokenizer(str(served.tokenizer_gguf))
+            pipe = ov_genai.ContinuousBatchingPipeline(str(served.path), tokenizer, sc, config.device, **properties)
+        else:
+            pipe = ov_genai.ContinuousBatchingPipeline(str(served.path), sc, config.device, properties)
         started = time.monotonic()
         _warm_up(ov_genai, ov, np, pipe, config.warmup_grammars, config.prompt_lookup)
         if config.warmup_grammars:

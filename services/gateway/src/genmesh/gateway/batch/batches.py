@@ -1,7 +1,7 @@
 """Batches (``/v1/batches``) in Redis: the batch object, its lines and their results.
 
 A batch lives in its owner's hash slot (``KeySpace.batch``) beside the owner's files, so each
-change is one Lua script (``lua_scripts.py``): creation, claiming a line (``CLAIM_LINE``, which
+change is one Lua script (``lua/*.lua``): creation, claiming a line (``lua/claim_line.lua``, which
 first puts lapsed leases back in front), writing a line's result once (``LINE_DONE``: HSETNX per
 line index, with the counts), cancelling, deciding how it ends (``CLOSE_BATCH``: after that no
 result is written) and ending it with its output and error files (``FINISH_BATCH``). The

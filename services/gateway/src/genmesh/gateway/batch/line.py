@@ -22,9 +22,9 @@ from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import root_span, set_status
 
 from ..auth import ApiKey
-from ..routes.exchange import Exchange
-from ..routes.responses import PATH as RESPONSES_PATH
-from ..routes.responses import ResponsesExchange
+from ..exchange.exchange import Exchange
+from ..exchange.responses import PATH as RESPONSES_PATH
+from ..exchange.responses import ResponsesExchange
 from ..state import GatewayState
 from ..tickets import BATCH_PRIORITY
 

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 import orjson
@@ -28,9 +28,7 @@ from ..auth import ApiKey
 from ..redis_keys import CONSOLE_HISTORY_SERIES
 from ..store import text
 from . import engine_metrics
-
-if TYPE_CHECKING:
-    from ..state import GatewayState
+from .sources import BoardSources
 
 log = logging.getLogger("genmesh.gateway.console")
 
@@ -48,7 +46,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 class StatusBoard:
-    def __init__(self, st: GatewayState) -> None:
+    def __init__(self, st: BoardSources) -> None:
         self.st = st
         self.settings = st.settings
         self.snapshot: dict[str, Any] = {"schema": SCHEMA_VERSION, "computed_at": None, "seq": 0}

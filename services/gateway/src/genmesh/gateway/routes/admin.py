@@ -14,7 +14,8 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.asgi import CheckedRoute
 
 from ..auth import check_admin
-from .common import gateway, store_unavailable
+from ..exchange.errors import store_unavailable
+from .common import gateway
 
 router = APIRouter(prefix="/admin", route_class=CheckedRoute)
 

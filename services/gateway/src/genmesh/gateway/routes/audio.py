@@ -28,12 +28,12 @@ from genmesh.relay import Outcome, UpstreamResponse
 
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
+from ..exchange.errors import ClientGone, admission_error, authenticate
+from ..exchange.exchange import Exchange
 from ..redis_keys import USAGE_TTL_S
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import Ticket
-from .common import ClientGone, admission_error, authenticate
-from .exchange import Exchange
 
 log = logging.getLogger("genmesh.gateway.audio")
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"

@@ -1,51 +1,12 @@
-"""Helpers the gateway's routes share: state access, error mapping."""
+"""What the gateway's routes share: the gateway's state from a request."""
 
 from __future__ import annotations
 
 from fastapi import Request
-from redis.exceptions import RedisError
 
-from genmesh.protocol import OpenAIError, service_unavailable
-
-from ..auth import ApiKey
-from ..replies import too_many_requests, with_retry_after
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import NoUpstream, QueueFull, QueueTimeout
-
-
-class ClientGone(Exception):
-    """The client disconnected before a response started."""
 
 
 def gateway(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.gateway
     return state
-
-
-def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
-    if isinstance(exc, QueueFull):
-        err = too_many_requests(str(exc), code="queue_full")
-    elif isinstance(exc, QueueTimeout):
-        err = service_unavailable(str(exc), code="queue_timeout")
-    elif isinstance(exc, NoUpstream):
-        err = service_unavailable(str(exc), code="no_healthy_upstream")
-    elif isinstance(exc, StoreUnavailable):
-        err = service_unavailable(f"{exc}; try again shortly", code="queue_store_unavailable")
-    else:
-        raise exc
-    return with_retry_after(err, retry_after_s)
-
-
-def store_unavailable(st: GatewayState, exc: BaseException, store: str = "queue store") -> OpenAIError:
-    """Redis away (``exc``): counted, and a 503 with Retry-After, code ``queue_store_unavailable``."""
-    st.metrics.redis_errors.inc()
-    return admission_error(StoreUnavailable(f"{store} unavailable: {type(exc).__name__}"), 1)
-
-
-async def authenticate(st: GatewayState, authorization: str | None, required: bool | None = None) -> ApiKey:
-    """The caller's API key (``required``: the gateway's setting unless given); Redis down: 503."""
-    try:
-        return await st.keys.authenticate(authorization, st.auth_required if required is None else required)
-    except (RedisError, OSError) as exc:
-        raise store_unavailable(st, exc) from exc

@@ -26,8 +26,8 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import server_span
 
+from ..exchange.exchange import EMBEDDINGS_PATH, Exchange
 from ..state import GatewayState
-from .exchange import EMBEDDINGS_PATH, Exchange
 
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH))
 __all__ = ["EMBEDDINGS_PATH", "PATHS", "serve"]

@@ -17,8 +17,9 @@ from genmesh.protocol.batches import FileDeleted
 
 from ..auth import ApiKey
 from ..batch.validation import count_lines
+from ..exchange.errors import admission_error, authenticate
 from ..store import StoreUnavailable
-from .common import admission_error, authenticate, gateway
+from .common import gateway
 
 router = APIRouter()
 T = TypeVar("T")

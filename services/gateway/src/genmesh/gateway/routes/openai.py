@@ -10,7 +10,8 @@ from fastapi.responses import Response
 
 from genmesh.protocol import ModelCard, ModelList
 
-from .common import authenticate, gateway
+from ..exchange.errors import authenticate
+from .common import gateway
 
 router = APIRouter()
 

@@ -13,9 +13,10 @@ from redis.exceptions import RedisError
 from genmesh.protocol.response_objects import DeletedResponse, InputItemList
 
 from ..auth import ApiKey
+from ..exchange.errors import admission_error
 from ..responses_store import not_found
 from ..store import StoreUnavailable
-from .common import admission_error, gateway
+from .common import gateway
 
 router = APIRouter()
 

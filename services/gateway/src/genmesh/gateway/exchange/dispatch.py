@@ -19,7 +19,7 @@ from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
-from .common import admission_error
+from .errors import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
 

@@ -42,8 +42,8 @@ from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import Ticket
 from ..upstreams import Upstream
-from .common import ClientGone, admission_error, authenticate
 from .dispatch import connect, relay_from, reply_deadline
+from .errors import ClientGone, admission_error, authenticate
 
 log = logging.getLogger("genmesh.gateway.http")
 
