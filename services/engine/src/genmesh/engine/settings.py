@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from genmesh.protocol.server.limits import HttpLimits, UploadLimits
 from genmesh.protocol.server.settings import ServiceSettings
 
 from .core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
@@ -228,6 +229,52 @@ class EngineSettings(ServiceSettings):
     rerank_max_allowed_chunks: int = Field(
         default=10000, ge=1, description="most query+chunk pairs a cross-encoder runs for one request (OVMS's option)"
     )
+
+    # Audio models (audio/, issue 43): Whisper at /v1/audio/transcriptions, a Piper voice at /v1/audio/speech.
+    whisper_model: str | None = Field(
+        default=None,
+        description="OpenVINO IR folder of a Whisper model (WhisperPipeline) to serve at /v1/audio/transcriptions "
+        "(make model makes models/whisper-tiny.en)",
+    )
+    whisper_model_name: str | None = Field(
+        default=None, description="name clients use for --whisper-model (unset: the folder's name)"
+    )
+    speech_voice: str | None = Field(
+        default=None,
+        description="Piper voice (.onnx beside its .onnx.json) to serve at /v1/audio/speech "
+        "(make model fetches models/piper-joe/en_US-joe-medium.onnx); needs espeak-ng",
+    )
+    speech_model_name: str | None = Field(
+        default=None, description="name clients use for --speech-voice (unset: the voice's folder name)"
+    )
+    audio_max_bytes: int = Field(
+        default=25 * 1000 * 1000, ge=1024, description="largest audio file a transcription may upload (OpenAI: 25 MB)"
+    )
+    audio_max_duration_s: float = Field(
+        default=1800.0, gt=0, description="longest audio a transcription may hold, in seconds"
+    )
+    audio_upload_timeout_s: float = Field(
+        default=60.0, gt=0, description="time for a transcription's upload to arrive once the headers are in"
+    )
+    speech_max_input_chars: int = Field(
+        default=4096, ge=1, description="longest 'input' of /v1/audio/speech, in characters (OpenAI: 4096)"
+    )
+    audio_max_queued: int = Field(
+        default=32, ge=1, description="audio requests waiting or running per audio model; past it 503 + Retry-After"
+    )
+    audio_timeout_s: float = Field(
+        default=300.0, gt=0, description="an audio request not done this long after it arrived is stopped: 503"
+    )
+
+    def http_limits(self) -> HttpLimits:
+        """The HTTP limits, with the larger body and time a transcription's upload is allowed."""
+        envelope = 64 * 1024  # the multipart form around the file
+        paths = [f"{prefix}/audio/transcriptions" for prefix in ("/v1", "/v3", "/v3/v1")]
+        return UploadLimits(
+            **super().http_limits().model_dump(),
+            uploads=dict.fromkeys(paths, self.audio_max_bytes + envelope),
+            upload_timeout_s=self.audio_upload_timeout_s,
+        )
 
     @field_validator("plugin_config", mode="before")
     @classmethod

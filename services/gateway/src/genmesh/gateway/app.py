@@ -23,7 +23,7 @@ from .batch.runner import BatchRunner
 from .config import RoutingConfig
 from .exchange import responses
 from .exchange.errors import authenticate
-from .routes import admin, aliases, batches, completions, console, files, openai, stored_responses, system
+from .routes import admin, aliases, audio, batches, completions, console, files, openai, stored_responses, system
 from .settings import GatewaySettings
 from .state import GatewayState
 
@@ -48,6 +48,9 @@ class GatewayApp:
             path = scope["path"]
             if path in completions.PATHS:
                 await completions.serve(self.api.state.gateway, scope, receive, send)
+                return
+            if path in audio.PATHS:
+                await audio.serve(self.api.state.gateway, scope, receive, send)
                 return
             if path == responses.PATH and scope["method"] == "POST":
                 await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)

@@ -62,14 +62,17 @@ class UpstreamConfig(BaseModel):
 
 Routing = Literal["least-loaded", "prefix-affinity"]
 # chat: /v1/chat/completions, /v1/completions, /v1/responses; embeddings: /v1/embeddings, and rerank/score
-# as a cosine scorer; rerank: a cross-encoder's /v1/rerank and /v1/score
-ModelKind = Literal["chat", "embeddings", "rerank"]
+# as a cosine scorer; rerank: a cross-encoder's /v1/rerank and /v1/score; transcription:
+# /v1/audio/transcriptions; speech: /v1/audio/speech
+ModelKind = Literal["chat", "embeddings", "rerank", "transcription", "speech"]
 
 
 class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
-    kind: ModelKind = Field(default="chat", description="which endpoints serve it: chat, embeddings or rerank")
+    kind: ModelKind = Field(
+        default="chat", description="which endpoints serve it: chat, embeddings, rerank, transcription or speech"
+    )
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     max_queue_length: int = Field(default=256, ge=0)
     max_queue_wait_s: float = Field(default=60.0, gt=0)

@@ -53,6 +53,8 @@ class GatewayMetrics(Metrics):
         "genmesh_gateway_upstream_available", "1 when this gateway offers the upstream", "model", "upstream"
     )
     tokens = counter("genmesh_gateway_tokens", "Tokens by tenant", "tenant", "kind")
+    audio_seconds = counter("genmesh_gateway_audio_seconds", "Seconds of audio transcribed, by tenant", "tenant")
+    speech_characters = counter("genmesh_gateway_speech_characters", "Characters spoken, by tenant", "tenant")
     retries = counter("genmesh_gateway_upstream_retries", "Connect failures retried on another upstream", "model")
     upstream_requests = counter(
         "genmesh_gateway_upstream_requests",

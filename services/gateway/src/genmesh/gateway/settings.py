@@ -113,6 +113,11 @@ class GatewaySettings(ServiceSettings):
         ge=1024,
         description="largest file /v1/files accepts (OpenAI: 200 MB; the bytes live in Redis)",
     )
+    audio_max_bytes: int = Field(
+        default=25 * 1000 * 1000,
+        ge=1024,
+        description="largest audio file /v1/audio/transcriptions accepts (OpenAI: 25 MB); past it 413",
+    )
     files_upload_timeout_s: float = Field(
         default=300.0, gt=0, description="time an upload's body may take to arrive (other bodies: --body-timeout-s)"
     )
@@ -204,6 +209,7 @@ class GatewaySettings(ServiceSettings):
             upload_path="/v1/files",
             upload_max_bytes=self.files_max_bytes + 64 * 1024,  # the multipart envelope around the file
             upload_timeout_s=self.files_upload_timeout_s,
+            uploads={"/v1/audio/transcriptions": self.audio_max_bytes + 64 * 1024},  # and its multipart form
         )
 
     def admin_secret(self) -> str | None:

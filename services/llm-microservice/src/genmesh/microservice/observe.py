@@ -15,8 +15,15 @@ log = logging.getLogger("genmesh.microservice.access")
 
 # Only these paths get metric labels; anything else would let clients grow label cardinality.
 _V1 = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
+_AUDIO = ("/v1/audio/transcriptions", "/v1/audio/speech")
 API_PATHS = frozenset(
-    [*_V1, *(p.replace("/v1", prefix, 1) for p in _V1 for prefix in ("/v3", "/v3/v1")), *RERANK_PATHS, *SCORE_PATHS]
+    [
+        *_V1,
+        *(p.replace("/v1", prefix, 1) for p in _V1 for prefix in ("/v3", "/v3/v1")),
+        *RERANK_PATHS,
+        *SCORE_PATHS,
+        *_AUDIO,
+    ]
 )
 
 

@@ -14,9 +14,11 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from genmesh.protocol.server.limits import HttpLimits, UploadLimits
 from genmesh.protocol.server.settings import EnvOnly, Flag, ServiceSettings
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8008"
+TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 
 
 class MicroserviceSettings(ServiceSettings):
@@ -46,6 +48,20 @@ class MicroserviceSettings(ServiceSettings):
     request_timeout_s: float = Field(default=600.0, gt=0, description="deadline for a whole request")
     ready_cache_ttl_s: float = Field(default=1.5, ge=0, description="seconds a readiness answer is reused")
     max_connections: int = Field(default=1024, ge=1, description="connections to the engine at once")
+    audio_max_bytes: int = Field(
+        default=25 * 1000 * 1000, ge=1024, description="largest audio file a transcription may upload (OpenAI: 25 MB)"
+    )
+    audio_upload_timeout_s: float = Field(
+        default=60.0, gt=0, description="time for a transcription's upload to arrive once the headers are in"
+    )
+
+    def http_limits(self) -> HttpLimits:
+        """The HTTP limits, with the larger body and time a transcription's upload is allowed."""
+        return UploadLimits(
+            **super().http_limits().model_dump(),
+            uploads={TRANSCRIPTIONS_PATH: self.audio_max_bytes + 64 * 1024},  # the multipart form around the file
+            upload_timeout_s=self.audio_upload_timeout_s,
+        )
 
     @field_validator("llm_endpoint")
     @classmethod

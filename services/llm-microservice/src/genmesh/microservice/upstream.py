@@ -99,17 +99,20 @@ class Upstream:
         request_id: str,
         json_body: dict[str, Any] | None = None,
         timeouts: aiohttp.ClientTimeout | None = None,
+        raw: tuple[bytes, str] | None = None,
     ) -> aiohttp.ClientResponse:
         """Send a request and return as soon as the status and headers are in; the body is left to stream.
 
-        The caller owns the response and must ``close`` it.
+        The caller owns the response and must ``close`` it. ``raw``: a body sent as it came (bytes, content type).
         """
+        headers = {"x-request-id": request_id} if raw is None else {"x-request-id": request_id, "content-type": raw[1]}
         with self._failures():
             return await self.session.request(
                 method,
                 self._url(path),
                 json=json_body,
-                headers=inject({"x-request-id": request_id}),
+                data=raw[0] if raw is not None else None,
+                headers=inject(headers),
                 timeout=timeouts if timeouts is not None else self.timeout,
                 allow_redirects=False,
             )

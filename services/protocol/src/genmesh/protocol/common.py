@@ -34,14 +34,18 @@ class Usage(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """A served model. Extra keys pass through (an audio model says its ``kind`` and ``voices``)."""
+
+    model_config = ConfigDict(extra="allow")
+
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "genmesh"
     max_model_len: int | None = None
     # genmesh: what the model serves (chat: chat/completions; embeddings: embeddings and, as a
-    # cosine scorer, rerank/score; rerank: a cross-encoder's rerank/score)
-    kind: Literal["chat", "embeddings", "rerank"] | None = None
+    # cosine scorer, rerank/score; rerank: a cross-encoder's rerank/score; transcription, speech: audio)
+    kind: Literal["chat", "embeddings", "rerank", "transcription", "speech"] | None = None
 
 
 class ModelList(BaseModel):

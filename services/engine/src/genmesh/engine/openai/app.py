@@ -9,8 +9,9 @@ from genmesh.protocol.server.asgi import ShutdownSwitch
 
 from ..models.ovms_config import Repository
 from ..settings import EngineSettings
+from .audio_models import AudioModels
 from .registry import ModelRegistry
-from .routes import chat, completions, embeddings, rerank, responses, system, tokenize
+from .routes import chat, completions, embeddings, rerank, responses, speech, system, tokenize, transcriptions
 
 
 def create_app(settings: EngineSettings, repository: Repository, switch: ShutdownSwitch | None = None) -> FastAPI:
@@ -20,7 +21,7 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
     ``switch`` stops the server when a model's engine core keeps dying."""
 
     async def start() -> ModelRegistry:
-        models = ModelRegistry(repository, switch.stop if switch is not None else None)
+        models = ModelRegistry(repository, switch.stop if switch is not None else None, AudioModels(settings))
         try:
             await models.start(wait=repository.config_path is None)
         except BaseException:
@@ -42,6 +43,8 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
             system.router,
             embeddings.router,
             rerank.router,
+            transcriptions.router,
+            speech.router,
         ],
     )
     app.state.versions = {"version": engine_version, "openvino_genai": package_version("openvino-genai", "unknown")}

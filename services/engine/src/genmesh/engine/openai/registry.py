@@ -18,6 +18,8 @@ from genmesh.protocol import invalid_request, model_not_found, service_unavailab
 
 from ..metrics import EngineMetrics, MetricFamilies
 from ..models.ovms_config import ModelSpec, Repository
+from ..settings import EngineSettings
+from .audio_models import AudioModels
 from .embedding_models import EmbeddingModels, wrong_kind
 from .loaded_model import EngineState
 
@@ -87,7 +89,9 @@ class ServedModel:
 
 
 class ModelRegistry:
-    def __init__(self, repository: Repository, on_fatal: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, repository: Repository, on_fatal: Callable[[int], None] | None = None, audio: AudioModels | None = None
+    ) -> None:
         """``on_fatal(exit status)``: a model's core keeps dying; the server should exit."""
         self.repository = repository
         self.on_fatal = on_fatal
@@ -95,6 +99,7 @@ class ModelRegistry:
         self.models = {spec.name: ServedModel(spec) for spec in repository.models}
         self._aliases = {alias: m for m in self.models.values() for alias in m.spec.aliases}
         self.embeddings = EmbeddingModels(repository.embeddings, self.families)  # served apart (embeddings/)
+        self.audio = audio if audio is not None else AudioModels(EngineSettings())  # served apart (audio/)
 
     def all(self) -> list[ServedModel]:
         return list(self.models.values())
@@ -106,6 +111,7 @@ class ModelRegistry:
         for model in self.models.values():
             model.task = asyncio.create_task(self._load(model, quiet=wait), name=f"load-{model.name}")
         await self.embeddings.start(wait)
+        await self.audio.start(wait)
         if wait:
             await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None))
 
@@ -128,6 +134,8 @@ class ModelRegistry:
                 if self.embeddings.kind(model) == "rerank":
                     raise wrong_kind(model, "a rerank model (a cross-encoder): use /v1/rerank")
                 raise wrong_kind(model, "an embedding model: use /v1/embeddings")
+            if model in self.audio:
+                raise wrong_kind(model, "an audio model: use /v1/audio/transcriptions or /v1/audio/speech")
             raise model_not_found(model)
         return found
 
@@ -149,3 +157,4 @@ class ModelRegistry:
         await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None), return_exceptions=True)
         await asyncio.gather(*(m.state.close() for m in self.models.values() if m.state is not None))
         await self.embeddings.close()
+        await self.audio.close()

@@ -31,7 +31,13 @@ EMBEDDINGS_PATH = "/v1/embeddings"
 SCORING_PATHS = ("/v1/rerank", "/v1/score")
 # the route kinds each kind of endpoint takes: rerank and score also take an embedding model (cosine)
 _TAKES = {"chat": ("chat",), "embeddings": ("embeddings",), "rerank": ("rerank", "embeddings")}
-_USE = {"chat": "/v1/chat/completions", "embeddings": "/v1/embeddings", "rerank": "/v1/rerank"}
+_USE = {
+    "chat": "/v1/chat/completions",
+    "embeddings": "/v1/embeddings",
+    "rerank": "/v1/rerank",
+    "transcription": "/v1/audio/transcriptions",
+    "speech": "/v1/audio/speech",
+}
 
 
 def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
@@ -75,7 +81,8 @@ async def connect(
     request was sent."""
     route = ticket.route
     front = bool(exclude)
-    headers = [*_UPSTREAM_HEADERS, *own_headers]
+    own = {name for name, _ in own_headers}  # a multipart upload brings its own content-type
+    headers = [*(h for h in _UPSTREAM_HEADERS if h[0] not in own), *own_headers]
     rid = next((v.decode("latin-1") for k, v in own_headers if k == b"x-request-id"), "")
     while True:
         try:

@@ -78,14 +78,22 @@ class TracingLimits(BaseModel):
 
 
 class UploadLimits(HttpLimits):
-    """``HttpLimits`` with one path (a file upload) allowed a larger body and more time for it."""
+    """``HttpLimits`` with upload paths (files, audio) allowed a larger body and more time for it:
+    ``upload_path``/``upload_max_bytes`` for one, ``uploads`` (path -> largest body) for more."""
 
-    upload_path: str
-    upload_max_bytes: int
+    upload_path: str | None = None
+    upload_max_bytes: int = 0
     upload_timeout_s: float
+    uploads: dict[str, int] = Field(default_factory=dict)
+
+    def _upload_limit(self, path: str) -> int | None:
+        if path == self.upload_path:
+            return self.upload_max_bytes
+        return self.uploads.get(path)
 
     def body_limit(self, path: str) -> int:
-        return self.upload_max_bytes if path == self.upload_path else self.max_body_bytes
+        limit = self._upload_limit(path)
+        return self.max_body_bytes if limit is None else limit
 
     def body_time(self, path: str) -> float:
-        return self.upload_timeout_s if path == self.upload_path else self.body_timeout_s
+        return self.body_timeout_s if self._upload_limit(path) is None else self.upload_timeout_s

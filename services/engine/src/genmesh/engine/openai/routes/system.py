@@ -75,6 +75,12 @@ async def models(request: Request) -> Response:
             longest = loaded.checkpoint.max_length
         kind: Literal["embeddings", "rerank"] = "rerank" if embeddings.kind(name) == "rerank" else "embeddings"
         cards.append(ModelCard(id=name, max_model_len=longest, kind=kind))
+    audio = registry(request).audio
+    for served in audio.served():
+        card = {"id": served.name, "kind": served.kind} | (
+            {"voices": audio.voices()} if served.kind == "speech" else {}
+        )
+        cards.append(ModelCard.model_validate(card))
     return json_reply(ModelList(data=cards))
 
 
@@ -93,6 +99,12 @@ async def config(request: Request) -> JSONResponse:
         state, code, message = embeddings.state(name)
         status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
         reply[name] = {"model_version_status": [status]}
+    for served in registry(request).audio.served():
+        state, code, message = ("AVAILABLE", "OK", "OK") if served.worker is not None else ("LOADING", "OK", "OK")
+        if served.error is not None:
+            state, code, message = "LOADING", "FAILED_PRECONDITION", served.error
+        status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
+        reply[served.name] = {"model_version_status": [status]}
     return JSONResponse(reply)
 
 

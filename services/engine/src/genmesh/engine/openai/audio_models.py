@@ -1,0 +1,123 @@
+"""The audio models one engine serves (``--whisper-model``, ``--speech-voice``), each loaded on a
+worker thread at start-up and run by its own bounded worker (``audio/worker.py``), and the lookup the
+audio routes use: an unknown name is a 404, another kind's name a 400 naming ``model``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from genmesh.protocol import invalid_request, model_not_found, service_unavailable
+from genmesh.protocol.audio import OPENAI_VOICES
+
+from ..audio.voice import PiperVoice
+from ..audio.whisper import WhisperModel
+from ..audio.worker import AudioWorker
+from ..settings import EngineSettings
+
+log = logging.getLogger("genmesh.engine.openai.audio_models")
+LOADING_RETRY_AFTER_S = 5
+M = TypeVar("M")
+# OpenAI's audio model names: each also names the served model of its kind (clients written for OpenAI).
+OPENAI_ALIASES = {
+    "transcription": ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"),
+    "speech": ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"),
+}
+
+
+@dataclass
+class Served(Generic[M]):
+    """One audio model: its name, what it is, and (once loaded) the model and its worker."""
+
+    name: str
+    kind: str  # "transcription" | "speech"
+    path: Path
+    loader: Callable[[Path, str], M]
+    model: M | None = None
+    error: str | None = None
+    worker: AudioWorker | None = None
+
+    def ready(self) -> tuple[M, AudioWorker]:
+        if self.model is None or self.worker is None:
+            reason = self.error or "engine is loading the model"
+            raise service_unavailable(
+                f"model '{self.name}' is not available: {reason}", "engine_unavailable", LOADING_RETRY_AFTER_S
+            )
+        return self.model, self.worker
+
+
+def _name(given: str | None, path: Path) -> str:
+    return given or (path.parent.name if path.suffix == ".onnx" else path.name)
+
+
+class AudioModels:
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.whisper: Served[WhisperModel] | None = None
+        self.voice: Served[PiperVoice] | None = None
+        if settings.whisper_model:
+            path = Path(settings.whisper_model).expanduser()
+            self.whisper = Served(_name(settings.whisper_model_name, path), "transcription", path, WhisperModel)
+        if settings.speech_voice:
+            path = Path(settings.speech_voice).expanduser()
+            self.voice = Served(_name(settings.speech_model_name, path), "speech", path, PiperVoice)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def served(self) -> list[Served[WhisperModel] | Served[PiperVoice]]:
+        return [m for m in (self.whisper, self.voice) if m is not None]
+
+    def __contains__(self, name: object) -> bool:
+        return any(m.name == name for m in self.served())
+
+    def voices(self) -> list[str]:
+        """The voice names /v1/audio/speech accepts: the served voice's own, and OpenAI's (each maps to it)."""
+        if self.voice is None:
+            return []
+        return [self.voice.path.stem, *OPENAI_VOICES]
+
+    async def start(self, wait: bool) -> None:
+        self._tasks = [asyncio.create_task(self._load(m), name=f"load-{m.name}") for m in self.served()]
+        if wait:
+            await asyncio.gather(*self._tasks)
+            for m in self.served():
+                if m.error is not None:
+                    raise RuntimeError(f"audio model {m.name!r} failed to load: {m.error}")
+
+    async def _load(self, served: Served[WhisperModel] | Served[PiperVoice]) -> None:
+        s = self.settings
+        try:
+            served.model = await asyncio.to_thread(served.loader, served.path, s.device)
+        except Exception as exc:
+            served.error = str(exc) or type(exc).__name__
+            log.error("audio model %s failed to load: %s", served.name, served.error)
+            return
+        served.worker = AudioWorker(served.name, s.audio_max_queued, s.audio_timeout_s)
+
+    def transcriber(self, model: str | None) -> tuple[str, WhisperModel, AudioWorker]:
+        served = self._find(self.whisper, model, "a speech model: use /v1/audio/speech")
+        return (served.name, *served.ready())
+
+    def speaker(self, model: str | None) -> tuple[str, PiperVoice, AudioWorker]:
+        served = self._find(self.voice, model, "a transcription model: use /v1/audio/transcriptions")
+        return (served.name, *served.ready())
+
+    def _find(self, served: Served[M] | None, model: str | None, other: str) -> Served[M]:
+        if served is not None and (model is None or model == served.name or model in OPENAI_ALIASES[served.kind]):
+            return served
+        if model is None:
+            raise invalid_request("this server serves no model for this endpoint", param="model")
+        if model in self:
+            raise invalid_request(f"model '{model}' is {other}", param="model", code="model_not_supported")
+        raise model_not_found(model)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for m in self.served():
+            if m.worker is not None:
+                m.worker.close()

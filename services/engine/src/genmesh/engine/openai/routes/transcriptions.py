@@ -1,0 +1,182 @@
+"""``POST /v1/audio/transcriptions`` (and OVMS's ``/v3/audio/transcriptions``), as OpenAI defines it:
+a multipart form with ``file`` and the fields of ``TranscriptionRequest``; the reply as
+``response_format`` asks (json, text, srt, vtt, verbose_json), or, with ``stream``, SSE events
+``transcript.text.delta`` and one ``transcript.text.done``. Each reply says the audio's length in
+``x-genmesh-audio-seconds`` (the gateway meters it; JSON and the done event carry it as ``usage``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
+
+from genmesh.protocol import OpenAIError, internal_error, invalid_request, unsupported_parameter
+from genmesh.protocol.audio import (
+    Transcription,
+    TranscriptionRequest,
+    TranscriptionSegment,
+    TranscriptionUsage,
+    TranscriptionVerbose,
+    TranscriptionWord,
+    TranscriptTextDelta,
+    TranscriptTextDone,
+    srt,
+    vtt,
+)
+from genmesh.protocol.server.asgi import unless_disconnected
+from genmesh.protocol.server.streaming import EventStream
+
+from ...audio.decode import WHISPER_RATE, decode
+from ...audio.whisper import Ask, Transcript, WhisperModel
+from ...audio.worker import AudioWorker
+from ..audio_models import AudioModels
+from .responding import SSE_HEADERS, add_api_route, error_event, event, registry
+
+log = logging.getLogger("genmesh.engine.audio")
+router = APIRouter()  # a multipart body: not CheckedRoute, which decodes JSON
+SECONDS_HEADER = "x-genmesh-audio-seconds"
+MAX_FIELDS = 16
+MAX_FIELD_BYTES = 64 * 1024
+
+
+def audio_models(request: Request) -> AudioModels:
+    audio: AudioModels = registry(request).audio
+    return audio
+
+
+async def read_form(request: Request, limit: int) -> tuple[bytes, TranscriptionRequest]:
+    """The uploaded file's bytes and the other fields; 400 naming the field, 413 past ``limit``."""
+    try:
+        form = await request.form(max_files=1, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
+    except MultiPartException as exc:
+        raise invalid_request(f"malformed multipart body: {exc.message}", param="file") from exc
+    try:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise invalid_request("missing required parameter: 'file' (an audio file)", param="file")
+        body = TranscriptionRequest.from_form((k, v) for k, v in form.multi_items() if isinstance(v, str))
+        data = await upload.read(limit + 1)
+        if len(data) > limit:
+            raise OpenAIError(
+                f"the audio file is larger than this server's limit of {limit} bytes",
+                status=413,
+                param="file",
+                code="file_too_large",
+            )
+    finally:
+        await form.close()
+    return data, body
+
+
+def _ask(body: TranscriptionRequest) -> Ask:
+    timed = body.response_format in ("verbose_json", "srt", "vtt")
+    return Ask(
+        language=body.language,
+        prompt=body.prompt,
+        temperature=body.temperature,
+        segments=timed or "segment" in body.timestamp_granularities,
+        words=body.response_format == "verbose_json" and "word" in body.timestamp_granularities,
+    )
+
+
+def _segments(t: Transcript) -> list[TranscriptionSegment]:
+    return [TranscriptionSegment(id=i, start=s.start, end=s.end, text=s.text) for i, s in enumerate(t.segments)]
+
+
+def formatted(t: Transcript, body: TranscriptionRequest, language: str) -> Response:
+    seconds = {SECONDS_HEADER: f"{t.duration:.3f}"}
+    usage = TranscriptionUsage(seconds=round(t.duration, 3))
+    fmt = body.response_format
+    if fmt == "text":
+        return Response(t.text + "\n", media_type="text/plain", headers=seconds)
+    if fmt == "srt":
+        return Response(srt(_segments(t)), media_type="text/plain", headers=seconds)
+    if fmt == "vtt":
+        return Response(vtt(_segments(t)), media_type="text/vtt", headers=seconds)
+    if fmt == "verbose_json":
+        verbose = TranscriptionVerbose(
+            language=language,
+            duration=round(t.duration, 3),
+            text=t.text,
+            segments=_segments(t)
+            if not body.timestamp_granularities or "segment" in body.timestamp_granularities
+            else None,
+            words=[TranscriptionWord(word=w.text.strip(), start=w.start, end=w.end) for w in t.words]
+            if "word" in body.timestamp_granularities
+            else None,
+            usage=usage,
+        )
+        return Response(verbose.model_dump_json(exclude_none=True), media_type="application/json", headers=seconds)
+    plain = Transcription(text=t.text, usage=usage)
+    return Response(plain.model_dump_json(exclude_none=True), media_type="application/json", headers=seconds)
+
+
+async def streamed(model: WhisperModel, worker: AudioWorker, samples: np.ndarray, ask: Ask) -> AsyncIterator[bytes]:
+    """The text as it is decoded. The queue holds at most one window's tokens (Whisper stops at 448)."""
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue[str] = asyncio.Queue()
+
+    def job(stop: threading.Event) -> Transcript:
+        def push(text: str) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, text)
+
+        return model.transcribe(samples, ask, stop, push)
+
+    run = asyncio.ensure_future(worker.run(job))
+    try:
+        while not run.done() or not pieces.empty():
+            getter = asyncio.ensure_future(pieces.get())
+            await asyncio.wait({getter, run}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                if piece := getter.result():
+                    yield event(TranscriptTextDelta(delta=piece).model_dump_json())
+            else:
+                getter.cancel()
+        t = run.result()
+        done = TranscriptTextDone(text=t.text, usage=TranscriptionUsage(seconds=round(t.duration, 3)))
+        yield event(done.model_dump_json())
+    except OpenAIError as err:
+        yield error_event(err)
+    except Exception as exc:
+        log.exception("transcription stream failed")
+        yield error_event(internal_error(f"transcription failed: {type(exc).__name__}"))
+    finally:
+        run.cancel()
+
+
+async def transcriptions(request: Request) -> Response:
+    audio = audio_models(request)
+    settings = audio.settings
+    data, body = await read_form(request, settings.audio_max_bytes)
+    if body.timestamp_granularities and body.response_format != "verbose_json":
+        raise invalid_request(
+            "timestamp_granularities needs response_format 'verbose_json'", param="timestamp_granularities"
+        )
+    if body.include:
+        raise unsupported_parameter("include", "no logprobs for transcriptions")
+    if body.stream and body.response_format not in ("json", "text"):
+        raise invalid_request("stream needs response_format 'json' or 'text'", param="stream")
+    _, model, worker = audio.transcriber(body.model)
+    if not model.multilingual and body.language not in (None, "en"):
+        raise invalid_request(f"this model transcribes English only, not '{body.language}'", param="language")
+    samples = await asyncio.to_thread(decode, data, settings.audio_max_duration_s)
+    ask = _ask(body)
+    if body.stream:
+        seconds = f"{samples.shape[0] / WHISPER_RATE:.3f}"
+        return EventStream(streamed(model, worker, samples, ask), {**SSE_HEADERS, SECONDS_HEADER: seconds})
+
+    def job(stop: threading.Event) -> Transcript:
+        return model.transcribe(samples, ask, stop)
+
+    transcript = await unless_disconnected(request, worker.run(job))
+    return formatted(transcript, body, body.language or "english")
+
+
+add_api_route(router, "audio/transcriptions", transcriptions)

@@ -1,0 +1,115 @@
+"""Speech in and speech out through the microservice and the gateway (issue 43): the OpenAI SDK's
+audio calls (every transcription format, streaming both ways) relayed hop by hop, the gateway's
+metering (audio seconds and characters per key, in usage and metrics) and its answers to bad input."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import soundfile
+
+from support.audio import SPEECH_NAME, WHISPER_NAME, wer
+from support.embeddings_mesh import ADMIN, Mesh
+
+pytestmark = pytest.mark.timeout(900)
+TEXT = "The library is quiet and full of old books. Our teacher asked us to write a short story."
+
+
+@pytest.fixture(scope="module", params=["microservice", "gateway"])
+def hop(request: pytest.FixtureRequest, audio_mesh: Mesh) -> tuple[str, str]:
+    """The base URL and API key of one hop in front of the engine."""
+    if request.param == "microservice":
+        return audio_mesh.microservice.url, "unused"
+    secret, _ = audio_mesh.key()
+    return audio_mesh.gateway.url, secret
+
+
+def client(hop: tuple[str, str]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=hop[0] + "/v1", api_key=hop[1], max_retries=0, timeout=300)
+
+
+def test_speech_and_every_transcription_format_at_the_hop(hop: tuple[str, str]) -> None:
+    c = client(hop)
+    with c.audio.speech.with_streaming_response.create(
+        model=SPEECH_NAME, voice="nova", input=TEXT, response_format="wav"
+    ) as reply:
+        audio = b"".join(reply.iter_bytes())
+    assert soundfile.info(io.BytesIO(audio)).duration > 3
+    file = ("s.wav", audio, "audio/wav")
+    plain = c.audio.transcriptions.create(model="whisper-1", file=file)
+    assert wer(TEXT, plain.text) <= 0.2, plain.text
+    assert c.audio.transcriptions.create(model=WHISPER_NAME, file=file, response_format="text").strip() == plain.text
+    assert c.audio.transcriptions.create(model=WHISPER_NAME, file=file, response_format="srt").startswith(
+        "1\n00:00:00,000"
+    )
+    assert c.audio.transcriptions.create(model=WHISPER_NAME, file=file, response_format="vtt").startswith("WEBVTT")
+    verbose = c.audio.transcriptions.create(
+        model=WHISPER_NAME, file=file, response_format="verbose_json", timestamp_granularities=["word", "segment"]
+    )
+    assert verbose.segments
+    assert verbose.words
+    assert verbose.duration > 3
+    events = list(c.audio.transcriptions.create(model=WHISPER_NAME, file=file, stream=True))
+    done = [e for e in events if e.type == "transcript.text.done"]
+    assert len(done) == 1
+    assert "".join(e.delta for e in events if e.type == "transcript.text.delta").strip() == done[0].text
+
+
+def test_gateway_meters_audio_seconds_and_characters_per_key(audio_mesh: Mesh) -> None:
+    secret, key_id = audio_mesh.key()
+    c = client((audio_mesh.gateway.url, secret))
+    said = "We planted tomatoes and beans in the garden."
+    audio = c.audio.speech.create(model=SPEECH_NAME, voice="alloy", input=said, response_format="flac").content
+    seconds = soundfile.info(io.BytesIO(audio)).duration
+    c.audio.transcriptions.create(model=WHISPER_NAME, file=("s.flac", audio, "audio/flac"))
+    usage = httpx.get(f"{audio_mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=10).json()
+    assert usage["speech_characters"] == len(said)
+    assert abs(usage["audio_milliseconds"] - seconds * 1000) < 50
+    metrics = httpx.get(audio_mesh.gateway.url + "/metrics", headers=ADMIN, timeout=10).text
+    assert "genmesh_gateway_audio_seconds_total" in metrics
+    assert "genmesh_gateway_speech_characters_total" in metrics
+
+
+def _post(mesh: Mesh, secret: str, path: str, **kwargs: Any) -> httpx.Response:
+    return httpx.post(mesh.gateway.url + path, headers={"Authorization": f"Bearer {secret}"}, timeout=120, **kwargs)
+
+
+def _named(r: httpx.Response, status: int, param: str) -> None:
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_bad_audio_input_at_the_gateway_is_a_4xx_naming_the_field(audio_mesh: Mesh) -> None:
+    secret, _ = audio_mesh.key()
+    t = "/v1/audio/transcriptions"
+    model = {"model": WHISPER_NAME}
+    _named(_post(audio_mesh, secret, t, files={"file": ("e.wav", b"")}, data=model), 400, "file")
+    _named(_post(audio_mesh, secret, t, files={"file": ("n.mp3", b"not audio at all " * 50)}, data=model), 400, "file")
+    good = _post(
+        audio_mesh, secret, "/v1/audio/speech", json={"model": SPEECH_NAME, "input": "Hello there.", "voice": "alloy"}
+    )
+    assert good.status_code == 200
+    samples, rate = soundfile.read(io.BytesIO(good.content))
+    whole = io.BytesIO()
+    soundfile.write(whole, samples, rate, format="WAV")
+    cut = whole.getvalue()[: len(whole.getvalue()) // 2]
+    _named(_post(audio_mesh, secret, t, files={"file": ("c.wav", cut)}, data=model), 400, "file")
+    _named(_post(audio_mesh, secret, t, files={"file": ("big.wav", b"\0" * 2_050_000)}, data=model), 413, "file")
+    _named(_post(audio_mesh, secret, t, data=model), 400, "file")
+    _named(_post(audio_mesh, secret, t, files={"file": ("s.wav", cut)}, data={"model": SPEECH_NAME}), 400, "model")
+    s = "/v1/audio/speech"
+    base = {"model": SPEECH_NAME, "input": "Hello.", "voice": "alloy"}
+    _named(_post(audio_mesh, secret, s, json={**base, "voice": "nobody"}), 400, "voice")
+    _named(_post(audio_mesh, secret, s, json={**base, "response_format": "aiff"}), 400, "response_format")
+    _named(_post(audio_mesh, secret, s, json={**base, "input": "a" * 4097}), 400, "input")
+    _named(_post(audio_mesh, secret, s, json={**base, "model": WHISPER_NAME}), 400, "model")
+    chat = {"model": WHISPER_NAME, "messages": [{"role": "user", "content": "hi"}]}
+    wrong = _post(audio_mesh, secret, "/v1/chat/completions", json=chat)
+    _named(wrong, 400, "model")
+    assert "/v1/audio/transcriptions" in wrong.json()["error"]["message"]
+    # nothing else was harmed: the same key still gets speech
+    assert _post(audio_mesh, secret, s, json=base).status_code == 200

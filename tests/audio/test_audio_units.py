@@ -1,0 +1,136 @@
+"""The audio suite's pure parts: the CTranslate2 reader and its mapping onto the Hugging Face Whisper
+checkpoint (scripts/whisper_convert.py, on the real model.bin), the transcription form's parsing and
+the subtitle formats (genmesh.protocol.audio), and the engine's decoder on made-up bytes."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import soundfile
+
+from genmesh.engine.audio.decode import WHISPER_RATE, decode
+from genmesh.protocol import OpenAIError
+from genmesh.protocol.audio import TranscriptionRequest, TranscriptionSegment, srt, timestamp, vtt
+from support.polling import until
+from support.servers import ROOT
+
+CT2 = ROOT / "models" / "whisper-tiny.en-ct2" / "model.bin"
+
+
+def test_ct2_weights_map_one_to_one_onto_the_hf_checkpoint() -> None:
+    import whisper_convert as wc
+
+    assert CT2.is_file(), "run 'make model' first (make test does it)"
+    ct = wc.read_ct2(CT2)
+    hf = wc.to_hf(ct)
+    # tiny: 4 + 4 layers of 384; 15 tensors per encoder layer, 24 per decoder layer (cross-attention), 11 others
+    assert len(hf) == 4 * 15 + 4 * 24 + 11
+    q = hf["model.encoder.layers.0.self_attn.q_proj.weight"]
+    k = hf["model.encoder.layers.0.self_attn.k_proj.weight"]
+    assert q.shape == k.shape == (384, 384)
+    assert "model.encoder.layers.0.self_attn.k_proj.bias" not in hf  # Whisper's k has no bias
+    fused = ct["encoder/layer_0/self_attention/linear_0/weight"].astype(np.float32)
+    np.testing.assert_array_equal(np.concatenate([q, k, hf["model.encoder.layers.0.self_attn.v_proj.weight"]]), fused)
+    cross_v = hf["model.decoder.layers.3.encoder_attn.v_proj.weight"]
+    np.testing.assert_array_equal(cross_v, ct["decoder/layer_3/attention/linear_1/weight"][384:].astype(np.float32))
+    assert wc.hf_config(ct, {"suppress_ids": [], "suppress_ids_begin": []})["decoder_layers"] == 4
+
+
+def test_form_fields_become_the_request_and_bad_ones_name_themselves() -> None:
+    got = TranscriptionRequest.from_form(
+        [("model", "whisper-1"), ("stream", "true"), ("timestamp_granularities[]", "word"), ("temperature", "0.2")]
+    )
+    assert got.stream is True
+    assert got.timestamp_granularities == ["word"]
+    assert got.temperature == 0.2
+    for fields, param in [
+        ([("response_format", "xml")], "response_format"),
+        ([("temperature", "3")], "temperature"),
+        ([("language", "English!")], "language"),
+        ([("nonsense", "1")], "nonsense"),
+        ([("model", "a"), ("model", "b")], "model"),
+    ]:
+        with pytest.raises(OpenAIError) as err:
+            TranscriptionRequest.from_form(fields)
+        assert err.value.param == param
+
+
+def test_subtitles() -> None:
+    segs = [
+        TranscriptionSegment(id=0, start=0.0, end=1.5, text=" Hi."),
+        TranscriptionSegment(id=1, start=61.25, end=3723.5, text="Bye."),
+    ]
+    assert timestamp(3723.5, ",") == "01:02:03,500"
+    assert srt(segs) == "1\n00:00:00,000 --> 00:00:01,500\nHi.\n\n2\n00:01:01,250 --> 01:02:03,500\nBye.\n"
+    assert vtt(segs).startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHi.\n")
+
+
+def test_decoder_resamples_to_16k_mono_and_names_file_on_bad_bytes() -> None:
+    stereo = np.stack([np.sin(np.arange(44100) / 10), np.zeros(44100)], axis=1).astype(np.float32)
+    out = io.BytesIO()
+    soundfile.write(out, stereo, 44100, format="FLAC")
+    mono = decode(out.getvalue(), max_duration_s=60)
+    assert mono.dtype == np.float32
+    assert abs(mono.shape[0] - WHISPER_RATE) < 10
+    for data in (b"", b"RIFF....WAVEfmt ", b"\x00" * 1000):
+        with pytest.raises(OpenAIError) as err:
+            decode(data, max_duration_s=60)
+        assert err.value.param == "file"
+    with pytest.raises(OpenAIError) as err:
+        decode(out.getvalue(), max_duration_s=0.5)
+    assert err.value.code == "audio_too_long"
+
+
+async def test_worker_bounds_its_queue_and_stops_what_runs_past_its_deadline() -> None:
+    import asyncio
+    import threading
+
+    from genmesh.engine.audio.worker import AudioWorker
+
+    worker = AudioWorker("test", max_queued=2, timeout_s=0.3)
+    release = threading.Event()
+    stopped: list[bool] = []
+
+    def slow(stop: threading.Event) -> str:
+        while not release.wait(0.01):
+            if stop.is_set():
+                stopped.append(True)
+                return "stopped"
+        return "done"
+
+    first = asyncio.ensure_future(worker.run(slow))
+    second = asyncio.ensure_future(worker.run(slow))
+    await asyncio.sleep(0)
+    with pytest.raises(OpenAIError) as full:
+        await worker.run(slow)  # a third: the queue holds two
+    assert full.value.status == 503
+    assert full.value.headers.get("Retry-After") == "1"
+    for task in (first, second):
+        with pytest.raises(OpenAIError) as late:
+            await task
+        assert late.value.status == 503
+        assert late.value.code == "timeout"
+    await until(
+        lambda: worker.pending == 0, 5, "the worker's jobs to end"
+    )  # the running job saw its stop flag; the queued one never started
+    assert stopped == [True]
+    release.set()
+    assert await worker.run(lambda stop: "again") == "again"
+    worker.close()
+
+
+def test_batches_refuse_audio_lines() -> None:
+    """A batch line is a JSON body and a transcription needs a file: audio is no batch endpoint, and an
+    audio line in another batch fails validation naming its url."""
+    import json
+
+    from genmesh.gateway.batch.validation import check
+    from genmesh.protocol.batches import BATCH_ENDPOINTS
+
+    assert not [e for e in BATCH_ENDPOINTS if e.startswith("/v1/audio/")]
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/audio/speech", "body": {"input": "hi", "voice": "alloy"}}
+    checked = check(json.dumps(line).encode() + b"\n", "/v1/chat/completions", 10)
+    assert checked.failed_lines == 1
+    assert checked.errors[0].param == "url"

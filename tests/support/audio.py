@@ -1,0 +1,100 @@
+"""The audio suite's shared parts: the real engine serving Whisper tiny.en and the Piper voice beside
+the chat model (session-wide), the sentences the round trip speaks, and word error rate."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from genmesh.bench.servers import free_port
+from support.embeddings_mesh import Mesh
+from support.gateway_helpers import launch_gateway, model_config, private_redis
+from support.hostile import start_microservice
+from support.servers import DEFAULT_MODEL, MODEL_NAME, ROOT, start_server
+
+WHISPER_MODEL = ROOT / "models" / "whisper-tiny.en"
+VOICE = ROOT / "models" / "piper-joe" / "en_US-joe-medium.onnx"
+WHISPER_NAME = "whisper-tiny.en"
+SPEECH_NAME = "piper-joe"
+
+# Twenty sentences, plain words (no digits or names Whisper could spell two ways), written for this test.
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "She sells fresh bread at the market every morning.",
+    "Please close the window before you leave the room.",
+    "The train was late because of the heavy snow.",
+    "We planted tomatoes and beans in the garden.",
+    "My brother reads a book before he goes to sleep.",
+    "The children played football in the park after school.",
+    "Turn left at the next corner and walk straight ahead.",
+    "The coffee was too hot to drink right away.",
+    "A small bird sang outside my window this morning.",
+    "The meeting has been moved to the afternoon.",
+    "He forgot his umbrella and got wet in the rain.",
+    "The library is quiet and full of old books.",
+    "Our teacher asked us to write a short story.",
+    "The river flows slowly through the green valley.",
+    "I would like a cup of tea with milk.",
+    "The doctor told him to rest for a few days.",
+    "They built a wooden house near the lake.",
+    "The cat is sleeping on the warm blanket.",
+    "We watched the sun go down over the sea.",
+)
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z' ]+", " ", text.lower().replace("-", " ")).split()
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """Word error rate: word-level edit distance over the reference's length (normalised: case, punctuation)."""
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[len(hyp)] / max(1, len(ref))
+
+
+@pytest.fixture(scope="session")
+def audio_engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real engine serving the chat model, Whisper tiny.en and the Piper voice, started once."""
+    assert (WHISPER_MODEL / "openvino_decoder_model.xml").is_file(), "run 'make model' first (make test does it)"
+    assert VOICE.is_file(), "run 'make model' first (make test does it)"
+    port = free_port()
+    argv = [sys.executable, "-m", "genmesh.engine", "--model", str(DEFAULT_MODEL), "--port", str(port)]
+    argv += ["--cache-size", "1", "--stats-log-interval-s", "0"]
+    argv += ["--whisper-model", str(WHISPER_MODEL), "--speech-voice", str(VOICE)]
+    # three models load (the chat model, Whisper with its word-timestamp decoder, the voice): on a busy
+    # machine that takes minutes
+    server = start_server("engine", argv, port, tmp_path_factory.mktemp("audio-engine-logs"), timeout_s=600)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def audio_mesh(audio_engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """Gateway (auth on) -> microservice -> the audio engine; the chat, transcription and speech
+    models each on gateway slots of their own, on a Redis of its own."""
+    redis_gen = private_redis(tmp_path_factory)
+    redis_server = next(redis_gen)
+    logs = tmp_path_factory.mktemp("audio-mesh")
+    ms = start_microservice(logs, audio_engine_url)
+    upstreams = [{"url": ms.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
+    models = {
+        MODEL_NAME: model_config(ms.url, upstreams=upstreams),
+        WHISPER_NAME: model_config(ms.url, upstreams=upstreams, kind="transcription"),
+        SPEECH_NAME: model_config(ms.url, upstreams=upstreams, kind="speech"),
+    }
+    config = logs / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"models": models}))
+    gw = launch_gateway(logs, config, redis_server.url, "--auth", "on", "--audio-max-bytes", "2000000")
+    yield Mesh(gw, ms, redis_server)
+    gw.stop()
+    ms.stop()
+    next(redis_gen, None)
