@@ -126,11 +126,12 @@ def test_batches_refuse_audio_lines() -> None:
     audio line in another batch fails validation naming its url."""
     import json
 
-    from genmesh.gateway.batch.validation import check
+    from genmesh.gateway.batch.validation import LineRules, check
     from genmesh.protocol.batches import BATCH_ENDPOINTS
 
     assert not [e for e in BATCH_ENDPOINTS if e.startswith("/v1/audio/")]
     line = {"custom_id": "a", "method": "POST", "url": "/v1/audio/speech", "body": {"input": "hi", "voice": "alloy"}}
-    checked = check(json.dumps(line).encode() + b"\n", "/v1/chat/completions", 10)
+    rules = LineRules(4 << 20, 64, lambda body: "m")  # every line's model served: only its url is wrong
+    checked = check(json.dumps(line).encode() + b"\n", "/v1/chat/completions", 10, rules)
     assert checked.failed_lines == 1
     assert checked.errors[0].param == "url"

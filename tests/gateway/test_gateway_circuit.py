@@ -167,7 +167,9 @@ async def test_no_healthy_upstream_probes_on_demand_and_says_when_next(
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "no_healthy_upstream"
         assert refused.headers["retry-after"] == "1"  # the next probe: ceil(0.5 s)
-        assert fake.stats()["health_checks"] == checks + 1  # the request probed it
+        # the request probed it (at least: the session's fake upstream is probed by other suites' gateways
+        # too; that this gateway's own probes serve it long before the cool-down ends is proven below)
+        assert fake.stats()["health_checks"] >= checks + 1
         fake.control(fail_status=0, health_status=200)
 
         async def served() -> bool:

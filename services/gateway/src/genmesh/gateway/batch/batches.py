@@ -125,7 +125,7 @@ class BatchStore:
         metadata: dict[str, str] | None,
         output_ttl_s: int | None = None,
     ) -> Batch:
-        served = functools.partial(served_model, self.kinds, endpoint)
+        served = functools.partial(served_model, await self._served_kinds(), endpoint)
         rules = LineRules(self.settings.max_body_bytes, self.settings.max_json_depth, served)
         checked = await asyncio.to_thread(check, data, endpoint, self.settings.batch_max_lines, rules)
         if checked.unknown_models:  # as many refused requests, in the key's RPM window
@@ -168,6 +168,14 @@ class BatchStore:
             await self.store.call(self.store.redis.delete(*keys.all()))  # a race past the cap: its lines go
             raise self._too_many_active()
         return to_batch({k: str(v) for k, v in fields.items()})
+
+    async def _served_kinds(self) -> dict[str, str]:
+        """The models a line may name: this replica's, and those other live replicas sharing this Redis
+        route (``KeySpace.served_models``, renewed by each replica's runner; their kind unknown here, so
+        a line must name them: a line without ``model`` takes one of this replica's)."""
+        now_ms = int(time.time() * 1000)
+        live = await self.store.call(self.store.redis.zrangebyscore(self.keyspace.served_models(), now_ms, "+inf"))
+        return {**dict.fromkeys((text(m) for m in live if isinstance(m, bytes | str)), "elsewhere"), **self.kinds}
 
     async def _check_active(self, owner: str) -> None:
         """Refuse a batch past the key's ``batch_max_active_per_key`` before its lines are copied in
