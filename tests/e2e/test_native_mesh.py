@@ -67,7 +67,14 @@ def test_mesh_serves_the_seed_requests_and_stops_clean(mesh: Mesh) -> None:
     assert [x["index"] for x in r.json()["results"]] == [1, 0]
     assert r.json()["meta"]["scoring"] == "embedding_cosine"
     models = httpx.get(mesh.url("gateway") + "/v1/models", timeout=10).json()["data"]
-    assert {m["id"] for m in models} == {MODEL_NAME, EMBEDDING_NAME}
+    # the chat and embedding models, and the speech pair make run serves by default (docs/audio.md)
+    kinds = {m["id"]: m.get("kind") for m in models}
+    assert kinds == {
+        MODEL_NAME: "chat",
+        EMBEDDING_NAME: "embeddings",
+        "whisper-tiny.en": "transcription",
+        "piper-joe": "speech",
+    }, kinds
     # beside it, the console's URL: open on loopback, as the API is, with each engine's own metrics
     console = next(line for line in mesh.lines if "console" in line and "/console" in line).split()[-1]
     assert console == mesh.url("gateway") + "/console"
