@@ -52,7 +52,7 @@ from ..store import StoreUnavailable, text
 from .batches import BatchStore, output_line
 from .files import FENCE_TTL_MS
 from .line import Outcome, send_line
-from .turns import Turns, key_limited, serves
+from .turns import Turns, key_limited, served_elsewhere, serves
 from .validation import served_model
 
 log = logging.getLogger("genmesh.gateway.batch")
@@ -121,7 +121,9 @@ class BatchRunner:
         redis = self.st.redis
         active = self.st.keyspace.active_batches()
         entries: Any = await self.batches.store.call(redis.zrange(active, 0, -1, withscores=True))
-        elsewhere = await self._served_elsewhere()  # named every pass, also while no batch runs
+        elsewhere = await served_elsewhere(  # named every pass, also while no batch runs
+            self.batches.store, set(self.st.config.models), self.settings.batch_poll_interval_s
+        )
         lendable: list[tuple[str, str]] = []
         now = time.time()
         seen: dict[tuple[str, str], str] = {}
@@ -148,20 +150,6 @@ class BatchRunner:
                 lendable.append((owner, batch_id))
         self.status = seen  # batches no longer active are forgotten
         await self._lend(lendable)
-
-    async def _served_elsewhere(self) -> set[str]:
-        """Name the models this replica routes (for a few poll intervals); those other replicas route."""
-        key, redis = self.st.keyspace.served_models(), self.st.redis
-        now_ms = int(time.time() * 1000)
-        mine = set(self.st.config.models)
-        expiry = now_ms + int(max(10.0, 5 * self.settings.batch_poll_interval_s) * 1000)
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(key, dict.fromkeys(mine, expiry))
-            pipe.zremrangebyscore(key, "-inf", now_ms)
-            pipe.zrange(key, 0, -1)
-            pipe.pexpire(key, 60_000)
-            res = await self.batches.store.call(pipe.execute())
-        return {text(m) for m in res[2]} - mine
 
     async def _lend(self, batches: list[tuple[str, str]]) -> None:
         """Claim lines, one per tenant in turn (each tenant's batches in turn), while this replica has room."""

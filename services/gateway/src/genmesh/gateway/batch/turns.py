@@ -16,6 +16,7 @@ import time
 import orjson
 
 from ..config import RoutingConfig
+from ..store import Store, text
 from .line import Outcome
 
 MAX_COOL_S = 60.0  # longest a rate-limited key's batches lend nothing (an RPM/TPM window)
@@ -77,3 +78,17 @@ def key_limited(outcome: Outcome) -> bool:
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return False
     return isinstance(code, str) and code.startswith("rate_limit_exceeded_")
+
+
+async def served_elsewhere(store: Store, mine: set[str], poll_interval_s: float) -> set[str]:
+    """Name the models this replica routes (``mine``, for a few poll intervals); those other replicas route."""
+    key, redis = store.keyspace.served_models(), store.redis
+    now_ms = int(time.time() * 1000)
+    expiry = now_ms + int(max(10.0, 5 * poll_interval_s) * 1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zadd(key, dict.fromkeys(mine, expiry))
+        pipe.zremrangebyscore(key, "-inf", now_ms)
+        pipe.zrange(key, 0, -1)
+        pipe.pexpire(key, 60_000)
+        res = await store.call(pipe.execute())
+    return {text(m) for m in res[2]} - mine
