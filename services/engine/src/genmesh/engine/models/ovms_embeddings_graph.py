@@ -11,45 +11,23 @@ configuration. ``render`` writes such a graph (genmesh-export's ``embeddings_ov`
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
-
-from .ovms_graph import GraphError, nodes_options, validated
+from .ovms_graph import ServableNodeOptions, one_node_options
 
 OPTIONS_TYPE = "mediapipe.EmbeddingsCalculatorOVOptions"
 OVMS_POOLING = {"CLS": "cls", "LAST": "last", "MEAN": "mean"}
 
 
-class EmbeddingsNodeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    models_path: str
-    target_device: str | None = None
-    plugin_config: dict[str, Any] | None = None
+class EmbeddingsNodeOptions(ServableNodeOptions):
     normalize_embeddings: bool | None = None
     pooling: Literal["CLS", "LAST", "MEAN"] | None = None
     truncate: bool = False
 
-    @field_validator("plugin_config", mode="before")
-    @classmethod
-    def _json(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value) if value.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"plugin_config is not valid JSON: {exc}") from exc
-        return value
-
 
 def embeddings_node_options(text: str, where: str) -> EmbeddingsNodeOptions | None:
     """The options of the graph's embeddings node; None for a graph without one (an LLM graph)."""
-    found = nodes_options(text, where, OPTIONS_TYPE)
-    if not found:
-        return None
-    if len(found) > 1:
-        raise GraphError(f"{where}: expected one node with {OPTIONS_TYPE} node_options, found {len(found)}")
-    return validated(EmbeddingsNodeOptions, found[0], where)
+    return one_node_options(text, where, OPTIONS_TYPE, EmbeddingsNodeOptions)
 
 
 _GRAPH_TEMPLATE = """input_stream: "REQUEST_PAYLOAD:input"

@@ -185,3 +185,33 @@ def render(options: LLMNodeOptions) -> str:
     values = options.model_dump(exclude_none=True, exclude=set(options.model_extra or {}))
     lines = [f"          {name}: {_pbtxt_value(name, value)}," for name, value in values.items()]
     return _GRAPH_TEMPLATE.format(options_type=OPTIONS_TYPE, options="\n".join(lines))
+
+
+class ServableNodeOptions(BaseModel):
+    """What every OVMS servable node (embeddings, rerank) names: its folder, device and plugin config."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    models_path: str
+    target_device: str | None = None
+    plugin_config: dict[str, Any] | None = None
+
+    @field_validator("plugin_config", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"plugin_config is not valid JSON: {exc}") from exc
+        return value
+
+
+def one_node_options(text: str, where: str, options_type: str, model: type[M]) -> M | None:
+    """The options of the graph's one node of ``options_type``, validated as ``model``; None for a graph without one."""
+    found = nodes_options(text, where, options_type)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise GraphError(f"{where}: expected one node with {options_type} node_options, found {len(found)}")
+    return validated(model, found[0], where)

@@ -8,43 +8,22 @@ string), ``max_allowed_chunks`` (most query+chunk pairs per request) and
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
 
-from .ovms_graph import GraphError, nodes_options, validated
+from .ovms_graph import ServableNodeOptions, one_node_options
 
 OPTIONS_TYPE = "mediapipe.RerankCalculatorOVOptions"
 
 
-class RerankNodeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    models_path: str
-    target_device: str | None = None
-    plugin_config: dict[str, Any] | None = None
+class RerankNodeOptions(ServableNodeOptions):
     max_allowed_chunks: int | None = Field(default=None, ge=1)
     max_position_embeddings: int | None = Field(default=None, ge=4)
-
-    @field_validator("plugin_config", mode="before")
-    @classmethod
-    def _json(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value) if value.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"plugin_config is not valid JSON: {exc}") from exc
-        return value
 
 
 def rerank_node_options(text: str, where: str) -> RerankNodeOptions | None:
     """The options of the graph's rerank node; None for a graph without one."""
-    found = nodes_options(text, where, OPTIONS_TYPE)
-    if not found:
-        return None
-    if len(found) > 1:
-        raise GraphError(f"{where}: expected one node with {OPTIONS_TYPE} node_options, found {len(found)}")
-    return validated(RerankNodeOptions, found[0], where)
+    return one_node_options(text, where, OPTIONS_TYPE, RerankNodeOptions)
 
 
 _GRAPH_TEMPLATE = """input_stream: "REQUEST_PAYLOAD:input"
