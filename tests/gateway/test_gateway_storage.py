@@ -19,7 +19,7 @@ from genmesh.gateway.quotas import Quotas
 from genmesh.gateway.redis_keys import KeySpace
 from genmesh.gateway.settings import GatewaySettings
 from genmesh.protocol import OpenAIError
-from support.batches import create_key
+from support.batches import chat_line, create_key, jsonl
 from support.gateway_helpers import RedisServer, chat, model_config
 from support.servers import MODEL_NAME, Server, free_port
 
@@ -200,3 +200,39 @@ def test_uploads_past_the_concurrency_bound_get_429() -> None:
     assert err.status == 429
     assert err.headers["Retry-After"] == "1"
     assert "files_max_concurrent" in err.message
+
+
+def test_enqueued_lines_per_model_are_capped_before_lines_are_copied_in(
+    start_gateway: Any, fake_upstream: Server, redis_server: RedisServer
+) -> None:
+    gw = _start(start_gateway, fake_upstream, "--batch-queue-max-lines", "2")
+    secret, _ = create_key(gw.url, "queue")
+    headers = {"Authorization": f"Bearer {secret}"}
+    three = _upload(gw.url, secret, jsonl(chat_line(f"q{i}", model=MODEL_NAME) for i in range(3))).json()["id"]
+    body = {"input_file_id": three, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    r = httpx.post(gw.url + "/v1/batches", json=body, headers=headers, timeout=30)
+    _refused(r, 429, "quota_exceeded", "--batch-queue-max-lines 2", MODEL_NAME)
+    listed = httpx.get(gw.url + "/v1/batches", headers=headers).json()["data"]
+    assert listed == []  # nothing was created, no line copied in
+    two = _upload(gw.url, secret, jsonl(chat_line(f"t{i}", model=MODEL_NAME) for i in range(2))).json()["id"]
+    r = httpx.post(gw.url + "/v1/batches", json=body | {"input_file_id": two}, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_the_batch_room_script_sums_batches_in_progress_and_drops_ended_ones(redis_server: RedisServer) -> None:
+    rc = redis_server.client()
+    room = rc.register_script(source("batch_room"))
+    active, queued = KS.active_batches_of("room"), KS.queued_lines_of("room")
+    rc.delete(active, queued)
+    far = 2**50
+    rc.zadd(active, {"b1": far, "b2": far})
+    rc.hset(queued, mapping={"b1|m": 3, "b2|m": 4, "b2|n": 1, "gone|m": 100})  # 'gone' has ended
+    rc.pexpire(queued, 60_000)
+    rc.pexpire(active, 60_000)
+    assert room(keys=[active, queued], args=[10, 10, "m", 3]) == [0]  # 7 + 3: at the cap, not past it
+    assert rc.hexists(queued, "gone|m") == 0  # the ended batch's lines no longer count
+    assert room(keys=[active, queued], args=[10, 10, "n", 1, "m", 4]) == [2, b"m"]
+    assert room(keys=[active, queued], args=[2, 10, "x", 1]) == [1]  # two batches in progress already
+    assert room(keys=[active, queued], args=[10, 0, "m", 10**6]) == [0]  # 0: no queue cap
+    rc.zrem(active, "b2")
+    assert room(keys=[active, queued], args=[10, 10, "m", 7]) == [0]

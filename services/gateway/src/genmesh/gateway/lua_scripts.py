@@ -3,7 +3,8 @@
 Each script is a file in ``lua/`` named after its field of :class:`Scripts` (``lua/admit.lua`` is
 ``Scripts.admit``), as arq and rq keep theirs. A line ``--! include NAME`` inlines the fragment
 ``lua/NAME.lua`` (``_prelude``: the model queue's state and helpers, documented at its top; ``_now``:
-Redis' clock). Adding a script is adding its file and its field.
+Redis' clock; ``_batch_room``: an owner's room for one more batch). Adding a script is adding its file
+and its field.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Scripts:
     reserve: AsyncScript
     unreserve: AsyncScript
     create_batch: AsyncScript
+    batch_room: AsyncScript
     claim_line: AsyncScript
     line_done: AsyncScript
     return_line: AsyncScript

@@ -171,6 +171,11 @@ class KeySpace:
         ``batch_max_active_per_key`` (entries drop when the batch ends, or past that time)."""
         return f"{self.prefix}:{{k:{_tag(owner)}}}:batches:active"
 
+    def queued_lines_of(self, owner: str) -> str:
+        """HASH ``<batch id>|<model>`` -> lines: one owner's enqueued batch lines per model, for
+        ``batch_queue_max_lines`` (a field whose batch left ``active_batches_of`` is stale and dropped)."""
+        return f"{self.prefix}:{{k:{_tag(owner)}}}:batches:queued"
+
     def active_batches(self) -> str:
         """ZSET ``<owner>|<batch id>`` -> created ms: batches some runner still has work on (TTL as the batches')."""
         return f"{self.prefix}:batches:active"

@@ -178,6 +178,12 @@ class GatewaySettings(ServiceSettings):
         description="batches one API key may have in progress at once; past it POST /v1/batches is a 429 "
         "quota_exceeded (its lines are never copied in)",
     )
+    batch_queue_max_lines: int = Field(
+        default=250_000,
+        ge=0,
+        description="quota: lines one API key may have enqueued per model across its batches in progress "
+        "(OpenAI's batch queue limit, in lines; 0: none); past it POST /v1/batches is a 429 quota_exceeded",
+    )
     batch_window_s: float = Field(
         default=24 * 3600.0, gt=0, description="how long completion_window '24h' lasts before a batch expires"
     )

@@ -38,6 +38,7 @@ from ..settings import GatewaySettings
 from ..store import Store, StoreUnavailable, start_after, text
 from .files import Fenced, FileStore
 from .output import ordered_results, quota_line
+from .room import no_room, room_args, room_keys
 from .validation import LineRules, check, requests, served_model
 
 ACTIVE_GRACE_S = 600  # a batch counts as in progress at most this long past its window (its end, unnoticed)
@@ -150,7 +151,7 @@ class BatchStore:
             fields |= {"status": "failed", "failed_at": now, "total": 0}
             fields["errors"] = orjson.dumps([e.model_dump() for e in checked.errors]).decode()
         else:
-            await self._check_active(owner)
+            await self._check_room(owner, checked.models)
             await self._load(keys, data, checked.custom_ids)
             fields |= {"status": "in_progress", "in_progress_at": now, "total": len(checked.custom_ids)}
             fields |= {f"m:{model}": n for model, n in checked.models.items()}
@@ -160,13 +161,14 @@ class BatchStore:
             await self.store.call(self.store.redis.pexpire(active, self.ttl_ms))
         cap = 0 if checked.errors else self.settings.batch_max_active_per_key
         end_ms = (now + int(self.settings.batch_window_s) + ACTIVE_GRACE_S) * 1000
-        args: list[Any] = [self.ttl_ms, cap, end_ms]
+        args: list[Any] = [self.ttl_ms, cap, end_ms, self.settings.batch_queue_max_lines]
         for k, v in fields.items():
             args += [k, v]
-        index_keys = [self.keyspace.batches(owner), self.keyspace.active_batches_of(owner)]
-        if not await self.store.call(self.store.scripts.create_batch(keys=[*keys.all(), *index_keys], args=args)):
-            await self.store.call(self.store.redis.delete(*keys.all()))  # a race past the cap: its lines go
-            raise self._too_many_active()
+        index_keys = [self.keyspace.batches(owner), *room_keys(self.keyspace, owner)]
+        room = await self.store.call(self.store.scripts.create_batch(keys=[*keys.all(), *index_keys], args=args))
+        if int(room[0]):
+            await self.store.call(self.store.redis.delete(*keys.all()))  # a race past a cap: its lines go
+            raise no_room(self.settings, room)
         return to_batch({k: str(v) for k, v in fields.items()})
 
     async def _served_kinds(self) -> dict[str, str]:
@@ -177,24 +179,13 @@ class BatchStore:
         live = await self.store.call(self.store.redis.zrangebyscore(self.keyspace.served_models(), now_ms, "+inf"))
         return {**dict.fromkeys((text(m) for m in live if isinstance(m, bytes | str)), "elsewhere"), **self.kinds}
 
-    async def _check_active(self, owner: str) -> None:
-        """Refuse a batch past the key's ``batch_max_active_per_key`` before its lines are copied in
-        (``create_batch.lua`` checks again, atomically)."""
-        key, redis = self.keyspace.active_batches_of(owner), self.store.redis
-        await self.store.call(redis.zremrangebyscore(key, "-inf", int(time.time() * 1000)))
-        if await self.store.call(redis.zcard(key)) >= self.settings.batch_max_active_per_key:
-            raise self._too_many_active()
-
-    def _too_many_active(self) -> OpenAIError:
-        cap = self.settings.batch_max_active_per_key
-        return OpenAIError(
-            f"quota exceeded: this API key already has {cap} batches in progress "
-            f"(--batch-max-active-per-key {cap}); wait for one to end or cancel one",
-            status=429,
-            type="rate_limit_error",
-            code="quota_exceeded",
-            headers={"Retry-After": "60"},
-        )
+    async def _check_room(self, owner: str, models: dict[str, int]) -> None:
+        """Refuse a batch past the key's batches in progress or enqueued lines before its lines are
+        copied in (``create_batch.lua`` checks again, atomically)."""
+        keys, args = room_keys(self.keyspace, owner), room_args(self.settings, models)
+        room = await self.store.call(self.store.scripts.batch_room(keys=keys, args=args))
+        if int(room[0]):
+            raise no_room(self.settings, room)
 
     async def ended(self, owner: str, batch_id: str) -> None:
         """The batch no longer counts against its key's batches in progress."""
