@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from genmesh.protocol import OpenAIError
-from genmesh.protocol.server.inputs import decode_json_object, nested_deeper
+from genmesh.protocol.server.inputs import containers, decode_json_object, nested_deeper
 
 
 def _depth(value: Any) -> int:
@@ -54,7 +54,21 @@ def test_towers_and_wide_shapes() -> None:
 def test_decode_refuses_too_deep_wide_bodies() -> None:
     raw = b'{"a":[' + b",".join([b"{}"] * 100_000 + [b"[" * 70 + b"]" * 70]) + b"]}"
     with pytest.raises(OpenAIError) as err:
-        decode_json_object(raw, 64)
+        decode_json_object(raw, 64, 10**6)
     assert err.value.status == 400
     assert "nested more than 64" in str(err.value.body())
-    assert decode_json_object(b'{"a":[' + b",".join([b"{}"] * 100_000) + b"]}", 64)["a"][0] == {}
+    assert decode_json_object(b'{"a":[' + b",".join([b"{}"] * 100_000) + b"]}", 64, 100_002)["a"][0] == {}
+
+
+def test_a_body_of_too_many_containers_is_refused_before_it_is_parsed() -> None:
+    wide = b'{"a":[' + b",".join([b"{}"] * 100_000) + b"]}"
+    assert containers(wide) == 100_002
+    quoted = b'{"a":"[[{{\\"[{","b":[{}]}'  # brackets in strings (and an escaped quote) do not count
+    assert containers(quoted) == 3
+    assert decode_json_object(quoted, 64, 3)["b"] == [{}]
+    with pytest.raises(OpenAIError) as err:
+        decode_json_object(wide, 64, 100_001)
+    assert err.value.status == 400
+    assert "more than 100001 arrays and objects" in str(err.value.body())
+    with pytest.raises(OpenAIError):  # the count comes first: a broken wide body is refused the same way
+        decode_json_object(wide[:-1], 64, 1000)

@@ -127,7 +127,8 @@ class BatchStore:
         output_ttl_s: int | None = None,
     ) -> Batch:
         served = functools.partial(served_model, await self._served_kinds(), endpoint)
-        rules = LineRules(self.settings.max_body_bytes, self.settings.max_json_depth, served)
+        settings = self.settings
+        rules = LineRules(settings.max_body_bytes, settings.max_json_depth, served, settings.max_json_containers)
         checked = await asyncio.to_thread(check, data, endpoint, self.settings.batch_max_lines, rules)
         if checked.unknown_models:  # as many refused requests, in the key's RPM window
             rate = self.keyspace.key_id(owner).rate

@@ -24,7 +24,7 @@ import orjson
 
 from genmesh.protocol.batches import BatchError
 from genmesh.protocol.errors import quote
-from genmesh.protocol.server.inputs import nested_deeper
+from genmesh.protocol.server.inputs import containers, nested_deeper
 
 MAX_ERRORS = 100  # validation errors a failed batch reports (the first ones)
 MAX_CUSTOM_ID = 512  # characters of a custom_id
@@ -98,6 +98,7 @@ class LineRules:
     max_bytes: int
     max_depth: int
     served: Callable[[dict[str, Any]], str | None]
+    max_containers: int = 100_000  # --max-json-containers (batches.py passes the setting)
 
 
 def check(data: bytes, endpoint: str, max_lines: int, rules: LineRules) -> Checked:
@@ -122,6 +123,10 @@ def check(data: bytes, endpoint: str, max_lines: int, rules: LineRules) -> Check
 
 
 def _check_line(out: Checked, seen: set[str], number: int, line: bytes, endpoint: str, rules: LineRules) -> None:
+    cap = rules.max_containers
+    if line.count(b"[") + line.count(b"{") > cap and containers(line) > cap:  # before a parse that would hold the GIL
+        out.fail(number, "invalid_json_line", f"the line holds more than {cap} arrays and objects")
+        return
     try:
         req = orjson.loads(line)
     except orjson.JSONDecodeError as exc:

@@ -121,7 +121,7 @@ class Exchange:
                 raise admission_error(exc, 1) from exc
             budget_s -= time.monotonic() - began
             raw = await self._read_body()
-            body = decode_json_object(raw, st.settings.max_json_depth)
+            body = decode_json_object(raw, st.settings.max_json_depth, st.settings.max_json_containers)
             route = await self._route(key, body)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
@@ -157,7 +157,7 @@ class Exchange:
         ``body``: ``raw`` parsed and checked already (a batch line, at its batch's creation)."""
         self.charge_once = charge_once
         if body is None:
-            body = decode_json_object(raw, self.st.settings.max_json_depth)
+            body = decode_json_object(raw, self.st.settings.max_json_depth, self.st.settings.max_json_containers)
         route = await self._route(key, body)
         if self.traced is not None:
             self._annotate(body, route.name, priority, key.tenant, False)

@@ -125,7 +125,7 @@ class AudioExchange(Exchange):
             if self.path == TRANSCRIPTIONS_PATH:
                 body = await form_fields(raw, self.content_type, st.settings.audio_max_bytes)
             else:
-                body = decode_json_object(raw, st.settings.max_json_depth)
+                body = decode_json_object(raw, st.settings.max_json_depth, st.settings.max_json_containers)
             route = audio_route(st, body.get("model"), KINDS[self.path])
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)

@@ -50,7 +50,8 @@ def request_id(request: Request) -> str:
 
 async def json_body(request: Request) -> dict[str, Any]:
     """The body, checked before any work (``decode_json_object``; its size by ``BodyLimitMiddleware``)."""
-    return decode_json_object(await request.body(), body_limits(request).max_json_depth)
+    limits = body_limits(request)
+    return decode_json_object(await request.body(), limits.max_json_depth, limits.max_json_containers)
 
 
 def _error_json(reply: Reply) -> Response:

@@ -194,7 +194,8 @@ class CheckedRoute(APIRoute):
                 raw = await request.body()
                 if raw:
                     # starlette keeps the decoded body here; FastAPI's request.json() then reuses it
-                    request._json = decode_json_object(raw, body_limits(request).max_json_depth)
+                    limits = body_limits(request)
+                    request._json = decode_json_object(raw, limits.max_json_depth, limits.max_json_containers)
             return await handler(request)
 
         return checked

@@ -32,8 +32,17 @@ _AS_SQUARE = bytes.maketrans(b"{}", b"[]")
 _PATH_VISITS = 10_000  # containers walked to name where a too-deep body is too deep
 
 
-def decode_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 (``code="invalid_json"``) naming what is wrong and where."""
+def decode_json_object(raw: bytes, max_depth: int, max_containers: int) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 (``code="invalid_json"``) naming what is wrong and where.
+
+    A body of more than ``max_containers`` arrays and objects is refused before it is parsed: a
+    wide body (``[{},{},...]``) costs orjson a Python object per container, so parsing 4 MiB of
+    them would hold the event loop (and the GIL) for hundreds of ms and take ~23 times its size."""
+    if raw.count(b"[") + raw.count(b"{") > max_containers and containers(raw) > max_containers:
+        raise invalid_request(
+            f"the JSON body holds more than {max_containers} arrays and objects (max_json_containers)",
+            code="invalid_json",
+        )
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -46,18 +55,12 @@ def decode_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:
 
 
 def nested_deeper(raw: bytes, max_depth: int) -> bool:
-    """Whether valid JSON ``raw`` nests containers more than ``max_depth`` deep, at C speed: strings
-    out (escaped backslashes, then escaped quotes taken out, every other piece between quotes
-    kept), brackets alone kept (as ``[``/``]``); then passes that each take out every innermost
+    """Whether valid JSON ``raw`` nests containers more than ``max_depth`` deep, at C speed: its
+    brackets alone (``_brackets``); then passes that each take out every innermost
     ``[]`` pair (one level: ``bytes.replace`` never looks at what it has just joined) while a pass
     takes out at least half of what is left (a wide body is empty after its depth's few passes);
     past that, the depth is summed over the runs of ``[`` and of ``]`` (a deep body has long runs)."""
-    shape = raw
-    if b'"' in shape:
-        if b"\\" in shape:
-            shape = shape.replace(b"\\\\", b"").replace(b'\\"', b"")
-        shape = b"".join(shape.split(b'"')[::2])
-    shape = shape.translate(_AS_SQUARE, _NOT_BRACKETS)
+    shape = _brackets(raw)
     if b"[" * (max_depth + 1) in shape:
         return True
     levels = 0  # taken out so far
@@ -73,6 +76,22 @@ def nested_deeper(raw: bytes, max_depth: int) -> bool:
     opened = accumulate(map(len, runs[0::2]))
     closed = chain((0,), accumulate(map(len, runs[1::2])))
     return levels + max(map(sub, opened, closed), default=0) > max_depth
+
+
+def containers(raw: bytes) -> int:
+    """How many arrays and objects valid JSON ``raw`` holds, at C speed (brackets in strings left out)."""
+    return _brackets(raw).count(b"[")
+
+
+def _brackets(raw: bytes) -> bytes:
+    """``raw`` without its strings (escaped backslashes, then escaped quotes taken out, every other
+    piece between quotes kept), its brackets alone kept, each as ``[`` or ``]``."""
+    shape = raw
+    if b'"' in shape:
+        if b"\\" in shape:
+            shape = shape.replace(b"\\\\", b"").replace(b'\\"', b"")
+        shape = b"".join(shape.split(b'"')[::2])
+    return shape.translate(_AS_SQUARE, _NOT_BRACKETS)
 
 
 def too_deep(value: Any, max_depth: int, max_visits: int | None = None) -> str | None:

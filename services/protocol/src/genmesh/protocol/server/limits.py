@@ -36,6 +36,11 @@ class HttpLimits(BaseModel):
         description="socket buffer per connection (to a client, from an upstream): bounds what a stream holds",
     )
     max_json_depth: int = Field(default=64, ge=2, le=512, description="deepest JSON nesting a body may have")
+    max_json_containers: int = Field(
+        default=100_000,
+        ge=16,
+        description="most arrays and objects a JSON body may hold (counted at C speed before it is parsed)",
+    )
 
     def http_limits(self) -> HttpLimits:
         """The limits alone (a service's settings object carries other fields too)."""
