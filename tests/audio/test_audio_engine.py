@@ -4,6 +4,7 @@ both through the OpenAI SDK, streaming, and bad input (each a 400 naming its fie
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 
@@ -12,7 +13,8 @@ import openai
 import pytest
 import soundfile
 
-from support.audio import SENTENCES, SPEECH_NAME, WHISPER_NAME, wer
+from support.audio import SENTENCES, SPEECH_NAME, SPOKEN, WHISPER_NAME, assert_heard_and_spoken, input_audio, wer
+from support.servers import MODEL_NAME
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -144,6 +146,26 @@ def test_bad_speech_requests_are_400s_naming_the_field(audio_engine_url: str) ->
     _error(httpx.post(url, json={**base, "speed": 9}, timeout=30), 400, "speed")
     _error(httpx.post(url, json={**base, "model": WHISPER_NAME}, timeout=30), 400, "model")
     assert httpx.post(url, json={**base, "model": "nope"}, timeout=30).status_code == 404
+
+
+def test_spoken_chat_turn_answers_in_audio_with_its_transcript(audio_engine_url: str) -> None:
+    c = client(audio_engine_url)
+    part, seconds = input_audio(c)
+    reply = c.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
+        audio={"voice": "alloy", "format": "wav"},
+        **SPOKEN,  # type: ignore[arg-type]
+    )
+    message = reply.choices[0].message
+    assert message.audio is not None
+    assert message.content is None  # as OpenAI's: the text is the audio's transcript
+    assert message.audio.id
+    assert message.audio.expires_at > 0
+    assert_heard_and_spoken(c, message.audio.transcript, base64.b64decode(message.audio.data))
+    usage = reply.usage.model_dump() if reply.usage else {}
+    assert abs(usage["audio_seconds"] - seconds) < 0.05  # the question was transcribed, all of it
+    assert usage["speech_characters"] == len(message.audio.transcript)
 
 
 def test_models_lists_the_audio_models_with_kind_and_voices(audio_engine_url: str) -> None:

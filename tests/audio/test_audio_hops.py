@@ -4,6 +4,7 @@ metering (audio seconds and characters per key, in usage and metrics) and its an
 
 from __future__ import annotations
 
+import base64
 import io
 from typing import Any
 
@@ -12,8 +13,18 @@ import openai
 import pytest
 import soundfile
 
-from support.audio import SPEECH_NAME, WHISPER_NAME, wer
+from support.audio import (
+    SPEECH_NAME,
+    SPOKEN,
+    WHISPER_NAME,
+    assert_heard_and_spoken,
+    input_audio,
+    pcm16_wav,
+    wer,
+)
 from support.embeddings_mesh import ADMIN, Mesh
+from support.polling import wait_until
+from support.servers import MODEL_NAME
 
 pytestmark = pytest.mark.timeout(900)
 TEXT = "The library is quiet and full of old books. Our teacher asked us to write a short story."
@@ -113,3 +124,84 @@ def test_bad_audio_input_at_the_gateway_is_a_4xx_naming_the_field(audio_mesh: Me
     assert "/v1/audio/transcriptions" in wrong.json()["error"]["message"]
     # nothing else was harmed: the same key still gets speech
     assert _post(audio_mesh, secret, s, json=base).status_code == 200
+
+
+def test_spoken_chat_turn_at_the_hop(hop: tuple[str, str]) -> None:
+    c = client(hop)
+    part, _ = input_audio(c)
+    reply = c.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
+        audio={"voice": "nova", "format": "wav"},
+        **SPOKEN,  # type: ignore[arg-type]
+    )
+    message = reply.choices[0].message
+    assert message.audio is not None
+    assert message.content is None
+    assert_heard_and_spoken(c, message.audio.transcript, base64.b64decode(message.audio.data))
+
+
+def test_spoken_chat_turn_streams_at_the_gateway_and_is_metered(audio_mesh: Mesh) -> None:
+    secret, key_id = audio_mesh.key()
+    # the question is spoken through the microservice (no key), so that the key's usage is the turn's alone
+    part, seconds = input_audio(client((audio_mesh.microservice.url, "unused")))
+    c = client((audio_mesh.gateway.url, secret))
+    stream = c.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Answer in one sentence."}, part]}],  # type: ignore[list-item]
+        audio={"voice": "alloy", "format": "pcm16"},
+        stream=True,
+        **SPOKEN,  # type: ignore[arg-type]
+    )
+    ids: set[str] = set()
+    transcript, pcm, expiries, finishes = "", b"", [], []
+    for chunk in stream:
+        for choice in chunk.choices:
+            assert choice.delta.content is None
+            audio: dict[str, Any] = getattr(choice.delta, "audio", None) or {}
+            ids.update([audio["id"]] if "id" in audio else [])
+            transcript += audio.get("transcript", "")
+            pcm += base64.b64decode(audio.get("data", ""))
+            expiries += [audio["expires_at"]] if "expires_at" in audio else []
+            finishes += [choice.finish_reason] if choice.finish_reason else []
+    assert len(ids) == 1
+    assert len(expiries) == 1
+    assert finishes in (["stop"], ["length"])
+    usage_url = f"{audio_mesh.gateway.url}/admin/keys/{key_id}/usage"
+
+    def metered() -> dict[str, Any] | None:
+        usage: dict[str, Any] = httpx.get(usage_url, headers=ADMIN, timeout=10).json()
+        return usage if usage.get("speech_characters") else None
+
+    wait_until(metered, 30, what="the spoken turn metered")
+    usage = metered()
+    assert usage is not None
+    assert usage["speech_characters"] == len(transcript)
+    assert abs(usage["audio_milliseconds"] - seconds * 1000) < 50
+    assert_heard_and_spoken(c, transcript, pcm16_wav(pcm))
+
+
+def test_bad_spoken_chat_input_at_the_gateway_is_a_4xx_naming_the_field(audio_mesh: Mesh) -> None:
+    secret, _ = audio_mesh.key()
+    path = "/v1/chat/completions"
+    good, _ = input_audio(client((audio_mesh.microservice.url, "unused")), "Hello there.")
+
+    def chat(data: str = good["input_audio"]["data"], fmt: str = "wav", **fields: Any) -> httpx.Response:
+        part = {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": [part]}], "max_tokens": 4, **fields}
+        return _post(audio_mesh, secret, path, json=body)
+
+    where = "messages[0].content[0].input_audio"
+    _named(chat(base64.b64encode(b"not audio at all " * 50).decode()), 400, f"{where}.data")
+    _named(chat(""), 400, f"{where}.data")
+    _named(chat("%%% not base64 %%%"), 400, f"{where}.data")
+    _named(chat(fmt="ogg"), 400, f"{where}.format")
+    _named(chat(base64.b64encode(b"\0" * 2_050_000).decode()), 413, f"{where}.data")  # --audio-max-bytes 2000000
+    spoken = {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}
+    _named(chat(**{**spoken, "audio": {"voice": "nobody", "format": "wav"}}), 400, "audio.voice")
+    _named(chat(**{**spoken, "audio": {"voice": "alloy", "format": "aiff"}}), 400, "audio.format")
+    _named(chat(**{**spoken, "audio": {"voice": "alloy", "format": "mp3"}}, stream=True), 400, "audio.format")
+    _named(chat(modalities=["text", "audio"]), 400, "audio")
+    _named(chat(**spoken, n=2), 400, "n")
+    # nothing else was harmed: the same key still gets a spoken answer
+    assert chat(**spoken).json()["choices"][0]["message"]["audio"]["transcript"]

@@ -4,7 +4,10 @@ the subtitle formats (genmesh.protocol.audio), and the engine's decoder on made-
 
 from __future__ import annotations
 
+import asyncio
 import io
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -135,3 +138,51 @@ def test_batches_refuse_audio_lines() -> None:
     checked = check(json.dumps(line).encode() + b"\n", "/v1/chat/completions", 10, rules)
     assert checked.failed_lines == 1
     assert checked.errors[0].param == "url"
+
+
+def _no_audio_models_request() -> Any:
+    """A request to an engine serving no audio model (the spoken turn's checks read only its registry)."""
+    from genmesh.engine.openai.audio_models import AudioModels
+    from genmesh.engine.settings import EngineSettings
+
+    audio = AudioModels(EngineSettings())
+    return SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(registry=SimpleNamespace(audio=audio))))
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "modalities"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}],
+                    }
+                ]
+            },
+            "messages[0].content[0]",
+        ),
+    ],
+)
+def test_spoken_turn_on_an_engine_without_audio_models_is_a_400(fields: dict[str, Any], param: str) -> None:
+    from genmesh.engine.openai.routes.spoken_chat import prepare
+    from genmesh.protocol import ChatCompletionRequest
+
+    body = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], **fields})
+    assert body.spoken()
+    with pytest.raises(OpenAIError) as err:
+        asyncio.run(prepare(body, _no_audio_models_request()))
+    assert err.value.status == 400
+    assert err.value.param == param
+
+
+def test_text_only_chat_is_not_a_spoken_turn() -> None:
+    from genmesh.protocol import ChatCompletionRequest
+
+    parts = [{"type": "text", "text": "hi"}]
+    assert not ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": parts}]}).spoken()
+    assert not ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "user", "content": "hi"}], "modalities": ["text"]}
+    ).spoken()

@@ -3,11 +3,16 @@ the chat model (session-wide), the sentences the round trip speaks, and word err
 
 from __future__ import annotations
 
+import base64
+import io
 import re
 import sys
 from collections.abc import Iterator
+from typing import Any
 
+import openai
 import pytest
+import soundfile
 import yaml
 
 from genmesh.bench.servers import free_port
@@ -59,6 +64,39 @@ def wer(reference: str, hypothesis: str) -> float:
         for j, h in enumerate(hyp, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
     return row[len(hyp)] / max(1, len(ref))
+
+
+# A spoken chat turn (issue 43 item 4): a question the mesh's own voice speaks, sent as input_audio.
+QUESTION = "What is the capital of France?"
+SPOKEN = {"modalities": ["text", "audio"], "temperature": 0, "max_tokens": 24}
+
+
+def input_audio(client: openai.OpenAI, text: str = QUESTION) -> tuple[dict[str, Any], float]:
+    """``text`` spoken by the mesh's /v1/audio/speech as an ``input_audio`` part, and its length in seconds."""
+    wav = client.audio.speech.create(model=SPEECH_NAME, voice="alloy", input=text, response_format="wav").content
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
+    return part, soundfile.info(io.BytesIO(wav)).duration
+
+
+def assert_heard_and_spoken(client: openai.OpenAI, transcript: str, wav: bytes) -> None:
+    """The spoken answer: a transcript, audio of some length, and that audio transcribed back close to it
+    (a WER bound: the voice samples noise, and the answer's text is the model's, not this test's)."""
+    assert transcript.strip()
+    assert soundfile.info(io.BytesIO(wav)).duration > 0.3
+    back = client.audio.transcriptions.create(model=WHISPER_NAME, file=("a.wav", wav, "audio/wav")).text
+    assert wer(transcript, back) <= 0.5, (transcript, back)
+
+
+def pcm16_wav(pcm: bytes, rate: int = 22050) -> bytes:
+    """Raw 16-bit mono PCM (a streamed ``pcm16`` answer) as a WAV file."""
+    out = io.BytesIO()
+    soundfile.write(
+        out,
+        soundfile.read(io.BytesIO(pcm), samplerate=rate, channels=1, format="RAW", subtype="PCM_16")[0],
+        rate,
+        format="WAV",
+    )
+    return out.getvalue()
 
 
 @pytest.fixture(scope="session")

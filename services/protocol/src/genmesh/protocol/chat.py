@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .common import INT32_MAX, CompletionEnvelope, FinishReason, PromptLogprobs, Usage
 from .sampling import SamplingFields
+from .spoken import ChatAudioDelta, ChatAudioOutput, ChatCompletionAudio, InputAudioPart, SpokenUsage
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -19,16 +20,16 @@ class TextPart(BaseModel):
 
 
 class OtherPart(BaseModel):
-    """A content part we can name in an error (images, audio, files) but not use."""
+    """A content part we can name in an error (images, files) but not use."""
 
     model_config = ConfigDict(extra="allow")
-    type: Literal["image_url", "input_audio", "file", "refusal"]
+    type: Literal["image_url", "file", "refusal"]
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Role
-    content: str | list[TextPart | OtherPart] | None = None
+    content: str | list[TextPart | InputAudioPart | OtherPart] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
@@ -97,14 +98,22 @@ class ChatCompletionRequest(SamplingFields):
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     reasoning_effort: str | None = None
-    modalities: list[str] | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
     prediction: dict[str, Any] | None = None
-    audio: dict[str, Any] | None = None
+    audio: ChatAudioOutput | None = None  # the spoken reply's voice and format (modalities: audio)
     web_search_options: dict[str, Any] | None = None
 
     def completion_limit(self) -> int | None:
         """``max_completion_tokens`` takes precedence over the deprecated ``max_tokens``."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def spoken(self) -> bool:
+        """A spoken turn (spoken.py): audio asked for, or ``input_audio`` among the messages' parts."""
+        if self.audio is not None or (self.modalities is not None and "audio" in self.modalities):
+            return True
+        return any(
+            isinstance(m.content, list) and any(isinstance(p, InputAudioPart) for p in m.content) for m in self.messages
+        )
 
 
 class FunctionCall(BaseModel):
@@ -150,12 +159,15 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    audio: ChatCompletionAudio | None = None
 
     @model_serializer
     def _drop_empty_tool_calls(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.audio is not None:
+            out["audio"] = self.audio.model_dump()
         return out
 
 
@@ -176,12 +188,15 @@ class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    audio: ChatAudioDelta | None = None
 
     @model_serializer
     def _drop_unset(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
         if self.tool_calls is not None:
             out["tool_calls"] = [c.model_dump(exclude_none=True) for c in self.tool_calls]
+        if self.audio is not None:
+            out["audio"] = self.audio.model_dump(exclude_none=True)
         return out
 
 
@@ -195,3 +210,13 @@ class ChatChunkChoice(BaseModel):
 class ChatCompletionChunk(CompletionEnvelope[ChatChunkChoice]):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     prompt_logprobs: PromptLogprobs | None = None  # vLLM's, on the first chunk only
+
+
+class SpokenChatResponse(ChatCompletionResponse):
+    """A spoken turn's reply: its usage also says the audio transcribed and the characters spoken."""
+
+    usage: SpokenUsage
+
+
+class SpokenChatChunk(ChatCompletionChunk):
+    usage: SpokenUsage | None = None

@@ -107,6 +107,8 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
     usage_seen: bool = False  # the reply said its usage (else the gateway charges an estimate)
     reply_bytes: int = 0  # relayed so far
+    audio_seconds: float = 0.0  # a spoken chat turn's usage: the audio transcribed (the gateway meters it)
+    speech_characters: int = 0  # and the characters spoken
 
 
 def _usage_from(obj: Any, out: Outcome) -> None:
@@ -119,6 +121,9 @@ def _usage_from(obj: Any, out: Outcome) -> None:
         out.usage_seen = True
         out.prompt_tokens = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
         out.completion_tokens = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+        if "audio_seconds" in usage or "speech_characters" in usage:  # a spoken chat turn (genmesh's fields)
+            out.audio_seconds = float(usage.get("audio_seconds") or 0.0)
+            out.speech_characters = int(usage.get("speech_characters") or 0)
 
 
 async def relay_stream(

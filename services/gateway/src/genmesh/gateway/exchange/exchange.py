@@ -30,6 +30,7 @@ from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, re
 
 from .. import failover
 from ..affinity import prefix_of
+from ..audio_usage import check_input_audio, meter_audio
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
 from ..replies import bad_gateway, prepare_body, response_headers
@@ -44,6 +45,7 @@ from .errors import ClientGone, admission_error, authenticate
 log = logging.getLogger("genmesh.gateway.http")
 
 _JSON = (b"content-type", b"application/json")
+CHAT_PATH = "/v1/chat/completions"
 
 
 class Exchange:
@@ -122,6 +124,8 @@ class Exchange:
             budget_s -= time.monotonic() - began
             raw = await self._read_body()
             body = decode_json_object(raw, st.settings.max_json_depth, st.settings.max_json_containers)
+            if self.path == CHAT_PATH:
+                check_input_audio(body, st.settings.audio_max_bytes)  # a spoken turn's audio parts
             route = await self._route(key, body)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
@@ -389,3 +393,5 @@ class Exchange:
     ) -> None:
         await self._give_back(key, ticket)
         await metering.record(self, key, ticket, resp, out, upstream, completed=completed)
+        if completed and (out.audio_seconds or out.speech_characters):  # a spoken chat turn's usage said them
+            await meter_audio(self.st, key, out.audio_seconds, out.speech_characters)

@@ -7,13 +7,11 @@ transcribed and the characters spoken (the engine says each in ``x-genmesh-audio
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
 from typing import Any
 
-from redis.exceptions import RedisError
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
@@ -26,11 +24,11 @@ from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import server_span
 from genmesh.relay import Outcome, UpstreamResponse
 
+from ..audio_usage import meter_audio
 from ..auth import ApiKey, resolve_priority
 from ..config import ModelRoute
 from ..exchange.errors import ClientGone, admission_error, authenticate
 from ..exchange.exchange import Exchange
-from ..redis_keys import USAGE_TTL_S
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import Ticket
@@ -172,26 +170,12 @@ class AudioExchange(Exchange):
 
     async def _meter(self, key: ApiKey, resp: UpstreamResponse) -> None:
         """The audio seconds (transcription) or characters (speech) of a served reply, counted per key."""
-        st = self.st
         if self.path == TRANSCRIPTIONS_PATH:
             raw = resp.header(b"x-genmesh-audio-seconds")
-            seconds = float(raw) if raw else 0.0
-            st.metrics.audio_seconds.labels(key.tenant).inc(seconds)
-            field, amount = "audio_milliseconds", round(seconds * 1000)
+            await meter_audio(self.st, key, float(raw) if raw else 0.0, 0)
         else:
             raw = resp.header(b"x-genmesh-speech-characters")
-            amount = int(raw) if raw else 0
-            st.metrics.speech_characters.labels(key.tenant).inc(amount)
-            field = "speech_characters"
-        if not key.key_id or amount <= 0:
-            return
-        usage = st.limiter.keyspace.key_id(key.key_id).usage
-        with contextlib.suppress(RedisError, OSError):  # one key, its TTL renewed in the same transaction
-            async with st.limiter.redis.pipeline(transaction=True) as pipe:
-                pipe.hincrby(usage, field, amount)
-                pipe.hincrby(usage, "requests", 1)
-                pipe.expire(usage, USAGE_TTL_S)
-                await pipe.execute()
+            await meter_audio(self.st, key, 0.0, int(raw) if raw else 0)
 
 
 async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:

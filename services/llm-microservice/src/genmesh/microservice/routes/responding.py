@@ -147,10 +147,12 @@ async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None =
         total_deadline=started + s.request_timeout_s,
         ending=end,
     )
-    return EventStream(_observed(events, upstream, out, st.metrics, request.url.path, started, relaying), SSE_HEADERS)
+    headers = {**SSE_HEADERS, **{k: v for k in STREAM_HEADERS if (v := response.headers.get(k)) is not None}}
+    return EventStream(_observed(events, upstream, out, st.metrics, request.url.path, started, relaying), headers)
 
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+STREAM_HEADERS = ("x-genmesh-audio-seconds",)  # a spoken chat stream's audio, transcribed before it began
 
 
 async def _observed(

@@ -35,6 +35,7 @@ from ..intake import start_chat
 from ..logprobs import chat_logprobs, vllm_prompt_logprobs
 from ..prompt_logprobs import Prompts, ScoringPlan
 from ..prompts import PromptTokenizer
+from . import spoken_chat
 from .responding import add_api_route, arrival_time, engine, generated_reply
 
 router = APIRouter(route_class=CheckedRoute)
@@ -43,12 +44,17 @@ router = APIRouter(route_class=CheckedRoute)
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     arrival = arrival_time()
     st = engine(request, body.model)
+    spoken = await spoken_chat.prepare(body, request) if body.spoken() else None  # audio in or out
+    if spoken is not None:
+        body = spoken.body  # the transcripts in place of the audio parts
     job = await start_chat(st, body, "chat", arrival)
     ids = job.prompt_ids
     scoring = ScoringPlan.of(body, len(ids))
     head = Reply(new_id("chatcmpl"), job.model, now(), job.n, len(ids), body.include_usage())
     annotate({"gen_ai.response.id": head.rid, "gen_ai.request.model": job.model})
     writer = _Writer(st.tokenizer, head, job.plan, bool(body.logprobs), scoring.top, body.prompt_logprobs)
+    if spoken is not None:
+        return await spoken_chat.reply(spoken, request, st, ids, scoring, job.gens, writer)
     return await generated_reply(request, st, ids, scoring, job.gens, bool(body.stream), writer)
 
 

@@ -38,7 +38,7 @@ class AudioStream(EventStream):
         super().__init__(chunks, headers)
 
 
-def _saying(voice: PiperVoice, sentence: str, speed: float) -> Callable[[threading.Event], np.ndarray]:
+def saying(voice: PiperVoice, sentence: str, speed: float) -> Callable[[threading.Event], np.ndarray]:
     def job(stop: threading.Event) -> np.ndarray:
         return voice.synthesise(sentence, speed)
 
@@ -51,13 +51,13 @@ async def _spoken(
     if fmt == "wav":
         yield wav_header(voice.rate)
     for sentence in parts:
-        yield pcm16(await worker.run(_saying(voice, sentence, speed)))
+        yield pcm16(await worker.run(saying(voice, sentence, speed)))
 
 
-async def _whole(voice: PiperVoice, worker: AudioWorker, parts: list[str], speed: float, fmt: str) -> bytes:
-    chunks = [await worker.run(_saying(voice, sentence, speed)) for sentence in parts]
+async def whole_audio(voice: PiperVoice, worker: AudioWorker, parts: list[str], speed: float, fmt: str) -> bytes:
+    chunks = [await worker.run(saying(voice, sentence, speed)) for sentence in parts]
     pause = np.zeros(voice.rate // 10, dtype=np.float32)
-    samples = np.concatenate([c for chunk in chunks for c in (chunk, pause)])
+    samples = np.concatenate([c for chunk in chunks for c in (chunk, pause)] or [np.zeros(0, dtype=np.float32)])
     return await asyncio.to_thread(encode, samples, voice.rate, fmt)
 
 
@@ -94,7 +94,7 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     headers = {CHARACTERS_HEADER: str(len(body.input))}
     if fmt in STREAMED:
         return AudioStream(_spoken(voice, worker, parts, body.speed, fmt), SPEECH_MEDIA_TYPES[fmt], headers)
-    data = await unless_disconnected(request, _whole(voice, worker, parts, body.speed, fmt))
+    data = await unless_disconnected(request, whole_audio(voice, worker, parts, body.speed, fmt))
     return Response(data, media_type=SPEECH_MEDIA_TYPES[fmt], headers=headers)
 
 

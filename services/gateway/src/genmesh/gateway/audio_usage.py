@@ -1,0 +1,61 @@
+"""What the gateway meters and bounds of audio: the seconds transcribed and the characters spoken, per
+key (``usage``: ``audio_milliseconds``, ``speech_characters``) and per tenant (``/metrics``), for the
+audio endpoints and for a spoken chat turn alike; and a spoken chat turn's ``input_audio`` parts,
+each bounded by ``--audio-max-bytes`` once decoded (413 naming the part's data), before it is queued."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from genmesh.protocol import OpenAIError
+
+from .auth import ApiKey
+from .redis_keys import USAGE_TTL_S
+from .state import GatewayState
+
+
+async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters: int) -> None:
+    """Count a served reply's audio seconds and spoken characters for ``key`` and its tenant."""
+    if seconds > 0:
+        st.metrics.audio_seconds.labels(key.tenant).inc(seconds)
+    if characters > 0:
+        st.metrics.speech_characters.labels(key.tenant).inc(characters)
+    counts = {"audio_milliseconds": round(seconds * 1000), "speech_characters": characters}
+    counts = {name: amount for name, amount in counts.items() if amount > 0}
+    if not key.key_id or not counts:
+        return
+    usage = st.limiter.keyspace.key_id(key.key_id).usage
+    with contextlib.suppress(RedisError, OSError):  # one key, its TTL renewed in the same transaction
+        async with st.limiter.redis.pipeline(transaction=True) as pipe:
+            for name, amount in counts.items():
+                pipe.hincrby(usage, name, amount)
+            pipe.hincrby(usage, "requests", 1)
+            pipe.expire(usage, USAGE_TTL_S)
+            await pipe.execute()
+
+
+def check_input_audio(body: dict[str, Any], limit: int) -> None:
+    """413 naming ``messages[i].content[j].input_audio.data`` when a part's audio is over ``limit``
+    bytes once decoded (base64: 3 bytes per 4 characters); everything else is the engine's to check."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "input_audio":
+                continue
+            audio = part.get("input_audio")
+            data = audio.get("data") if isinstance(audio, dict) else None
+            if isinstance(data, str) and len(data) // 4 * 3 - data[-2:].count("=") > limit:
+                raise OpenAIError(
+                    f"the audio is larger than this server's limit of {limit} bytes",
+                    status=413,
+                    param=f"messages[{i}].content[{j}].input_audio.data",
+                    code="file_too_large",
+                )
