@@ -121,11 +121,11 @@ class Exchange:
                 raise admission_error(exc, 1) from exc
             budget_s -= time.monotonic() - began
             raw = await self._read_body()
-            body = decode_json_object(raw, st.settings.max_json_depth)
+            body = await self.parse(raw)
             route = await self._route(key, body)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
-            stream = bool(body.get("stream") or body.get("streaming"))
+            stream = self.streams(body)
             if self.traced is not None:
                 self._annotate(body, route.name, priority, key.tenant, stream)
             await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
@@ -157,11 +157,23 @@ class Exchange:
         ``body``: ``raw`` parsed and checked already (a batch line, at its batch's creation)."""
         self.charge_once = charge_once
         if body is None:
-            body = decode_json_object(raw, self.st.settings.max_json_depth)
+            body = await self.parse(raw)
         route = await self._route(key, body)
         if self.traced is not None:
             self._annotate(body, route.name, priority, key.tenant, False)
         await self._serve(key, route, priority, raw, body, False, ticket_id=ticket_id)
+
+    def body_limit(self) -> int:
+        """The most bytes the request's body may have (subclasses: a limit of their own)."""
+        return self.st.settings.max_body_bytes
+
+    async def parse(self, raw: bytes) -> dict[str, Any]:
+        """The request's fields, from its body (subclasses: another encoding)."""
+        return decode_json_object(raw, self.st.settings.max_json_depth)
+
+    def streams(self, body: dict[str, Any]) -> bool:
+        """Whether the reply is an SSE stream the gateway reads as it relays it."""
+        return bool(body.get("stream") or body.get("streaming"))
 
     async def _route(self, key: ApiKey, body: dict[str, Any]) -> ModelRoute:
         """``route_of``; a model not served costs the key one request of its RPM all the same."""
@@ -184,6 +196,7 @@ class Exchange:
             attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
 
     async def _read_body(self) -> bytes:
+        limit = self.body_limit()
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -192,8 +205,8 @@ class Exchange:
                 raise ClientGone()
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.st.settings.max_body_bytes:  # counted as it comes (Content-Length: http_server)
-                raise too_large(self.st.settings.max_body_bytes)
+            if size > limit:  # counted as it comes (Content-Length: http_server)
+                raise too_large(limit)
             chunks.append(chunk)
             if not message.get("more_body"):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)

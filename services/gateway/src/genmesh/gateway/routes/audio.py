@@ -8,9 +8,8 @@ transcribed and the characters spoken (the engine says each in ``x-genmesh-audio
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-import time
-import uuid
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -19,21 +18,17 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from genmesh.protocol import OpenAIError, internal_error, invalid_request, model_not_found
-from genmesh.protocol.server.http_server import too_large
+from genmesh.protocol import OpenAIError, invalid_request, model_not_found
 from genmesh.protocol.server.inputs import decode_json_object
-from genmesh.protocol.server.logs import request_id_var
-from genmesh.protocol.server.tracing import server_span
 from genmesh.relay import Outcome, UpstreamResponse
 
-from ..auth import ApiKey, resolve_priority
+from ..auth import ApiKey
 from ..config import ModelRoute
-from ..exchange.errors import ClientGone, admission_error, authenticate
 from ..exchange.exchange import Exchange
 from ..redis_keys import USAGE_TTL_S
 from ..state import GatewayState
-from ..store import StoreUnavailable
 from ..tickets import Ticket
+from . import completions
 
 log = logging.getLogger("genmesh.gateway.audio")
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
@@ -110,55 +105,24 @@ class AudioExchange(Exchange):
         if span is not None and self.path == TRANSCRIPTIONS_PATH:  # trace() set the headers anew
             self.own_headers = [*self.own_headers, (b"content-type", self.content_type.encode("latin-1"))]
 
-    async def run(self, authorization: str | None, priority_header: str | None) -> None:
-        st = self.st
-        route_name = "-"
-        try:
-            budget_s = st.settings.redis_timeout_s
-            began = time.monotonic()
-            try:
-                key = await st.admission.store.within(began + budget_s, authenticate(st, authorization))
-            except StoreUnavailable as exc:
-                raise admission_error(exc, 1) from exc
-            budget_s -= time.monotonic() - began
-            raw = await self._read_audio_body()
-            if self.path == TRANSCRIPTIONS_PATH:
-                body = await form_fields(raw, self.content_type, st.settings.audio_max_bytes)
-            else:
-                body = decode_json_object(raw, st.settings.max_json_depth)
-            route = audio_route(st, body.get("model"), KINDS[self.path])
-            route_name = route.name
-            priority = resolve_priority(key, priority_header, st.settings.default_priority)
-            # stream=False: the reply is relayed chunk by chunk as it comes, untouched (no SSE rewriting)
-            await self._serve(key, route, priority, raw, body, False, time.monotonic() + budget_s)
-        except OpenAIError as err:
-            st.metrics.requests.labels(route_name, str(err.status)).inc()
-            st.activity.finished(route_name, err.status)
-            await self.send_error(err)
-        except ClientGone:
-            st.metrics.requests.labels(route_name, "499").inc()
-        except Exception as exc:
-            log.exception("unhandled error", exc_info=exc)
-            st.metrics.requests.labels(route_name, "500").inc()
-            st.activity.finished(route_name, 500)
-            await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
+    def body_limit(self) -> int:
+        if self.path == TRANSCRIPTIONS_PATH:  # the audio file and the form's text fields
+            return self.st.settings.audio_max_bytes + 64 * 1024
+        return self.st.settings.max_body_bytes
 
-    async def _read_audio_body(self) -> bytes:
-        limit = self.st.settings.audio_max_bytes + 64 * 1024 if self.path == TRANSCRIPTIONS_PATH else None
-        limit = limit or self.st.settings.max_body_bytes
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise too_large(limit)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return b"".join(chunks)
+    async def parse(self, raw: bytes) -> dict[str, Any]:
+        if self.path == TRANSCRIPTIONS_PATH:
+            return await form_fields(raw, self.content_type, self.st.settings.audio_max_bytes)
+        return decode_json_object(raw, self.st.settings.max_json_depth)
+
+    def streams(self, body: dict[str, Any]) -> bool:
+        return False  # the reply is relayed chunk by chunk as it comes, untouched (no SSE rewriting)
+
+    async def _route(self, key: ApiKey, body: dict[str, Any]) -> ModelRoute:
+        return audio_route(self.st, body.get("model"), KINDS[self.path])
+
+    def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
+        """None of the GenAI request attributes: they name chat, embeddings and rerank operations only."""
 
     async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
         return raw, False
@@ -195,30 +159,7 @@ class AudioExchange(Exchange):
 
 
 async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:
-    """Serve one audio request (``scope["path"]`` is one of ``PATHS``)."""
-    authorization = priority_header = rid = None
-    content_type = ""
-    for k, v in scope["headers"]:
-        if k == b"authorization":
-            authorization = v.decode("latin-1")
-        elif k == b"x-priority":
-            priority_header = v.decode("latin-1")
-        elif k == b"x-request-id":
-            rid = v.decode("latin-1")[:128]
-        elif k == b"content-type":
-            content_type = v.decode("latin-1")
-    rid = rid or uuid.uuid4().hex
-    token = request_id_var.set(rid)
-    try:
-        ex = AudioExchange(st, scope["path"], receive, send, rid, content_type)
-        if scope["method"] != "POST":
-            await ex.send_error(OpenAIError("Method Not Allowed", status=405, type="invalid_request_error"))
-            return
-        with server_span("POST", scope["path"], scope["headers"]) as root:
-            ex.trace(root)
-            try:
-                await ex.run(authorization, priority_header)
-            finally:
-                ex.end_trace()
-    finally:
-        request_id_var.reset(token)
+    """Serve one audio request (``scope["path"]`` is one of ``PATHS``) as ``completions.serve`` serves
+    a completion, with an ``AudioExchange`` that knows the body's content type."""
+    content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), "")
+    await completions.serve(st, scope, receive, send, functools.partial(AudioExchange, content_type=content_type))
