@@ -13,12 +13,11 @@ import logging
 from typing import Any
 
 from redis.exceptions import RedisError
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from genmesh.protocol import OpenAIError, invalid_request, model_not_found
+from genmesh.protocol import file_too_large, invalid_request, model_not_found
+from genmesh.protocol.server.audio_form import audio_form
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.relay import Outcome, UpstreamResponse
 
@@ -35,8 +34,6 @@ TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 SPEECH_PATH = "/v1/audio/speech"
 KINDS = {TRANSCRIPTIONS_PATH: "transcription", SPEECH_PATH: "speech"}
 PATHS = frozenset(KINDS)
-MAX_FIELDS = 16
-MAX_FIELD_BYTES = 64 * 1024
 
 
 def audio_route(st: GatewayState, model: object, kind: str) -> ModelRoute:
@@ -70,24 +67,10 @@ async def form_fields(raw: bytes, content_type: str, limit: int) -> dict[str, An
         return {"type": "http.request", "body": raw, "more_body": False}
 
     scope = {"type": "http", "method": "POST", "headers": [(b"content-type", content_type.encode("latin-1"))]}
-    try:
-        form = await Request(scope, receive).form(max_files=1, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
-    except MultiPartException as exc:
-        raise invalid_request(f"malformed multipart body: {exc.message}", param="file") from exc
-    try:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise invalid_request("missing required parameter: 'file' (an audio file)", param="file")
+    async with audio_form(Request(scope, receive)) as (upload, fields):
         if upload.size is not None and upload.size > limit:
-            raise OpenAIError(
-                f"the audio file is larger than this server's limit of {limit} bytes",
-                status=413,
-                param="file",
-                code="file_too_large",
-            )
-        return {k: v for k, v in form.multi_items() if isinstance(v, str)}
-    finally:
-        await form.close()
+            raise file_too_large(limit, "audio file")
+        return dict(fields)
 
 
 class AudioExchange(Exchange):
