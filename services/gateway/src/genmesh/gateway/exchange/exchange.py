@@ -56,6 +56,7 @@ class Exchange:
         self._send = send
         self.rid = rid
         self.rid_header = (b"x-request-id", rid.encode("latin-1"))
+        self.max_body = st.settings.max_body_bytes  # the most bytes its body may have
         self.started = time.monotonic()
         self.first_output: float | None = None  # a stream's first relayed chunk: its time to first token
         self.response_started = False
@@ -163,10 +164,6 @@ class Exchange:
             self._annotate(body, route.name, priority, key.tenant, False)
         await self._serve(key, route, priority, raw, body, False, ticket_id=ticket_id)
 
-    def body_limit(self) -> int:
-        """The most bytes the request's body may have (subclasses: a limit of their own)."""
-        return self.st.settings.max_body_bytes
-
     async def parse(self, raw: bytes) -> dict[str, Any]:
         """The request's fields, from its body (subclasses: another encoding)."""
         return decode_json_object(raw, self.st.settings.max_json_depth)
@@ -196,7 +193,6 @@ class Exchange:
             attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
 
     async def _read_body(self) -> bytes:
-        limit = self.body_limit()
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -205,8 +201,8 @@ class Exchange:
                 raise ClientGone()
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:  # counted as it comes (Content-Length: http_server)
-                raise too_large(limit)
+            if size > self.max_body:  # counted as it comes (Content-Length: http_server)
+                raise too_large(self.max_body)
             chunks.append(chunk)
             if not message.get("more_body"):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)

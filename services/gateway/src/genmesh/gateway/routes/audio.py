@@ -82,16 +82,12 @@ class AudioExchange(Exchange):
         self.content_type = content_type
         if path == TRANSCRIPTIONS_PATH:  # the upload goes on with its own content type (its boundary)
             self.own_headers = [*self.own_headers, (b"content-type", content_type.encode("latin-1"))]
+            self.max_body = st.settings.audio_max_bytes + 64 * 1024  # the audio file and the form's text fields
 
     def trace(self, span: Any) -> None:
         super().trace(span)
         if span is not None and self.path == TRANSCRIPTIONS_PATH:  # trace() set the headers anew
             self.own_headers = [*self.own_headers, (b"content-type", self.content_type.encode("latin-1"))]
-
-    def body_limit(self) -> int:
-        if self.path == TRANSCRIPTIONS_PATH:  # the audio file and the form's text fields
-            return self.st.settings.audio_max_bytes + 64 * 1024
-        return self.st.settings.max_body_bytes
 
     async def parse(self, raw: bytes) -> dict[str, Any]:
         if self.path == TRANSCRIPTIONS_PATH:
