@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from genmesh.bench.cross_encoder_folder import read_f32
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
@@ -32,16 +33,7 @@ MAX_TOKENS = 256
 
 
 def load_weights(path: Path) -> dict[str, np.ndarray]:
-    raw = path.read_bytes()
-    (size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + size])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__" or info["dtype"] != "F32":
-            continue
-        start, end = info["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + size + start : 8 + size + end], dtype="<f4").reshape(info["shape"])
-    return {k: v.astype(np.float64) for k, v in out.items()}
+    return {k: v.astype(np.float64) for k, v in read_f32(path).items()}
 
 
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-12) -> np.ndarray:

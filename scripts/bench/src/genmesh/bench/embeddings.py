@@ -24,9 +24,9 @@ from typing import Any
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .datasets import chat_batch
-from .load import Endpoint, measure, session
+from .load import Endpoint, closed_loop, measure, session
 from .render import say
-from .results import describe, percentile, save
+from .results import describe, save
 from .servers import MODEL_NAME, start_engine
 
 MODEL = "all-MiniLM-L6-v2"
@@ -57,34 +57,10 @@ def text_of(tokens: int, salt: int) -> str:
 
 
 async def _level(url: str, model: str, tokens: int, concurrency: int, duration_s: float) -> dict[str, float]:
-    latencies: list[float] = []
-    failed = 0
-    async with session(url, concurrency) as http:
-        stop = time.monotonic() + duration_s
+    def body(k: int, n: int) -> dict[str, Any]:
+        return {"model": model, "input": [text_of(tokens, k + n)], "encoding_format": "base64"}
 
-        async def client(k: int) -> None:
-            nonlocal failed
-            n = 0
-            while time.monotonic() < stop:
-                body = {"model": model, "input": [text_of(tokens, k + n)], "encoding_format": "base64"}
-                started = time.perf_counter()
-                async with http.post("/v1/embeddings", json=body) as r:
-                    await r.read()
-                    if r.status != 200:
-                        failed += 1
-                        continue
-                latencies.append(time.perf_counter() - started)
-                n += 1
-
-        began = time.monotonic()
-        await asyncio.gather(*(client(k) for k in range(concurrency)))
-        elapsed = time.monotonic() - began
-    return {
-        "inputs_per_s": len(latencies) / elapsed,
-        "p50_ms": 1000 * (percentile(latencies, 50) or 0.0),
-        "p99_ms": 1000 * (percentile(latencies, 99) or 0.0),
-        "failed": failed,
-    }
+    return (await closed_loop(url, "/v1/embeddings", body, concurrency, duration_s)).summary("inputs_per_s")
 
 
 async def _measure(targets: dict[str, str], args: argparse.Namespace) -> list[dict[str, Any]]:

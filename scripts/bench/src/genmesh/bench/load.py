@@ -10,7 +10,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,7 +21,7 @@ import orjson
 from tqdm import tqdm
 
 from .datasets import RequestSpec
-from .results import Load, RequestOutput, Result, StealMeter, make_result
+from .results import Load, RequestOutput, Result, StealMeter, make_result, percentile
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=600.0, connect=10.0)
 
@@ -57,6 +57,55 @@ def session(base_url: str, connections: int) -> aiohttp.ClientSession:
     """The load generator's session: ``connections`` keep-alive connections to ``base_url``."""
     connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections)
     return aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=REQUEST_TIMEOUT)
+
+
+@dataclass
+class ClosedLoop:
+    """What a closed loop measured: each served request's latency (s), the refused ones, its length (s)."""
+
+    latencies: list[float]
+    failed: int
+    elapsed_s: float
+
+    def summary(self, rate: str, per_request: int = 1) -> dict[str, float]:
+        """``rate``: the served items per second (``per_request`` items a request), with p50/p99 latency."""
+        return {
+            rate: len(self.latencies) * per_request / self.elapsed_s,
+            "p50_ms": 1000 * (percentile(self.latencies, 50) or 0.0),
+            "p99_ms": 1000 * (percentile(self.latencies, 99) or 0.0),
+            "failed": self.failed,
+        }
+
+
+async def closed_loop(
+    url: str, path: str, body: Callable[[int, int], dict[str, Any]], concurrency: int, duration_s: float
+) -> ClosedLoop:
+    """``concurrency`` clients, each posting its next request to ``path`` as soon as the last is answered,
+    for ``duration_s``: client ``k``'s ``n``-th served request sends ``body(k, n)``; one answered with
+    another status than 200 counts as failed (and is sent again)."""
+    latencies: list[float] = []
+    failed = 0
+    async with session(url, concurrency) as http:
+        stop = time.monotonic() + duration_s
+
+        async def client(k: int) -> None:
+            nonlocal failed
+            n = 0
+            while time.monotonic() < stop:
+                sent = body(k, n)
+                started = time.perf_counter()
+                async with http.post(path, json=sent) as r:
+                    await r.read()
+                    if r.status != 200:
+                        failed += 1
+                        continue
+                latencies.append(time.perf_counter() - started)
+                n += 1
+
+        began = time.monotonic()
+        await asyncio.gather(*(client(k) for k in range(concurrency)))
+        elapsed = time.monotonic() - began
+    return ClosedLoop(latencies, failed, elapsed)
 
 
 async def _stream(resp: aiohttp.ClientResponse, start: float, out: RequestOutput) -> None:

@@ -26,9 +26,9 @@ from genmesh.engine.settings import DEFAULT_MODEL
 
 from .cross_encoder_folder import make_cross_encoder
 from .embeddings import text_of
-from .load import session
+from .load import closed_loop, session
 from .render import say
-from .results import describe, percentile, save
+from .results import describe, save
 from .servers import start_engine
 
 MODEL = "cross-encoder"
@@ -66,33 +66,11 @@ async def _scores(http: aiohttp.ClientSession, args: argparse.Namespace) -> list
 
 
 async def _level(url: str, args: argparse.Namespace, concurrency: int) -> dict[str, float]:
-    latencies: list[float] = []
-    failed = 0
-    async with session(url, concurrency) as http:
-        stop = time.monotonic() + args.duration_s
+    def body(k: int, n: int) -> dict[str, Any]:
+        return _body(args, 97 * k + n)
 
-        async def client(k: int) -> None:
-            nonlocal failed
-            n = 0
-            while time.monotonic() < stop:
-                started = time.perf_counter()
-                async with http.post("/v1/rerank", json=_body(args, 97 * k + n)) as r:
-                    await r.read()
-                    if r.status != 200:
-                        failed += 1
-                        continue
-                latencies.append(time.perf_counter() - started)
-                n += 1
-
-        began = time.monotonic()
-        await asyncio.gather(*(client(k) for k in range(concurrency)))
-        elapsed = time.monotonic() - began
-    return {
-        "pairs_per_s": len(latencies) * args.documents / elapsed,
-        "p50_ms": 1000 * (percentile(latencies, 50) or 0.0),
-        "p99_ms": 1000 * (percentile(latencies, 99) or 0.0),
-        "failed": failed,
-    }
+    served = await closed_loop(url, "/v1/rerank", body, concurrency, args.duration_s)
+    return served.summary("pairs_per_s", per_request=args.documents)
 
 
 async def _measure(targets: dict[str, str], args: argparse.Namespace) -> tuple[list[dict[str, Any]], float | None]:

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from pydantic import BaseModel
 from starlette.middleware import Middleware
 
-from genmesh.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    RerankRequest,
-    ResponsesRequest,
-    ScoreRequest,
-)
 from genmesh.protocol.server.app import package_version, service_app, state_lifespan
 
 from .metrics import MicroserviceMetrics
+from .normalise import REQUEST_MODELS
 from .observe import ObserveMiddleware
 from .routes import audio, relaying, responses, system
 from .settings import MicroserviceSettings
@@ -27,21 +19,12 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
     """Build the app; its client to the engine is made when it starts (lifespan) and closed at shutdown."""
     metrics = MicroserviceMetrics()
     app_version = package_version("genmesh-microservice")
-    # OPEA's string ``messages`` is accepted too; the document shows the OpenAI body.
-    documented: dict[str, type[BaseModel]] = {
-        relaying.CHAT_PATH: ChatCompletionRequest,
-        relaying.COMPLETIONS_PATH: CompletionRequest,
-        "/v1/responses": ResponsesRequest,
-        relaying.EMBEDDINGS_PATH: EmbeddingRequest,
-        "/v1/rerank": RerankRequest,
-        "/v1/score": ScoreRequest,
-    }
     return service_app(
         "genmesh llm-microservice",
         app_version,
         settings.http_limits(),
         state_lifespan("microservice", lambda: MicroserviceState.start(settings, app_version, metrics)),
         [relaying.router, responses.router, system.router, audio.router],
-        documented,
+        REQUEST_MODELS,
         middleware=[Middleware(ObserveMiddleware, metrics=metrics)],  # the request id is known when it runs
     )

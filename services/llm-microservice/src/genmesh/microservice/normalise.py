@@ -34,6 +34,16 @@ RESPONSES_PATH = "/v1/responses"
 EMBEDDINGS_PATH = "/v1/embeddings"
 RERANK_PATH = "/v1/rerank"  # every rerank path (Cohere v1/v2, Jina, OVMS) takes one body: the engine's /v1/rerank
 SCORE_PATH = "/v1/score"
+# The wire model each path's body is validated against (and its API document shows; OPEA's string
+# ``messages`` is accepted too).
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    CHAT_PATH: ChatCompletionRequest,
+    COMPLETIONS_PATH: CompletionRequest,
+    RESPONSES_PATH: ResponsesRequest,
+    EMBEDDINGS_PATH: EmbeddingRequest,
+    RERANK_PATH: RerankRequest,
+    SCORE_PATH: ScoreRequest,
+}
 
 # OPEA name → OpenAI name.
 _RENAMES = {"max_new_tokens": "max_tokens", "streaming": "stream"}

@@ -89,6 +89,16 @@ def model_not_found(model: str) -> OpenAIError:
     )
 
 
+def file_too_large(limit: int, what: str = "file") -> OpenAIError:
+    """A 413 naming ``file``: an uploaded file (``what``) past the server's limit of ``limit`` bytes."""
+    return OpenAIError(
+        f"the {what} is larger than this server's limit of {limit} bytes",
+        status=413,
+        param="file",
+        code="file_too_large",
+    )
+
+
 def service_unavailable(message: str, code: str = "service_unavailable", retry_after_s: int = 1) -> OpenAIError:
     """A 503, always with ``Retry-After`` (whole seconds, at least 1): the client may come back then."""
     headers = {"Retry-After": str(max(1, retry_after_s))}

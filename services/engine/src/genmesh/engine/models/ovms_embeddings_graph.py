@@ -10,10 +10,9 @@ configuration. ``render`` writes such a graph (genmesh-export's ``embeddings_ov`
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
-from .ovms_graph import ServableNodeOptions, one_node_options
+from .ovms_graph import ServableNodeOptions, one_node_options, render_servable
 
 OPTIONS_TYPE = "mediapipe.EmbeddingsCalculatorOVOptions"
 OVMS_POOLING = {"CLS": "cls", "LAST": "last", "MEAN": "mean"}
@@ -30,33 +29,5 @@ def embeddings_node_options(text: str, where: str) -> EmbeddingsNodeOptions | No
     return one_node_options(text, where, OPTIONS_TYPE, EmbeddingsNodeOptions)
 
 
-_GRAPH_TEMPLATE = """input_stream: "REQUEST_PAYLOAD:input"
-output_stream: "RESPONSE_PAYLOAD:output"
-node {{
-  name: "EmbeddingsExecutor"
-  input_side_packet: "EMBEDDINGS_NODE_RESOURCES:embeddings_servable"
-  calculator: "EmbeddingsCalculatorOV"
-  input_stream: "REQUEST_PAYLOAD:input"
-  output_stream: "RESPONSE_PAYLOAD:output"
-  node_options: {{
-    [type.googleapis.com / {options_type}]: {{
-{options}
-    }}
-  }}
-}}
-"""
-
-
 def render(options: EmbeddingsNodeOptions) -> str:
-    lines = []
-    for name, value in options.model_dump(exclude_none=True).items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif name == "pooling":
-            text = str(value)
-        elif name == "plugin_config":
-            text = "'" + json.dumps(value, separators=(",", ":")) + "'"
-        else:
-            text = json.dumps(str(value))
-        lines.append(f"      {name}: {text},")
-    return _GRAPH_TEMPLATE.format(options_type=OPTIONS_TYPE, options="\n".join(lines))
+    return render_servable("Embeddings", options)

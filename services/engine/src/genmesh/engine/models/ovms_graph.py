@@ -175,7 +175,7 @@ def _pbtxt_value(name: str, value: Any) -> str:
         return str(value)
     if name == "plugin_config":  # a JSON object in a single-quoted string, as export_model.py writes it
         return "'" + json.dumps(value, separators=(",", ":")) + "'"
-    if name == "pipeline_type":  # an enum value: a bare word
+    if name in ("pipeline_type", "pooling"):  # an enum value: a bare word
         return str(value)
     return json.dumps(str(value))
 
@@ -205,6 +205,33 @@ class ServableNodeOptions(BaseModel):
             except json.JSONDecodeError as exc:
                 raise ValueError(f"plugin_config is not valid JSON: {exc}") from exc
         return value
+
+
+_SERVABLE_GRAPH_TEMPLATE = """input_stream: "REQUEST_PAYLOAD:input"
+output_stream: "RESPONSE_PAYLOAD:output"
+node {{
+  name: "{kind}Executor"
+  input_side_packet: "{resources}_NODE_RESOURCES:{servable}_servable"
+  calculator: "{kind}CalculatorOV"
+  input_stream: "REQUEST_PAYLOAD:input"
+  output_stream: "RESPONSE_PAYLOAD:output"
+  node_options: {{
+    [type.googleapis.com / mediapipe.{kind}CalculatorOVOptions]: {{
+{options}
+    }}
+  }}
+}}
+"""
+
+
+def render_servable(kind: Literal["Embeddings", "Rerank"], options: ServableNodeOptions) -> str:
+    """The graph.pbtxt of one ``{kind}CalculatorOV`` node with these options (the set ones only),
+    as OVMS's ``export_model.py`` writes it."""
+    values = options.model_dump(exclude_none=True)
+    lines = [f"      {name}: {_pbtxt_value(name, value)}," for name, value in values.items()]
+    return _SERVABLE_GRAPH_TEMPLATE.format(
+        kind=kind, resources=kind.upper(), servable=kind.lower(), options="\n".join(lines)
+    )
 
 
 def one_node_options(text: str, where: str, options_type: str, model: type[M]) -> M | None:

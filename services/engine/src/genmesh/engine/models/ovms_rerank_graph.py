@@ -7,11 +7,9 @@ string), ``max_allowed_chunks`` (most query+chunk pairs per request) and
 
 from __future__ import annotations
 
-import json
-
 from pydantic import Field
 
-from .ovms_graph import ServableNodeOptions, one_node_options
+from .ovms_graph import ServableNodeOptions, one_node_options, render_servable
 
 OPTIONS_TYPE = "mediapipe.RerankCalculatorOVOptions"
 
@@ -26,31 +24,5 @@ def rerank_node_options(text: str, where: str) -> RerankNodeOptions | None:
     return one_node_options(text, where, OPTIONS_TYPE, RerankNodeOptions)
 
 
-_GRAPH_TEMPLATE = """input_stream: "REQUEST_PAYLOAD:input"
-output_stream: "RESPONSE_PAYLOAD:output"
-node {{
-  name: "RerankExecutor"
-  input_side_packet: "RERANK_NODE_RESOURCES:rerank_servable"
-  calculator: "RerankCalculatorOV"
-  input_stream: "REQUEST_PAYLOAD:input"
-  output_stream: "RESPONSE_PAYLOAD:output"
-  node_options: {{
-    [type.googleapis.com / {options_type}]: {{
-{options}
-    }}
-  }}
-}}
-"""
-
-
 def render(options: RerankNodeOptions) -> str:
-    lines = []
-    for name, value in options.model_dump(exclude_none=True).items():
-        if isinstance(value, int):
-            text = str(value)
-        elif name == "plugin_config":
-            text = "'" + json.dumps(value, separators=(",", ":")) + "'"
-        else:
-            text = json.dumps(str(value))
-        lines.append(f"      {name}: {text},")
-    return _GRAPH_TEMPLATE.format(options_type=OPTIONS_TYPE, options="\n".join(lines))
+    return render_servable("Rerank", options)

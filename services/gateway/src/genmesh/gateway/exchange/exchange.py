@@ -23,7 +23,6 @@ from opentelemetry.trace import Span, StatusCode
 from starlette.types import Message, Receive, Send
 
 from genmesh.protocol import OpenAIError, internal_error
-from genmesh.protocol.server.http_server import too_large
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.tracing import request_attributes, trace_headers, tracing
 from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
@@ -39,6 +38,7 @@ from ..store import StoreUnavailable
 from ..tickets import Ticket
 from ..upstreams import Upstream
 from . import metering
+from .body import read_body
 from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate
 
@@ -58,6 +58,7 @@ class Exchange:
         self._send = send
         self.rid = rid
         self.rid_header = (b"x-request-id", rid.encode("latin-1"))
+        self.max_body = st.settings.max_body_bytes  # the most bytes its body may have
         self.started = time.monotonic()
         self.first_output: float | None = None  # a stream's first relayed chunk: its time to first token
         self.response_started = False
@@ -122,14 +123,12 @@ class Exchange:
             except StoreUnavailable as exc:
                 raise admission_error(exc, 1) from exc
             budget_s -= time.monotonic() - began
-            raw = await self._read_body()
-            body = decode_json_object(raw, st.settings.max_json_depth, st.settings.max_json_containers)
-            if self.path == CHAT_PATH:
-                check_input_audio(body, st.settings.audio_max_bytes)  # a spoken turn's audio parts
+            raw = await read_body(self.receive, self.max_body)
+            body = await self.parse(raw)
             route = await self._route(key, body)
             route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
-            stream = bool(body.get("stream") or body.get("streaming"))
+            stream = self.streams(body)
             if self.traced is not None:
                 self._annotate(body, route.name, priority, key.tenant, stream)
             await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
@@ -161,11 +160,23 @@ class Exchange:
         ``body``: ``raw`` parsed and checked already (a batch line, at its batch's creation)."""
         self.charge_once = charge_once
         if body is None:
-            body = decode_json_object(raw, self.st.settings.max_json_depth, self.st.settings.max_json_containers)
+            body = await self.parse(raw)
         route = await self._route(key, body)
         if self.traced is not None:
             self._annotate(body, route.name, priority, key.tenant, False)
         await self._serve(key, route, priority, raw, body, False, ticket_id=ticket_id)
+
+    async def parse(self, raw: bytes) -> dict[str, Any]:
+        """The request's fields, from its body (subclasses: another encoding)."""
+        settings = self.st.settings
+        body = decode_json_object(raw, settings.max_json_depth, settings.max_json_containers)
+        if self.path == CHAT_PATH:
+            check_input_audio(body, settings.audio_max_bytes)  # a spoken turn's audio parts
+        return body
+
+    def streams(self, body: dict[str, Any]) -> bool:
+        """Whether the reply is an SSE stream the gateway reads as it relays it."""
+        return bool(body.get("stream") or body.get("streaming"))
 
     async def _route(self, key: ApiKey, body: dict[str, Any]) -> ModelRoute:
         """``route_of``; a model not served costs the key one request of its RPM all the same."""
@@ -186,21 +197,6 @@ class Exchange:
         if tracing().record_content:  # opt-in (--trace-content): the prompt as the client sent it
             prompt = body.get("messages", body.get("prompt", body.get("input")))
             attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
-
-    async def _read_body(self) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.st.settings.max_body_bytes:  # counted as it comes (Content-Length: http_server)
-                raise too_large(self.st.settings.max_body_bytes)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _watch(self, task: asyncio.Task[Any]) -> None:
         while True:

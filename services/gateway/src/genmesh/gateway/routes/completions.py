@@ -21,6 +21,7 @@ connection so that the engine aborts (``exchange.py``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from starlette.types import Receive, Scope, Send
 
@@ -35,13 +36,14 @@ from .aliases import RERANK_PATH, SCORE_PATH
 
 PATHS = frozenset(("/v1/chat/completions", "/v1/completions", EMBEDDINGS_PATH, RERANK_PATH, SCORE_PATH))
 __all__ = ["EMBEDDINGS_PATH", "PATHS", "serve"]
+ExchangeFactory = Callable[[GatewayState, str, Receive, Send, str], Exchange]
 
 
 async def serve(
-    st: GatewayState, scope: Scope, receive: Receive, send: Send, exchange: type[Exchange] | None = None
+    st: GatewayState, scope: Scope, receive: Receive, send: Send, exchange: ExchangeFactory | None = None
 ) -> None:
-    """Serve one completion request (``scope["path"]`` is one of ``PATHS``; ``exchange``: the
-    ``Exchange`` subclass of another endpoint on this path, ``/v1/responses``)."""
+    """Serve one completion request (``scope["path"]`` is one of ``PATHS``; ``exchange``: what makes
+    the ``Exchange`` of another endpoint, ``/v1/responses`` on this path or the audio endpoints)."""
     authorization = priority_header = rid = None
     for k, v in scope["headers"]:
         if k == b"authorization":

@@ -12,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from genmesh.protocol import OpenAIError, invalid_request
+from genmesh.protocol import OpenAIError, file_too_large, invalid_request
 from genmesh.protocol.batches import FileDeleted
 
 from ..auth import ApiKey
@@ -64,7 +64,7 @@ async def upload(request: Request) -> Response:
             raise invalid_request("missing required parameter: 'file' (a JSONL file)", param="file")
         size = upload.size if upload.size is not None else await _measure(upload)
         if size > limit:
-            raise _too_large(limit)
+            raise file_too_large(limit)
         await upload.seek(0)
         async with st.quotas.slot():  # the form is spooled to disk: this reads it a chunk at a time
             name = upload.filename or "upload.jsonl"
@@ -76,15 +76,6 @@ async def upload(request: Request) -> Response:
 
 async def _measure(upload: UploadFile) -> int:
     return int(await asyncio.to_thread(upload.file.seek, 0, 2))
-
-
-def _too_large(limit: int) -> OpenAIError:
-    return OpenAIError(
-        f"the file is larger than this server's limit of {limit} bytes per file",
-        status=413,
-        param="file",
-        code="file_too_large",
-    )
 
 
 @router.get("/v1/files")

@@ -19,6 +19,9 @@ from genmesh.protocol import RERANK_PATHS, SCORE_PATHS
 from genmesh.protocol.server.tracing import annotate, request_attributes, span, tracing
 
 from ..normalise import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
     EngineCall,
     normalise_chat,
     normalise_completion,
@@ -30,9 +33,6 @@ from .responding import json_body, relay_call, state_of
 
 Normalise = Callable[[dict[str, Any], str | None], EngineCall]
 
-CHAT_PATH = "/v1/chat/completions"
-COMPLETIONS_PATH = "/v1/completions"
-EMBEDDINGS_PATH = "/v1/embeddings"
 # Each path, the name of its endpoint, and how its body becomes the engine's call.
 ENDPOINTS: dict[str, tuple[str, Normalise]] = {
     CHAT_PATH: ("chat_completions", normalise_chat),

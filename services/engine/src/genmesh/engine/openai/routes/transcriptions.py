@@ -14,10 +14,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException
 
-from genmesh.protocol import OpenAIError, internal_error, invalid_request, unsupported_parameter
+from genmesh.protocol import OpenAIError, file_too_large, internal_error, invalid_request, unsupported_parameter
 from genmesh.protocol.audio import (
     Transcription,
     TranscriptionRequest,
@@ -31,6 +29,7 @@ from genmesh.protocol.audio import (
     vtt,
 )
 from genmesh.protocol.server.asgi import unless_disconnected
+from genmesh.protocol.server.audio_form import audio_form
 from genmesh.protocol.server.streaming import EventStream
 
 from ...audio.decode import WHISPER_RATE, decode
@@ -42,8 +41,6 @@ from .responding import SSE_HEADERS, add_api_route, error_event, event, registry
 log = logging.getLogger("genmesh.engine.audio")
 router = APIRouter()  # a multipart body: not CheckedRoute, which decodes JSON
 SECONDS_HEADER = "x-genmesh-audio-seconds"
-MAX_FIELDS = 16
-MAX_FIELD_BYTES = 64 * 1024
 
 
 def audio_models(request: Request) -> AudioModels:
@@ -53,25 +50,11 @@ def audio_models(request: Request) -> AudioModels:
 
 async def read_form(request: Request, limit: int) -> tuple[bytes, TranscriptionRequest]:
     """The uploaded file's bytes and the other fields; 400 naming the field, 413 past ``limit``."""
-    try:
-        form = await request.form(max_files=1, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
-    except MultiPartException as exc:
-        raise invalid_request(f"malformed multipart body: {exc.message}", param="file") from exc
-    try:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise invalid_request("missing required parameter: 'file' (an audio file)", param="file")
-        body = TranscriptionRequest.from_form((k, v) for k, v in form.multi_items() if isinstance(v, str))
+    async with audio_form(request) as (upload, fields):
+        body = TranscriptionRequest.from_form(fields)
         data = await upload.read(limit + 1)
         if len(data) > limit:
-            raise OpenAIError(
-                f"the audio file is larger than this server's limit of {limit} bytes",
-                status=413,
-                param="file",
-                code="file_too_large",
-            )
-    finally:
-        await form.close()
+            raise file_too_large(limit, "audio file")
     return data, body
 
 
