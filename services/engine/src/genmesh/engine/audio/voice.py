@@ -9,8 +9,10 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openvino as ov
@@ -49,12 +51,13 @@ def sentences(text: str) -> list[str]:
 
 
 class PiperVoice:
-    def __init__(self, onnx: Path, device: str = "CPU") -> None:
+    def __init__(self, onnx: Path, device: str = "CPU", plugin_config: Mapping[str, Any] | None = None) -> None:
+        """``plugin_config``: OpenVINO properties for the device (a graph's ``plugin_config``)."""
         self.config = VoiceConfig.read(onnx.with_name(onnx.name + ".json"))
         self.espeak = shutil.which("espeak-ng")
         if self.espeak is None:
             raise RuntimeError("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
-        self._compiled = ov.Core().compile_model(str(onnx), device)
+        self._compiled = ov.Core().compile_model(str(onnx), device, dict(plugin_config or {}))
 
     @property
     def rate(self) -> int:

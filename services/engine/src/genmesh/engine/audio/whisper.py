@@ -6,9 +6,10 @@ long-form loop (30 s windows that move on at the last timestamp token, so no wor
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openvino_genai as ov_genai
@@ -45,10 +46,12 @@ class Ask:
 
 
 class WhisperModel:
-    def __init__(self, folder: Path, device: str = "CPU") -> None:
+    def __init__(self, folder: Path, device: str = "CPU", plugin_config: Mapping[str, Any] | None = None) -> None:
+        """``plugin_config``: OpenVINO properties for the device (a graph's ``plugin_config``)."""
         self.folder = folder
         # word_timestamps: the cross-attention is decomposed so that word times can be read from it
-        self._pipeline = ov_genai.WhisperPipeline(str(folder), device, word_timestamps=True)
+        properties = {**(plugin_config or {}), "word_timestamps": True}
+        self._pipeline = ov_genai.WhisperPipeline(str(folder), device, **properties)
         self._multilingual = bool(self._pipeline.get_generation_config().is_multilingual)
 
     @property

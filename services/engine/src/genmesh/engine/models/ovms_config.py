@@ -8,12 +8,12 @@ An OVMS model repository is a ``config.json``::
 Each entry names a folder (``base_path``, relative paths against the config file's folder;
 default: the entry's name). A ``graph.pbtxt`` there (or at the entry's ``graph_path``) sets
 the model's pipeline options and ``models_path`` (relative to ``base_path``); without one
-the folder itself is the model (an OpenVINO IR export, or a folder with one GGUF) served with
-the server-wide flags. Whatever can be checked without loading a model is checked before the
-server starts, and any fault is fatal with a message naming the file: an unreadable
-``config.json``, a name used twice, a missing path, a bad ``graph.pbtxt``, an IR folder short of
-a file. A model that then fails to load (a device that does not exist, say) is reported by
-``/v1/config`` while the others serve.
+the folder itself is the model (an OpenVINO IR export, a folder with one GGUF, a Whisper IR, a
+Piper voice) served with the server-wide flags; audio graphs and folders are ``audio_spec``'s.
+Whatever can be checked without loading a model is checked before the server starts, and any
+fault is fatal with a message naming the file: an unreadable ``config.json``, a name used twice, a
+missing path, a bad ``graph.pbtxt``, an IR folder short of a file. A model that then fails to
+load (a device that does not exist, say) is reported by ``/v1/config`` while the others serve.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import EngineSettings
-from . import amx_guard
+from . import amx_guard, audio_spec
 from . import embedding_spec as embeddings
+from .audio_spec import AudioSpec
+from .ovms_audio_graph import audio_node_options
 from .ovms_embeddings_graph import embeddings_node_options
 from .ovms_graph import GRAPH_FILE, llm_node_options
 from .ovms_rerank_graph import rerank_node_options
@@ -56,6 +58,7 @@ class Repository:
     models: tuple[ModelSpec, ...]
     config_path: Path | None = None  # None: the single ``--model``
     embeddings: tuple[embeddings.EmbeddingSpec, ...] = ()  # embedding models (embeddings/), served apart
+    audio: tuple[AudioSpec, ...] = ()  # Whisper and a voice (audio/), served apart
 
     @property
     def names(self) -> list[str]:
@@ -67,7 +70,8 @@ def single_model(settings: EngineSettings) -> Repository:
     source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
     aliases = (str(source.path), settings.model)
     extra = tuple(s for s in (embeddings.single_spec(settings), embeddings.single_rerank_spec(settings)) if s)
-    return Repository((ModelSpec(source.served_name, settings, source, aliases=aliases),), None, extra)
+    spec = ModelSpec(source.served_name, settings, source, aliases=aliases)
+    return Repository((spec,), None, extra, audio_spec.from_settings(settings))
 
 
 def load(settings: EngineSettings, host: amx_guard.HostCpu | None = None) -> Repository:
@@ -79,6 +83,12 @@ def load(settings: EngineSettings, host: amx_guard.HostCpu | None = None) -> Rep
         if {"model", "served_model_name"} & settings.model_fields_set:
             log.warning("--config-path is set: --model and --served-model-name are ignored")
         repo = from_config(Path(settings.config_path).expanduser(), settings)
+        audio = repo.audio + audio_spec.from_settings(settings)  # --whisper-model / --speech-voice beside it
+        try:
+            audio_spec.one_per_kind(audio)
+        except ValueError as exc:
+            raise RepositoryError(f"{repo.config_path}: {exc}") from exc
+        repo = replace(repo, audio=audio)
     host = host or amx_guard.this_host()
     return replace(repo, models=tuple(_guarded(m, host) for m in repo.models))
 
@@ -118,7 +128,8 @@ def from_config(path: Path, settings: EngineSettings) -> Repository:
         raise RepositoryError(f"{path}: model names must be unique, repeated: {', '.join(duplicates)}")
     specs = [_entry(e, path, settings) for e in entries]
     llms = tuple(s for s in specs if isinstance(s, ModelSpec))
-    return Repository(llms, path, tuple(s for s in specs if isinstance(s, embeddings.EmbeddingSpec)))
+    extra = tuple(s for s in specs if isinstance(s, embeddings.EmbeddingSpec))
+    return Repository(llms, path, extra, tuple(s for s in specs if isinstance(s, AudioSpec)))
 
 
 def _relative_to(base: Path, value: str) -> Path:
@@ -126,7 +137,9 @@ def _relative_to(base: Path, value: str) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -> ModelSpec | embeddings.EmbeddingSpec:
+def _entry(
+    entry: dict[str, Any], config_path: Path, settings: EngineSettings
+) -> ModelSpec | embeddings.EmbeddingSpec | AudioSpec:
     name: str = entry["name"]
     try:
         base = _relative_to(config_path.parent, str(entry.get("base_path") or name))
@@ -135,6 +148,11 @@ def _entry(entry: dict[str, Any], config_path: Path, settings: EngineSettings) -
         graph_path = entry.get("graph_path")
         graph = _relative_to(base, str(graph_path)) if graph_path else base / GRAPH_FILE
         model_path, overrides = base, {}
+        if graph.is_file() and (audio := audio_node_options(graph.read_text(encoding="utf-8"), str(graph))):
+            kind, audio_options = audio
+            return audio_spec.checked(name, kind, _relative_to(base, audio_options.models_path), audio_options)
+        if not graph.is_file() and (audio_spec.is_whisper(base) or audio_spec.is_voice(base)):
+            return audio_spec.checked(name, "transcription" if audio_spec.is_whisper(base) else "speech", base)
         if graph.is_file() and (node := embeddings_node_options(graph.read_text(encoding="utf-8"), str(graph))):
             path = _relative_to(base, node.models_path)
             return embeddings.EmbeddingSpec(name, embeddings.options_from(settings, path, node))

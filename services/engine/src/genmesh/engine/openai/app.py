@@ -21,7 +21,9 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
     ``switch`` stops the server when a model's engine core keeps dying."""
 
     async def start() -> ModelRegistry:
-        models = ModelRegistry(repository, switch.stop if switch is not None else None, AudioModels(settings))
+        models = ModelRegistry(
+            repository, switch.stop if switch is not None else None, AudioModels(settings, repository.audio)
+        )
         try:
             await models.start(wait=repository.config_path is None)
         except BaseException:

@@ -1,4 +1,5 @@
-"""The audio models one engine serves (``--whisper-model``, ``--speech-voice``), each loaded on a
+"""The audio models one engine serves (``--whisper-model``, ``--speech-voice`` or a config.json's audio
+entries: ``models/audio_spec.py``), each loaded on a
 worker thread at start-up and run by its own bounded worker (``audio/worker.py``), and the lookup the
 audio routes use: an unknown name is a 404, another kind's name a 400 naming ``model``."""
 
@@ -6,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from genmesh.protocol import invalid_request, model_not_found, service_unavailable
 from genmesh.protocol.audio import OPENAI_VOICES
@@ -17,6 +18,7 @@ from genmesh.protocol.audio import OPENAI_VOICES
 from ..audio.voice import PiperVoice
 from ..audio.whisper import WhisperModel
 from ..audio.worker import AudioWorker
+from ..models.audio_spec import AudioSpec
 from ..settings import EngineSettings
 
 log = logging.getLogger("genmesh.engine.openai.audio_models")
@@ -36,7 +38,9 @@ class Served(Generic[M]):
     name: str
     kind: str  # "transcription" | "speech"
     path: Path
-    loader: Callable[[Path, str], M]
+    loader: Callable[[Path, str, Mapping[str, Any]], M]
+    device: str | None = None  # None: --device
+    plugin_config: Mapping[str, Any] = field(default_factory=dict)
     model: M | None = None
     error: str | None = None
     worker: AudioWorker | None = None
@@ -50,21 +54,17 @@ class Served(Generic[M]):
         return self.model, self.worker
 
 
-def _name(given: str | None, path: Path) -> str:
-    return given or (path.parent.name if path.suffix == ".onnx" else path.name)
-
-
 class AudioModels:
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(self, settings: EngineSettings, specs: tuple[AudioSpec, ...] = ()) -> None:
+        """``specs``: at most one of each kind (``ovms_config.load`` checks)."""
         self.settings = settings
         self.whisper: Served[WhisperModel] | None = None
         self.voice: Served[PiperVoice] | None = None
-        if settings.whisper_model:
-            path = Path(settings.whisper_model).expanduser()
-            self.whisper = Served(_name(settings.whisper_model_name, path), "transcription", path, WhisperModel)
-        if settings.speech_voice:
-            path = Path(settings.speech_voice).expanduser()
-            self.voice = Served(_name(settings.speech_model_name, path), "speech", path, PiperVoice)
+        for s in specs:
+            if s.kind == "transcription":
+                self.whisper = Served(s.name, s.kind, s.path, WhisperModel, s.device, s.plugin_config)
+            else:
+                self.voice = Served(s.name, s.kind, s.path, PiperVoice, s.device, s.plugin_config)
         self._tasks: list[asyncio.Task[None]] = []
 
     def served(self) -> list[Served[WhisperModel] | Served[PiperVoice]]:
@@ -90,7 +90,8 @@ class AudioModels:
     async def _load(self, served: Served[WhisperModel] | Served[PiperVoice]) -> None:
         s = self.settings
         try:
-            served.model = await asyncio.to_thread(served.loader, served.path, s.device)
+            device = served.device or s.device
+            served.model = await asyncio.to_thread(served.loader, served.path, device, served.plugin_config)
         except Exception as exc:
             served.error = str(exc) or type(exc).__name__
             log.error("audio model %s failed to load: %s", served.name, served.error)
