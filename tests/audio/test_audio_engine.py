@@ -41,11 +41,24 @@ def test_round_trip_of_twenty_sentences_is_within_ten_percent_wer(audio_engine_u
     assert error <= 0.10, got.text
 
 
-@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
+def aac_seconds(data: bytes) -> float:
+    """The length of an ADTS AAC stream, decoded by PyAV (libsndfile cannot read AAC)."""
+    import av
+
+    with av.open(io.BytesIO(data), format="adts") as container:
+        stream = container.streams.audio[0]
+        assert (stream.codec_context.name, stream.rate, stream.channels) == ("aac", 22050, 1)
+        return sum(frame.samples for frame in container.decode(stream)) / 22050
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus", "aac"])
 def test_speech_formats_decode_to_the_spoken_length(audio_engine_url: str, fmt: str) -> None:
     audio = spoken(audio_engine_url, "Good morning. How are you today?", fmt)
     # pcm: 16-bit mono little-endian at the voice's rate, as OpenAI sends it
-    seconds = len(audio) / 2 / 22050 if fmt == "pcm" else soundfile.info(io.BytesIO(audio)).duration
+    if fmt == "pcm":
+        seconds = len(audio) / 2 / 22050
+    else:
+        seconds = aac_seconds(audio) if fmt == "aac" else soundfile.info(io.BytesIO(audio)).duration
     assert 1.0 < seconds < 6.0
 
 
@@ -140,7 +153,6 @@ def test_bad_speech_requests_are_400s_naming_the_field(audio_engine_url: str) ->
     url = audio_engine_url + "/v1/audio/speech"
     base = {"model": SPEECH_NAME, "input": "Hello.", "voice": "alloy"}
     _error(httpx.post(url, json={**base, "voice": "nobody"}, timeout=30), 400, "voice")
-    _error(httpx.post(url, json={**base, "response_format": "aac"}, timeout=30), 400, "response_format")
     _error(httpx.post(url, json={**base, "response_format": "ogg"}, timeout=30), 400, "response_format")
     _error(httpx.post(url, json={**base, "input": "a" * 4097}, timeout=30), 400, "input")
     _error(httpx.post(url, json={**base, "speed": 9}, timeout=30), 400, "speed")

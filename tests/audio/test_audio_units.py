@@ -86,6 +86,24 @@ def test_decoder_resamples_to_16k_mono_and_names_file_on_bad_bytes() -> None:
     assert err.value.code == "audio_too_long"
 
 
+def test_aac_is_adts_aac_lc_that_decodes_to_the_samples_length() -> None:
+    import av
+
+    from genmesh.engine.audio.encode import encode
+
+    rate = 22050
+    tone = 0.5 * np.sin(2 * np.pi * 440 * np.arange(2 * rate) / rate).astype(np.float32)
+    data = encode(tone, rate, "aac")
+    assert data[:2] in (b"\xff\xf1", b"\xff\xf9")  # an ADTS frame's sync word
+    with av.open(io.BytesIO(data), format="adts") as container:
+        stream = container.streams.audio[0]
+        assert (stream.codec_context.name, stream.rate, stream.channels) == ("aac", rate, 1)
+        decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(stream)])
+    # the encoder's priming and its last, padded 1,024-sample frame: at most 2,048 samples more
+    assert 0 <= decoded.size - tone.size <= 2048
+    assert 0.3 < float(np.sqrt(np.mean(decoded**2))) < 0.4  # the tone's RMS (0.354), not silence
+
+
 async def test_worker_bounds_its_queue_and_stops_what_runs_past_its_deadline() -> None:
     import asyncio
     import threading

@@ -1,7 +1,7 @@
 """``POST /v1/audio/speech`` (and ``/v3/audio/speech``), as OpenAI defines it: ``input`` spoken by the
 served voice (OpenAI's voice names each map to it) as ``response_format``. WAV and PCM are streamed a
 sentence at a time as each is synthesised (``stream_format: "audio"``; a WAV stream's header says
-"length unknown", as OpenAI's does); FLAC, MP3 and Opus are sent whole. Each sentence is one job on
+"length unknown", as OpenAI's does); FLAC, MP3, Opus and AAC are sent whole. Each sentence is one job on
 the voice's bounded worker, so long inputs take turns with short ones."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from genmesh.protocol.audio import SPEECH_MEDIA_TYPES, SpeechRequest
 from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 from genmesh.protocol.server.streaming import EventStream
 
-from ...audio.encode import FORMATS, encode, pcm16, wav_header
+from ...audio.encode import ENCODED, encode, pcm16, wav_header
 from ...audio.voice import PiperVoice, sentences
 from ...audio.worker import AudioWorker
 from .responding import add_api_route
@@ -76,9 +76,9 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
             code="invalid_value",
         )
     fmt = body.response_format
-    if fmt not in STREAMED and fmt not in FORMATS:
+    if fmt not in STREAMED and fmt not in ENCODED:
         raise OpenAIError(
-            f"response_format '{fmt}' is not supported by this server; use one of: pcm, {', '.join(FORMATS)}",
+            f"response_format '{fmt}' is not supported by this server; use one of: pcm, {', '.join(ENCODED)}",
             param="response_format",
             code="invalid_value",
         )

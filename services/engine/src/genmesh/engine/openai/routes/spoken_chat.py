@@ -61,7 +61,7 @@ from .transcriptions import SECONDS_HEADER, audio_models
 # The end of a sentence in text still being generated: what precedes it can be spoken already.
 _SENTENCE_END = re.compile(r"[.!?;:]\s+")
 # OpenAI's chat ``format`` -> the speech encoder's (``pcm16`` is the speech endpoint's ``pcm``).
-_ENCODER_FORMAT = {"pcm16": "pcm", "wav": "wav", "mp3": "mp3", "flac": "flac", "opus": "opus"}
+_ENCODER_FORMAT = {"pcm16": "pcm", "wav": "wav", "mp3": "mp3", "flac": "flac", "opus": "opus", "aac": "aac"}
 
 
 class ChunkWriter(ReplyWriter, Protocol):
