@@ -10,7 +10,7 @@ usage() {
     cat <<'EOF'
 Usage: scripts/llama_cpp_build.sh [--help]
 
-Downloads the llama-cpp-python sdist (pip download --no-binary :all: --no-deps), builds only the
+Downloads the llama-cpp-python sdist (pip download --no-binary llama-cpp-python --no-deps), builds only the
 llama-server target with cmake (static, -DGGML_NATIVE=ON; about 12 minutes on 2 cores) in a
 temporary folder, and keeps the binary and a VERSION file in the cache folder.
 Needs cmake and a C++ compiler (apt-get install -y cmake build-essential).
@@ -58,7 +58,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/llama-cpp-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 echo "==> [1/3] downloading the $spec sdist"
-run_traced "$python" -m pip download --no-binary :all: --no-deps --progress-bar on -d "$work" "$spec"
+run_traced "$python" -m pip download --no-binary llama-cpp-python --no-deps --progress-bar on -d "$work" "$spec"
 if is_dry_run; then
     src="$work/llama_cpp_python-VERSION/vendor/llama.cpp"
 else

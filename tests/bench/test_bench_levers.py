@@ -3,6 +3,7 @@ sweep on the real engine gives one row per variant and level, paired against the
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from genmesh.bench.levers import parse_variant, summarise
+from genmesh.bench.levers import LLAMA, add_arguments, parse_variant, run, summarise
 from genmesh.bench.servers import MODEL_NAME
 from genmesh.engine.settings import parse_settings
 from support.servers import DEFAULT_MODEL
@@ -35,6 +36,17 @@ def test_ratios_pair_each_round_with_the_first_variants_same_round() -> None:
     rows = summarise({"base": [r(100.0), r(50.0), r(80.0)], "new": [r(110.0), r(60.0), r(80.0)]}, "base")
     assert [row["ratio_to_first"] for row in rows] == [1.0, pytest.approx(1.1)]  # median of 1.1, 1.2, 1.0
     assert rows[1]["output_throughput"] == 80.0  # the median over rounds
+
+
+def test_the_ratio_base_and_the_llama_server_variant_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    common = ["--result-dir", str(tmp_path), "--log-dir", str(tmp_path / "logs"), "--variant", "exact="]
+    with pytest.raises(SystemExit, match="--ratio-to f16: not a variant"):
+        run(parser.parse_args([*common, "--ratio-to", "f16"]))
+    with pytest.raises(SystemExit, match=f"not be {LLAMA}"):
+        run(parser.parse_args([*common, "--variant", f"{LLAMA}=", "--llama-server"]))
+    assert not (tmp_path / "logs").exists()  # no server was started
 
 
 def test_a_sweep_on_the_real_engine(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """``genmesh-bench levers``: engine settings side by side. Each ``--variant NAME=FLAGS`` is an engine started
 with FLAGS after the defaults, all loaded at once; at each level they alternate in rounds, so drift in the
-machine's speed lands on all. Per variant: each figure's median over the rounds, and the median of each
-round's throughput ratio to the first variant."""
+machine's speed lands on all. ``--llama-server`` adds llama.cpp's server on the same GGUF (the report's peer,
+``make llama-cpp``) as one more target in the rounds. Per variant: each figure's median over the rounds, and the
+median of each round's throughput ratio to the first variant (or ``--ratio-to``'s)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from .datasets import DATASETS, RequestSpec, TokenCodec
 from .load import Endpoint, load_levels, measure
 from .render import fmt, level, say, table
 from .results import Result, percentile, save
-from .servers import MODEL_NAME, start_engine
+from .servers import MODEL_NAME, llama_peer, start, start_engine
 
 FIGURES = {"output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f", "median_tpot_ms": ".1f"}
-COLUMNS = ["load", "variant", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "vs first", "steal %"]
+COLUMNS = ["load", "variant", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "vs {}", "steal %"]
+LLAMA = "llama-server"  # the variant name of --llama-server
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -48,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh-prompts", action="store_true", help="seeded new prompts each round and level (uncached)")
     p.add_argument("--result-dir", type=Path, default=Path("bench-results"), help="where the JSON goes")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/levers"), help="engine logs")
+    p.add_argument("--llama-server", action="store_true", help=f"also llama.cpp's llama-server, as variant {LLAMA}")
+    p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
+    p.add_argument("--ratio-to", metavar="NAME", help="the variant the ratios are to (default: the first)")
 
 
 def summarise(by_variant: dict[str, list[Result]], first: str) -> list[dict[str, Any]]:
@@ -78,8 +83,11 @@ def run(args: argparse.Namespace) -> int:
         variants = dict(parse_variant(v) for v in args.variant)
     except ValueError as exc:
         raise SystemExit(f"genmesh-bench levers: {exc}") from exc
-    if len(variants) != len(args.variant):
-        raise SystemExit("genmesh-bench levers: variant names must differ")
+    if len(variants) != len(args.variant) or (args.llama_server and LLAMA in variants):
+        raise SystemExit(f"genmesh-bench levers: variant names must differ (and not be {LLAMA} with --llama-server)")
+    names = [*variants, *([LLAMA] if args.llama_server else [])]
+    if (first := args.ratio_to or names[0]) not in names:
+        raise SystemExit(f"genmesh-bench levers: --ratio-to {first}: not a variant ({', '.join(names)})")
     plan, codec = load_levels(args.concurrency, args.request_rates, args.rate_requests), TokenCodec(Path(args.model))
     n_max, lengths = max([4, *(n for _, _, n in plan)]), (args.input_len, args.output_len)
     # --fresh-prompts: the prompts of (level i, round r) come from seed 1 + i * rounds + r, else all from seed 0
@@ -97,14 +105,24 @@ def run(args: argparse.Namespace) -> int:
             servers[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
             argvs[name] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
             asyncio.run(measure(servers[name][0], warmup))
+        if args.llama_server:
+            peer = llama_peer(args.model, True, max([32, *args.concurrency]), args.llama_threads)
+            if peer.note:
+                raise SystemExit(f"genmesh-bench levers: {peer.label}: {peer.note}")
+            say(f"levers: starting {LLAMA} ({peer.version})")
+            server = stack.enter_context(start(peer.key, peer.argv, args.log_dir / f"{LLAMA}.log", peer.timeout_s))
+            servers[LLAMA] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
+            argvs[LLAMA] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
+            asyncio.run(measure(servers[LLAMA][0], warmup))
         for i, (rate, conc, n) in enumerate(plan):
             sets = [(fresh(seed=1 + i * k + r) if args.fresh_prompts else base)[:n] for r in range(k)]
             by_variant = _level(servers, sets, args.dataset_name, request_rate=rate, max_concurrency=conc)
-            rows += summarise(by_variant, next(iter(variants)))
+            rows += summarise(by_variant, first)
             runs += [r for results in by_variant.values() for r in results]
     figures = [[fmt(row[k], spec) for k, spec in [*FIGURES.items(), ("ratio_to_first", ".3f")]] for row in rows]
     cells = [[r["level"], r["variant"], *f, fmt(r["steal_percent"])] for r, f in zip(rows, figures, strict=True)]
-    print(table(COLUMNS, cells, markdown=True))
+    print(table([c.format(first) for c in COLUMNS], cells, markdown=True))
     doc = {"variants": {k: shlex.join(v) for k, v in variants.items()}, "engines": argvs, "rows": rows, "runs": runs}
+    doc["ratio_to"] = first
     print(f"results: {save(doc, args.result_dir / time.strftime('levers-%Y%m%d-%H%M%S.json'))}")
     return 1 if any(row["failed"] for row in rows) else 0
