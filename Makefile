@@ -20,7 +20,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
 	@echo "make test          set up, lint (ruff, mypy, lint-imports) and run the test suite"
-	@echo "make test-long     the heavier test cases make test leaves out (marked long; ~5 min)"
+	@echo "make test-long     the heavier test cases make test leaves out (marker long; ~12 min)"
 	@echo "make test-structured  structured output's property test at every hop, SEEDS seeds per case (default 50)"
 	@echo "make lock          refresh the locked dependencies in lock/ (LOCK_ARGS=--upgrade-package X)"
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
@@ -128,9 +128,8 @@ lint: $(STAMP)
 test-only: $(STAMP) model redis tools $(EXPORT_STAMP)
 	$(BIN)/python -m pytest tests -m "not long"
 
-# The heavier cases make test leaves out to stay within its time budget (marked long; each feature keeps a
-# lighter test in make test): the 200-line SDK batch, the no-preempt variant, the 20-sentence speech round
-# trip, the draft-model engine, the core-recovery chaos run (docs/development.md lists them).
+# The heavier cases make test leaves out to stay within its time budget (marker long: LONG in tests/conftest.py;
+# each feature keeps a lighter case in make test or a target of its own; docs/development.md).
 test-long: $(STAMP) model redis tools $(EXPORT_STAMP)
 	$(BIN)/python -m pytest tests -m long -p no:cacheprovider
 

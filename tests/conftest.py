@@ -24,6 +24,44 @@ from support.servers import (
 # gateway processes (tests/gateway, tests/e2e, tests/hostile).
 pytest_plugins = ["support.gateway_helpers", "support.embeddings_mesh", "support.audio"]
 
+# The heavier cases make test leaves to make test-long (marker ``long``; docs/development.md): each feature
+# keeps a lighter case in make test, or a make target of its own runs it (chaos, bench, test-qwen).
+LONG = (
+    "tests/bench/test_bench_levers.py::test_a_sweep_on_the_real_engine",
+    "tests/bench/test_bench_tracing.py::test_the_tracing_benchmark_measures_three_configurations",
+    "tests/bench/test_bench_embeddings.py::test_embeddings_rows_count_what_was_served",
+    "tests/bench/test_bench_real_engine.py::test_serve_against_the_engine_writes_sane_results",
+    "tests/e2e/test_launcher_replicas.py::test_two_replicas_serve_behind_one_gateway",
+    "tests/e2e/test_replicas.py::test_prefix_affinity_through_two_engines",
+    "tests/e2e/test_replicas.py::test_mid_stream_failover_continues_one_stream[/v1/completions]",
+    "tests/chaos/test_chaos_engine.py::test_engine_core_sigstop_hang_under_load",
+    "tests/chaos/test_chaos_services.py::test_gateway_kill_mid_stream",
+    "tests/engine/server/test_one_cpu.py::",
+    "tests/engine/server/test_prompt_lookup.py::",
+    "tests/engine/server/test_stream_interval.py::",
+    "tests/engine/server/test_kv_pressure.py::test_many_long_requests_all_finish",
+    "tests/observability/test_prometheus_mesh.py::test_a_scrape_during_a_core_restart_answers_and_the_alert_fires",
+    "tests/gateway/test_gateway_structured.py::test_every_structured_reply_through_the_gateway_parses[streamed]",
+    "tests/microservice/test_microservice_structured.py::test_every_structured_reply_through_the_microservice_parses[streamed]",
+    "tests/engine/server/test_structured_and_tools.py::test_every_sampled_structured_reply_parses_and_validates[streamed]",
+    "tests/gateway/test_gateway_console.py::test_replicas_publish_only_while_a_console_is_open",
+    "tests/gateway/test_gateway_console.py::test_every_replica_shows_the_same_charts",
+    "tests/gateway/test_gateway_responses.py::test_a_conversation_across_two_replicas",
+    "tests/gateway/test_gateway_batch.py::test_a_key_at_its_rate_limit_has_its_lines_wait",
+    "tests/engine/server/test_concurrency.py::test_sixteen_simultaneous_streams",
+    "tests/microservice/test_microservice_engine_loss.py::test_engine_killed_mid_stream",
+    "tests/engine/server/test_core_signals.py::test_a_replacement_core_that_dies_of_sigfpe_while_loading_is_not_started_again",
+    "tests/engine/server/test_responses.py::test_an_error_mid_stream_is_an_error_event_then_response_failed",
+    "tests/export/test_export_embeddings.py::test_embeddings_export_is_served_beside_the_chat_model",
+    "tests/gateway/test_gateway_recovery.py::test_a_redis_restart_waits_for_other_gateways_to_re_register",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(LONG):
+            item.add_marker(pytest.mark.long)
+
 
 @pytest.fixture(scope="session")
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

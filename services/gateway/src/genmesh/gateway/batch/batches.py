@@ -189,8 +189,13 @@ class BatchStore:
             raise no_room(self.settings, room)
 
     async def ended(self, owner: str, batch_id: str) -> None:
-        """The batch no longer counts against its key's batches in progress."""
-        await self.store.call(self.store.redis.zrem(self.keyspace.active_batches_of(owner), batch_id))
+        """The batch no longer counts against its key's batches in progress, nor its lines as enqueued
+        (the hash is small: at most one field per model of each batch in progress)."""
+        redis, queued = self.store.redis, self.keyspace.queued_lines_of(owner)
+        await self.store.call(redis.zrem(self.keyspace.active_batches_of(owner), batch_id))
+        fields = [f for f in map(text, await self.store.call(redis.hkeys(queued))) if f.startswith(f"{batch_id}|")]
+        if fields:
+            await self.store.call(redis.hdel(queued, *fields))
 
     async def _load(self, keys: BatchKeys, data: bytes, custom_ids: list[str]) -> None:
         """Copy the lines in, in chunks (the batch object, written last, makes them live)."""
