@@ -13,8 +13,7 @@ import openai
 import pytest
 import soundfile
 
-from support.audio import SENTENCES, SPEECH_NAME, SPOKEN, WHISPER_NAME, assert_heard_and_spoken, input_audio, wer
-from support.servers import MODEL_NAME
+from support.audio import SENTENCES, SPEECH_NAME, WHISPER_NAME, assert_heard_and_spoken, spoken_turn, wer
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -163,13 +162,7 @@ def test_bad_speech_requests_are_400s_naming_the_field(audio_engine_url: str) ->
 
 def test_spoken_chat_turn_answers_in_audio_with_its_transcript(audio_engine_url: str) -> None:
     c = client(audio_engine_url)
-    part, seconds = input_audio(c)
-    reply = c.chat.completions.create(
-        model=MODEL_NAME,
-        messages=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
-        audio={"voice": "alloy", "format": "wav"},
-        **SPOKEN,  # type: ignore[arg-type]
-    )
+    reply, seconds = spoken_turn(c, "alloy")
     message = reply.choices[0].message
     assert message.audio is not None
     assert message.content is None  # as OpenAI's: the text is the audio's transcript

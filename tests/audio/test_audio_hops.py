@@ -20,6 +20,7 @@ from support.audio import (
     assert_heard_and_spoken,
     input_audio,
     pcm16_wav,
+    spoken_turn,
     wer,
 )
 from support.embeddings_mesh import ADMIN, Mesh
@@ -128,13 +129,7 @@ def test_bad_audio_input_at_the_gateway_is_a_4xx_naming_the_field(audio_mesh: Me
 
 def test_spoken_chat_turn_at_the_hop(hop: tuple[str, str]) -> None:
     c = client(hop)
-    part, _ = input_audio(c)
-    reply = c.chat.completions.create(
-        model=MODEL_NAME,
-        messages=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
-        audio={"voice": "nova", "format": "wav"},
-        **SPOKEN,  # type: ignore[arg-type]
-    )
+    reply, _ = spoken_turn(c, "nova")
     message = reply.choices[0].message
     assert message.audio is not None
     assert message.content is None

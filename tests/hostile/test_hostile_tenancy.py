@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from support.batches import chat_line, client, create_key, jsonl, read_lines, usage, wait_for
-from support.embeddings_mesh import Mesh
-from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway, model_config
+from support.embeddings_mesh import Mesh, both_models
+from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway
 from support.hostile import FULL, record
 from support.servers import EMBEDDING_NAME, MODEL_NAME, Server, free_port
 
@@ -72,13 +72,8 @@ def tenancy(embeddings_mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> 
     redis = RedisServer(free_port(), tmp_path_factory.mktemp("tenancy-redis"), extra=extra)
     redis.start()
     ms = embeddings_mesh.microservice
-    upstreams = [{"url": ms.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
-    models = {
-        MODEL_NAME: model_config(ms.url, upstreams=upstreams),
-        EMBEDDING_NAME: model_config(ms.url, upstreams=upstreams, kind="embeddings"),
-    }
     config = logs / "gateway.yaml"
-    config.write_text(yaml.safe_dump({"models": models}))
+    config.write_text(yaml.safe_dump({"models": both_models(ms.url)}))
     flags = {
         "--files-chunk-bytes": 256 * 1024,
         "--storage-headroom-bytes": HEADROOM,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 import soundfile
 import yaml
 
+from eval_whisper_fidelity import errors, words
 from genmesh.bench.servers import free_port
 from support.embeddings_mesh import Mesh
 from support.gateway_helpers import launch_gateway, model_config, private_redis
@@ -51,24 +51,28 @@ SENTENCES = (
 )
 
 
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z' ]+", " ", text.lower().replace("-", " ")).split()
-
-
 def wer(reference: str, hypothesis: str) -> float:
-    """Word error rate: word-level edit distance over the reference's length (normalised: case, punctuation)."""
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[len(hyp)] / max(1, len(ref))
+    """Word error rate: the word-level edit distance (``eval_whisper_fidelity.errors``: case and
+    punctuation normalised) over the reference's length."""
+    return errors(reference, hypothesis) / max(1, len(words(reference)))
 
 
 # A spoken chat turn (issue 43 item 4): a question the mesh's own voice speaks, sent as input_audio.
 QUESTION = "What is the capital of France?"
 SPOKEN = {"modalities": ["text", "audio"], "temperature": 0, "max_tokens": 24}
+
+
+def spoken_turn(client: openai.OpenAI, voice: str) -> tuple[Any, float]:
+    """A question spoken by the mesh's own voice, asked with modalities text+audio (wav back):
+    (the chat completion, the question's seconds)."""
+    part, seconds = input_audio(client)
+    reply = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
+        audio={"voice": voice, "format": "wav"},
+        **SPOKEN,  # type: ignore[arg-type]
+    )
+    return reply, seconds
 
 
 def input_audio(client: openai.OpenAI, text: str = QUESTION) -> tuple[dict[str, Any], float]:

@@ -35,6 +35,15 @@ class Mesh:
         return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key=secret, max_retries=0)
 
 
+def both_models(microservice_url: str) -> dict[str, Any]:
+    """The gateway's routes to the microservice: the chat and the embedding model, slots of their own."""
+    upstreams = [{"url": microservice_url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
+    return {
+        MODEL_NAME: model_config(microservice_url, upstreams=upstreams),
+        EMBEDDING_NAME: model_config(microservice_url, upstreams=upstreams, kind="embeddings"),
+    }
+
+
 @pytest.fixture(scope="session")
 def embeddings_mesh(embedding_engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """Gateway (auth on) -> microservice -> the engine serving the chat and the embedding model.
@@ -46,13 +55,8 @@ def embeddings_mesh(embedding_engine_url: str, tmp_path_factory: pytest.TempPath
     redis_server = next(redis_gen)
     logs: Path = tmp_path_factory.mktemp("embeddings-mesh")
     ms = start_microservice(logs, embedding_engine_url)
-    upstreams = [{"url": ms.url, "max_concurrency": 2, "health_path": "/v1/health_check"}]
-    models = {
-        MODEL_NAME: model_config(ms.url, upstreams=upstreams),
-        EMBEDDING_NAME: model_config(ms.url, upstreams=upstreams, kind="embeddings"),
-    }
     config = logs / "gateway.yaml"
-    config.write_text(yaml.safe_dump({"models": models}))
+    config.write_text(yaml.safe_dump({"models": both_models(ms.url)}))
     gw = launch_gateway(logs, config, redis_server.url, "--auth", "on")
     yield Mesh(gw, ms, redis_server)
     gw.stop()
