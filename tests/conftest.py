@@ -27,6 +27,11 @@ pytest_plugins = ["support.gateway_helpers", "support.embeddings_mesh", "support
 # The heavier cases make test leaves to make test-long (marker ``long``; docs/development.md): each feature
 # keeps a lighter case in make test, or a make target of its own runs it (chaos, bench, test-qwen).
 LONG = (
+    "tests/gateway/test_gateway_batch.py::test_sdk_batch_of_200_chat_lines",
+    "tests/gateway/test_gateway_batch.py::test_an_interactive_request_preempts_a_batch_line_holding_its_slot[no-preempt]",
+    "tests/audio/test_audio_engine.py::test_round_trip_of_twenty_sentences_is_within_ten_percent_wer",
+    "tests/engine/server/test_speculative.py::",
+    "tests/chaos/test_chaos_recovery.py::",
     "tests/bench/test_bench_levers.py::test_a_sweep_on_the_real_engine",
     "tests/bench/test_bench_tracing.py::test_the_tracing_benchmark_measures_three_configurations",
     "tests/bench/test_bench_embeddings.py::test_embeddings_rows_count_what_was_served",

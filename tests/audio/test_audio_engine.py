@@ -27,7 +27,6 @@ def spoken(url: str, text: str, fmt: str = "wav", voice: str = "alloy") -> bytes
     return reply.content
 
 
-@pytest.mark.long  # make test-long (docs/development.md)
 def test_round_trip_of_twenty_sentences_is_within_ten_percent_wer(audio_engine_url: str) -> None:
     text = " ".join(SENTENCES)
     audio = spoken(audio_engine_url, text)

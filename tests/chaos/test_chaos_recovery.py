@@ -34,7 +34,6 @@ async def _not_ok(client: httpx.AsyncClient, url: str) -> bool:
     return await _health(client, url) != 200
 
 
-@pytest.mark.long  # make test-long (docs/development.md)
 @pytest.mark.timeout(max(600, 240 * RUNS))  # each run waits out a core restart (a minute or more under load)
 async def test_new_stream_served_right_after_core_recovery(chaos: Chaos) -> None:
     name = "gateway+core kill, new stream"

@@ -61,7 +61,6 @@ def _every_batch_key_has_a_ttl(redis: Any) -> None:
     assert [k for k in ours if redis.pttl(k) < 0] == []
 
 
-@pytest.mark.long  # make test-long (docs/development.md)
 def test_sdk_batch_of_200_chat_lines(gateway: Any, redis_server: Any) -> None:
     secret, key_id = create_key(gateway.url, "batcher")
     other, _ = create_key(gateway.url, "other")
@@ -372,7 +371,7 @@ def test_a_responses_batch_and_a_completions_batch(gateway: Any) -> None:
         assert kinds == ({"response"} if endpoint == "/v1/responses" else {"text_completion"})
 
 
-@pytest.mark.parametrize("preempt", [True, pytest.param(False, marks=pytest.mark.long)], ids=["preempt", "no-preempt"])
+@pytest.mark.parametrize("preempt", [True, False], ids=["preempt", "no-preempt"])
 def test_an_interactive_request_preempts_a_batch_line_holding_its_slot(
     start_gateway: Any, engine_url: str, preempt: bool
 ) -> None:

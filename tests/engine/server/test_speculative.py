@@ -16,7 +16,7 @@ import pytest
 from support.polling import wait_until
 from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, metric_value, start_engine
 
-pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow, pytest.mark.long]  # make test-long
+pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow]
 
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
