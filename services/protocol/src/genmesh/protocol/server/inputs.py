@@ -38,7 +38,8 @@ def decode_json_object(raw: bytes, max_depth: int, max_containers: int) -> dict[
     A body of more than ``max_containers`` arrays and objects is refused before it is parsed: a
     wide body (``[{},{},...]``) costs orjson a Python object per container, so parsing 4 MiB of
     them would hold the event loop (and the GIL) for hundreds of ms and take ~23 times its size."""
-    if raw.count(b"[") + raw.count(b"{") > max_containers and containers(raw) > max_containers:
+    brackets = raw.count(b"[") + raw.count(b"{")  # opening ones, strings included: at least the containers
+    if brackets > max_containers and containers(raw) > max_containers:
         raise invalid_request(
             f"the JSON body holds more than {max_containers} arrays and objects (max_json_containers)",
             code="invalid_json",
@@ -49,7 +50,7 @@ def decode_json_object(raw: bytes, max_depth: int, max_containers: int) -> dict[
         raise _diagnose(raw, str(exc), max_depth) from None
     if not isinstance(data, dict):
         raise invalid_request("The request body must be a JSON object", code="invalid_json")
-    if raw.count(b"[") + raw.count(b"{") > max_depth and nested_deeper(raw, max_depth):
+    if brackets > max_depth and nested_deeper(raw, max_depth):
         raise _nested(too_deep(data, max_depth, _PATH_VISITS) or "", max_depth)
     return data
 
