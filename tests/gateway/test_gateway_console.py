@@ -26,6 +26,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from genmesh.engine.metrics import MetricFamilies
 from genmesh.gateway.console import engine_metrics
+from genmesh.gateway.console.sections import drafting
 from support.batches import chat_line, client, submit
 from support.browser import browser
 from support.gateway_helpers import ADMIN_KEY, RedisServer, StartGateway, auth, model_config, private_redis
@@ -439,18 +440,27 @@ def test_engine_metrics_scan_reads_what_a_prometheus_parser_reads() -> None:
         families.ttft.labels(model).observe(0.3)
         families.core_restarts.labels(model, "hung").inc(3)
         families.core_restarts.labels(model, "exited")
+    families.draft_steps.labels("a").inc(10)  # a drafting engine: 15 of 40 proposed tokens accepted
+    families.draft_accepted.labels("a").inc(15)
+    families.draft_proposed.labels("a").inc(40)
     text = families.render().decode()
     wanted = {
         "genmesh_engine_kv_cache_usage_ratio": "kv_cache_usage",
         "genmesh_engine_requests_running": "running",
         "genmesh_engine_requests_waiting": "waiting",
         "genmesh_engine_core_restarts_total": "restarts",
+        "genmesh_engine_spec_decode_steps_total": "draft_steps",
+        "genmesh_engine_spec_decode_accepted_tokens_total": "draft_accepted",
+        "genmesh_engine_spec_decode_draft_tokens_total": "draft_proposed",
     }
     expected: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:
                 expected[wanted[sample.name]] = expected.get(wanted[sample.name], 0.0) + sample.value
-    assert expected == {"kv_cache_usage": 0.75, "running": 3.0, "waiting": 5.0, "restarts": 6.0}
+    drafts = {"draft_steps": 10.0, "draft_accepted": 15.0, "draft_proposed": 40.0}
+    assert expected == {"kv_cache_usage": 0.75, "running": 3.0, "waiting": 5.0, "restarts": 6.0, **drafts}
     assert engine_metrics.parse(text) == expected
+    assert drafting(expected) == {"draft_accepted_per_step": 1.5, "draft_acceptance": 0.375}
+    assert drafting({"kv_cache_usage": 0.1}) == {"draft_accepted_per_step": None, "draft_acceptance": None}
     assert engine_metrics.parse('# HELP nothing\nother_metric 1\ngenmesh_engine_requests_running{m="a"} x\n') == {}

@@ -1,4 +1,5 @@
-"""An engine's load as its Prometheus metrics tell it: KV-cache use, running and waiting, restarts."""
+"""An engine's load as its Prometheus metrics tell it: KV-cache use, running and waiting, restarts,
+and what its draft model (speculative decoding) gets accepted."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ _WANTED = {
     "genmesh_engine_requests_waiting": "waiting",
     "genmesh_engine_core_restarts_total": "restarts",
     "genmesh_engine_core_restarts": "restarts",
+    "genmesh_engine_spec_decode_steps_total": "draft_steps",
+    "genmesh_engine_spec_decode_accepted_tokens_total": "draft_accepted",
+    "genmesh_engine_spec_decode_draft_tokens_total": "draft_proposed",
 }
 _PREFIX = "genmesh_engine_"
 MAX_METRICS_BYTES = 2 * 1024 * 1024
@@ -22,7 +26,7 @@ MAX_METRICS_BYTES = 2 * 1024 * 1024
 def parse(text: str) -> dict[str, float]:
     """The wanted series, summed over their labels; a series the engine lacks is absent.
 
-    A scan of the exposition's lines for the four names, not a full parse: the console reads it once
+    A scan of the exposition's lines for these names, not a full parse: the console reads it once
     per interval while open, and a Prometheus parser spends most of its time on the series nobody shows.
     """
     out: dict[str, float] = {}

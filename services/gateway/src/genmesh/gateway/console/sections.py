@@ -83,10 +83,21 @@ def upstream_rows(
                         "running": _int(engine.get("running")),
                         "waiting": _int(engine.get("waiting")),
                         "restarts": _int(engine.get("restarts")),
+                        **drafting(engine),
                     },
                 }
             )
     return out
+
+
+def drafting(engine: dict[str, Any]) -> dict[str, float | None]:
+    """Speculative decoding since the engine started: draft tokens accepted per request-step, and the
+    share of proposed draft tokens accepted (None without a draft, or before its first step)."""
+    steps, accepted, proposed = (engine.get(k) or 0.0 for k in ("draft_steps", "draft_accepted", "draft_proposed"))
+    return {
+        "draft_accepted_per_step": rounded(accepted / steps) if steps else None,
+        "draft_acceptance": rounded(min(1.0, accepted / proposed)) if proposed else None,
+    }
 
 
 def rounded(value: float | None) -> float | None:

@@ -116,6 +116,8 @@
           meter(e.kv_cache_usage, 1, (e.kv_cache_usage * 100).toFixed(e.kv_cache_usage < 0.1 ? 1 : 0) + "%"),
         el("td", e.running === null ? "–" : e.running + " / " + e.waiting, "num"),
         el("td", (e.restarts === null ? "–" : e.restarts) + " core · " + u.circuit_opened + " circuit", "num"),
+        el("td", e.draft_accepted_per_step === null ? "–" : fmt(e.draft_accepted_per_step, 2) + " / step" +
+          (e.draft_acceptance === null ? "" : " · " + (e.draft_acceptance * 100).toFixed(0) + "%"), "num"),
       ];
     }, "no upstreams");
     rows("keys", s.keys, (k) => [
