@@ -463,4 +463,6 @@ def test_engine_metrics_scan_reads_what_a_prometheus_parser_reads() -> None:
     assert engine_metrics.parse(text) == expected
     assert drafting(expected) == {"draft_accepted_per_step": 1.5, "draft_acceptance": 0.375}
     assert drafting({"kv_cache_usage": 0.1}) == {"draft_accepted_per_step": None, "draft_acceptance": None}
+    plain = {"draft_steps": 10.0, "draft_accepted": 0.0}  # every engine counts its steps; this one drafts nothing
+    assert drafting(plain) == {"draft_accepted_per_step": None, "draft_acceptance": None}
     assert engine_metrics.parse('# HELP nothing\nother_metric 1\ngenmesh_engine_requests_running{m="a"} x\n') == {}

@@ -92,10 +92,11 @@ def upstream_rows(
 
 def drafting(engine: dict[str, Any]) -> dict[str, float | None]:
     """Speculative decoding since the engine started: draft tokens accepted per request-step, and the
-    share of proposed draft tokens accepted (None without a draft, or before its first step)."""
+    share of proposed draft tokens accepted. None for an engine that has not drafted: every engine
+    counts its request-steps, only a drafting one proposes or gets tokens accepted."""
     steps, accepted, proposed = (engine.get(k) or 0.0 for k in ("draft_steps", "draft_accepted", "draft_proposed"))
     return {
-        "draft_accepted_per_step": rounded(accepted / steps) if steps else None,
+        "draft_accepted_per_step": rounded(accepted / steps) if steps and (accepted or proposed) else None,
         "draft_acceptance": rounded(min(1.0, accepted / proposed)) if proposed else None,
     }
 
