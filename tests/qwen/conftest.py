@@ -12,6 +12,13 @@ from support.qwen import start_qwen
 from support.servers import Server
 
 collect_ignore_glob = [] if os.environ.get("GENMESH_QWEN") == "1" else ["test_*.py"]
+QWEN_TEST_TIMEOUT_S = 3600  # a test's time includes its fixtures': 1.5B loads of minutes each
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/qwen/" in str(item.path):
+            item.add_marker(pytest.mark.timeout(QWEN_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

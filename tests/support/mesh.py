@@ -120,6 +120,8 @@ def launch(
     env: dict[str, str] | None = None,
     engine_args: Sequence[str] = (),
     gateway_slots: int | None = None,
+    model: Path = DEFAULT_MODEL,
+    served_name: str = MODEL_NAME,
 ) -> Mesh:
     """Start the launcher; ``gateway_slots``: route the model through the microservice with this many slots."""
     base = free_port_block(16)  # four each: the engine and microservice ports of up to four replicas
@@ -129,13 +131,13 @@ def launch(
         config = run_dir / "chaos-gateway.yaml"
         upstream = {"url": f"http://127.0.0.1:{ports['microservice']}", "health_path": "/v1/ready"}
         route = {"upstreams": [{**upstream, "name": "microservice", "max_concurrency": gateway_slots}]}
-        config.write_text(json.dumps({"models": {MODEL_NAME: {**route, "max_queue_wait_s": 120}}}))
+        config.write_text(json.dumps({"models": {served_name: {**route, "max_queue_wait_s": 120}}}))
         extra = ("--gateway-config", str(config), *extra)
     argv = [
         sys.executable,
         str(ROOT / "scripts" / "launch_mesh.py"),
-        "--model", str(DEFAULT_MODEL),
-        "--served-model-name", MODEL_NAME,
+        "--model", str(model),
+        "--served-model-name", served_name,
         "--engine-port", str(ports["engine"]),
         "--microservice-port", str(ports["microservice"]),
         "--gateway-port", str(ports["gateway"]),
