@@ -1,9 +1,10 @@
-"""The exact compressed form of Q4_1 (genmesh.engine.core.gguf_exact), one layer at a time.
+"""The exact compressed form (genmesh.engine.core.gguf_exact) of Q4_1, Q4_K and Q6_K, one layer at a time.
 
-Each layer is built as OpenVINO GenAI builds a Q4_1 matrix from a GGUF (u4 values, an integer zero
-point ``round(-m/d)`` wrapped to 4 bits, f16 scale: the misreading), rewritten by ``rewrite`` from
-a GGUF holding the same tensor, and run by OpenVINO's CPU plugin with f32 arithmetic, against
-a float64 reference of the file's own weights (``gguf``'s dequantisation, not the converter's).
+Each layer is built as OpenVINO GenAI builds such a matrix from a GGUF (u4/u8 values, an integer
+zero point ``round(-min/scale)`` wrapped to 4 bits, the scale rounded to f16: the misreading),
+rewritten by ``rewrite`` from a GGUF holding the same tensor, and run by OpenVINO's CPU plugin with
+f32 arithmetic, against a float64 reference of the file's own weights (``gguf``'s dequantisation,
+bit-exact with ggml's, not the converter's).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, quants
 
 from genmesh.engine.core.config import CoreConfig
-from genmesh.engine.core.gguf_exact import MARKER, Q4_1, QK, NotExact, covered, rewrite, rope_order
+from genmesh.engine.core.gguf_exact import MARKER, NotExact, covered, rewrite, rope_order
+from genmesh.engine.core.gguf_kquants import UNPACK, Blocks, q4_1, q5_0_as_q8_0
 from genmesh.engine.core.gguf_tokenizer import TOKENIZER_GGUF
 from genmesh.engine.core.model_loading import prepare_model
 from support.servers import DEFAULT_MODEL
@@ -27,25 +29,42 @@ from support.servers import DEFAULT_MODEL
 F32_EXACT = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0, "INFERENCE_NUM_THREADS": 1}
 
 
-def genai_layer(w: Q4_1, inputs: int) -> tuple[ov.Model, Any]:
-    """``x [1, 3, in] -> MatMul(x, W^T)`` with W decompressed as OpenVINO GenAI 2026.4 builds it."""
-    rows, blocks = w.d.shape
-    x = ops.parameter([1, 3, inputs], np.float32, name="x")
-    flat = w.q.reshape(-1)
-    packed = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)  # OpenVINO's u4: element 2k in the low nibble
-    q = ov.Tensor(ov.Type.u4, ov.Shape([rows, blocks, QK]))
-    np.copyto(q.data, packed.reshape(q.data.shape))
-    zp_values = (np.round(-w.m.astype(np.float32) / w.d.astype(np.float32)).astype(np.int64) & 0xF).astype(np.uint8)
-    zp_flat = zp_values.reshape(-1)
-    zp_flat = np.concatenate([zp_flat, np.zeros(len(zp_flat) % 2, np.uint8)])
-    zp = ov.Tensor(ov.Type.u4, ov.Shape([rows, blocks, 1]))
-    np.copyto(zp.data, (zp_flat[0::2] | (zp_flat[1::2] << 4)).reshape(zp.data.shape))
+def _packed(values: np.ndarray, kind: ov.Type, shape: tuple[int, ...]) -> ov.Tensor:
+    flat = values.reshape(-1).astype(np.uint8)
+    if kind == ov.Type.u4:
+        flat = np.concatenate([flat, np.zeros(len(flat) % 2, np.uint8)])
+        flat = flat[0::2] | (flat[1::2] << 4)  # OpenVINO's u4: element 2k in the low nibble
+    out = ov.Tensor(kind, ov.Shape(list(shape)))
+    np.copyto(out.data, flat.reshape(out.data.shape))
+    return out
+
+
+def genai_layer(w: Blocks, inputs: int, gather: bool = False) -> ov.Model:
+    """``x [1, 3, in] -> MatMul(x, W^T)`` (or ``ids [1, 3] -> Gather(W, ids)``) with W decompressed
+    as OpenVINO GenAI 2026.4 builds it: f16 scale, zero point ``round(-min/scale)`` (u4, wrapped) or
+    32 (u8, Q6_K)."""
+    rows, groups, group = w.q.shape
+    scale = w.genai_scale[..., None]
+    if w.m is None:
+        kind, zp = ov.Type.u8, np.full(scale.shape, 32, np.uint8)
+    else:
+        bias = w.m.astype(np.float16).astype(np.float32)[..., None]  # GenAI keeps -dmin*m as f16
+        kind = ov.Type.u4
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero scale (sc = 0): any zero point
+            zp = (np.round(-bias / scale.astype(np.float32)).astype(np.int64) & 0xF).astype(np.uint8)
     weight = ops.multiply(
-        ops.subtract(ops.convert(ops.constant(q), "f16"), ops.convert(ops.constant(zp), "f16")),
-        ops.constant(w.d[..., None]),
+        ops.subtract(
+            ops.convert(ops.constant(_packed(w.q, kind, w.q.shape)), "f16"),
+            ops.convert(ops.constant(_packed(zp, kind, zp.shape)), "f16"),
+        ),
+        ops.constant(scale),
     )
-    weight = ops.convert(ops.reshape(weight, ops.constant(np.array([rows, inputs])), False), "f32")
-    return ov.Model([ops.matmul(x, weight, False, True)], [x], "layer"), x
+    weight = ops.convert(ops.reshape(weight, ops.constant(np.array([rows, groups * group])), False), "f32")
+    if gather:
+        ids = ops.parameter([1, 3], np.int32, name="x")
+        return ov.Model([ops.gather(weight, ids, ops.constant(np.array(0, np.int32)))], [ids], "embedding")
+    x = ops.parameter([1, 3, groups * group], np.float32, name="x")
+    return ov.Model([ops.matmul(x, weight, False, True)], [x], "layer")
 
 
 def run(model: ov.Model, x: np.ndarray) -> np.ndarray:
@@ -53,13 +72,18 @@ def run(model: ov.Model, x: np.ndarray) -> np.ndarray:
     return np.asarray(compiled({"x": x})[0], dtype=np.float64)
 
 
-def write_gguf(path: Path, tensors: dict[str, np.ndarray], heads: tuple[int, int] = (1, 1)) -> GGUFReader:
-    """A GGUF holding these raw Q4_1 tensors (numpy byte layout) and the head counts ``rewrite`` reads."""
+def write_gguf(
+    path: Path,
+    tensors: dict[str, np.ndarray],
+    heads: tuple[int, int] = (1, 1),
+    kind: GGMLQuantizationType = GGMLQuantizationType.Q4_1,
+) -> GGUFReader:
+    """A GGUF holding these raw tensors (numpy byte layout) and the head counts ``rewrite`` reads."""
     writer = GGUFWriter(str(path), "llama")
     writer.add_head_count(heads[0])
     writer.add_head_count_kv(heads[1])
     for name, raw in tensors.items():
-        writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType.Q4_1)
+        writer.add_tensor(name, raw, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -76,7 +100,7 @@ def check_layer(reader: GGUFReader, name: str, order: Any, x: np.ndarray) -> tup
     t = next(t for t in reader.tensors if t.name == name)
     want_w = quants.dequantize(t.data, t.tensor_type).astype(np.float64)[order]
     want = x.astype(np.float64) @ want_w.T
-    model, _ = genai_layer(Q4_1.from_raw(t.data).rows(order), x.shape[-1])
+    model = genai_layer(UNPACK[GGMLQuantizationType(t.tensor_type).name](t.data).rows(order), x.shape[-1])
     before = relative_error(run(model, x), want)
     assert rewrite(model, reader) == 1
     return before, relative_error(run(model, x), want)
@@ -124,8 +148,8 @@ def test_a_layer_whose_values_are_not_the_file_s_is_refused(tmp_path: Path) -> N
     values = (rng.standard_normal((32, 64)) * 0.05).astype(np.float32)
     raw = quants.quantize(values, GGMLQuantizationType.Q4_1)
     reader = write_gguf(tmp_path / "a.gguf", {"blk.0.ffn_up.weight": raw})
-    w = Q4_1.from_raw(raw)
-    model, _ = genai_layer(Q4_1(w.d, w.m, (w.q + 1) & 0xF), 64)
+    w = q4_1(raw)
+    model = genai_layer(Blocks(w.scale, w.genai_scale, (w.q + 1) & 0xF, w.m), 64)
     with pytest.raises(NotExact, match="not the file's"):
         rewrite(model, reader)
 
@@ -133,7 +157,9 @@ def test_a_layer_whose_values_are_not_the_file_s_is_refused(tmp_path: Path) -> N
 def test_coverage() -> None:
     assert covered({"a": "Q4_1", "b": "Q8_0", "c": "F16"}) == (True, [])
     assert covered({"a": "Q8_0"}) == (False, [])  # nothing to rewrite: served as it is
-    assert covered({"a": "Q4_1", "b": "Q4_K", "c": "Q6_K"}) == (False, ["Q4_K", "Q6_K"])
+    assert covered({"a": "Q4_K", "b": "Q6_K", "c": "Q5_0", "d": "Q8_0"}) == (True, [])
+    assert covered({"a": "Q5_0"}) == (True, [])  # served from its exact Q8_0 copy
+    assert covered({"a": "Q4_1", "b": "Q5_1", "c": "Q2_K"}) == (False, ["Q2_K", "Q5_1"])
 
 
 def test_the_default_model_is_served_as_its_exact_form() -> None:
@@ -146,3 +172,49 @@ def test_the_default_model_is_served_as_its_exact_form() -> None:
     assert served.ir == served.path / "openvino_model.xml"
     assert json.loads((served.path / MARKER).read_text())["rewritten_matmuls"] == 210  # 30 layers x 7
     assert served.save_ir is False
+
+
+def random_blocks(rng: np.random.Generator, kind: GGMLQuantizationType, rows: int, inputs: int) -> np.ndarray:
+    """Raw blocks of ``kind`` from random bytes, with finite f16 super-block scales."""
+    size, bytes_per = {GGMLQuantizationType.Q4_K: (256, 144), GGMLQuantizationType.Q6_K: (256, 210)}[kind]
+    raw = rng.integers(0, 256, (rows, inputs // size, bytes_per), dtype=np.uint8)
+    scales = (rng.standard_normal((rows, inputs // size, 2)) * 1e-3).astype(np.float16).view(np.uint8)
+    if kind == GGMLQuantizationType.Q4_K:
+        raw[..., 0:4] = np.abs(scales.view(np.float16)).view(np.uint8).reshape(rows, -1, 4)  # d, dmin
+    else:
+        raw[..., 208:210] = scales[..., 0:2]  # d (any sign: the int8 scales carry one too)
+    return raw.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", [GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K])
+def test_k_quant_layers_become_exact(tmp_path: Path, kind: GGMLQuantizationType) -> None:
+    """Q4_K (u4, f16(d*sc), integer zero point) and Q6_K (u8, zero point 32, f16(d*sc)) as GenAI
+    builds them, rewritten with the exact f32 scales (and Q4_K's minimum term)."""
+    rng = np.random.default_rng(3)
+    raw = random_blocks(rng, kind, 24, 512)
+    reader = write_gguf(tmp_path / "k.gguf", {"blk.0.ffn_up.weight": raw}, kind=kind)
+    x = rng.standard_normal((1, 3, 512)).astype(np.float32)
+    before, after = check_layer(reader, "blk.0.ffn_up.weight", np.arange(24), x)
+    assert before > (1e-2 if kind == GGMLQuantizationType.Q4_K else 2e-5), before  # Q6_K: only f16 scales
+    assert after < 1e-5, after
+
+
+def test_a_q4_k_embedding_becomes_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    raw = random_blocks(rng, GGMLQuantizationType.Q4_K, 40, 256)
+    reader = write_gguf(tmp_path / "e.gguf", {"token_embd.weight": raw}, kind=GGMLQuantizationType.Q4_K)
+    want_w = quants.dequantize(reader.tensors[0].data, GGMLQuantizationType.Q4_K).astype(np.float64)
+    ids = np.array([[3, 0, 39]], dtype=np.int32)
+    model = genai_layer(UNPACK["Q4_K"](reader.tensors[0].data), 256, gather=True)
+    assert relative_error(run(model, ids), want_w[ids]) > 1e-2
+    assert rewrite(model, reader) == 1
+    assert relative_error(run(model, ids), want_w[ids]) < 1e-6
+
+
+def test_q5_0_is_the_q8_0_of_the_same_weights() -> None:
+    rng = np.random.default_rng(5)
+    raw = rng.integers(0, 256, (4, 8, 22), dtype=np.uint8)
+    raw[..., 0:2] = (rng.standard_normal((4, 8, 1)) * 1e-2).astype(np.float16).view(np.uint8)
+    raw = raw.reshape(4, -1)
+    want = quants.dequantize(raw, GGMLQuantizationType.Q5_0)
+    assert np.array_equal(quants.dequantize(q5_0_as_q8_0(raw), GGMLQuantizationType.Q8_0), want)

@@ -115,13 +115,13 @@ def test_prepare_reencodes_once_and_links_faithful_files(tmp_path: Path) -> None
 def test_a_type_the_exact_form_does_not_cover_falls_back_to_f16_with_one_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    src = tmp_path / "q5.gguf"
-    values = write_gguf(src, {"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_0})
+    src = tmp_path / "q5_1.gguf"
+    values = write_gguf(src, {"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_1})
     with caplog.at_level("WARNING", logger="genmesh.engine.core.gguf_reencode"):
         served = prepare(src, tmp_path / "cache")  # the default target: exact
     assert served == prepare(src, tmp_path / "cache", target="F16")
     assert [r.getMessage() for r in caplog.records if "not covered by the exact" in r.getMessage()] == [
-        f"{src.resolve()}: tensors of type Q5_0 are not covered by the exact compressed form; "
+        f"{src.resolve()}: tensors of type Q5_1 are not covered by the exact compressed form; "
         "serving the F16 re-encoding"
     ]
     kind, kept = tensor(GGUFReader(str(served)), "blk.0.ffn_up.weight")

@@ -3,7 +3,7 @@
 int8: every weight matrix INT8_ASYM per output channel. int4: INT4_ASYM in groups of 128
 (halved where a row is not a multiple of 128: 64 for SmolLM2's 576-wide rows), the embedding
 and the last layer kept INT8_ASYM (NNCF's backup mode). fp16: the weights as they are. exact (a
-Q4_1 GGUF only): the engine's exact compressed form (genmesh.engine.core.gguf_exact), no NNCF.
+Q4_1/Q4_K/Q6_K/Q5_0 GGUF): the engine's exact compressed form (genmesh.engine.core.gguf_exact), no NNCF.
 """
 
 from __future__ import annotations

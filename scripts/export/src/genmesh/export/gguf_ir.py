@@ -36,8 +36,8 @@ def ir_from_gguf(src: Path, cache_dir: Path, steps: Steps, exact: bool = False) 
     served = prepare(src, cache_dir, True, "exact" if exact else "F16")
     if exact and exact_ir(served) is None:
         raise ExportError(
-            f"{src}: --weight-format exact covers GGUFs whose misread weights are Q4_1 (see the log above); "
-            "use fp16, int8 or int4"
+            f"{src}: --weight-format exact covers GGUFs whose misread weights are Q4_1, Q4_K, Q6_K or Q5_0 "
+            "(see the log above); use fp16, int8 or int4"
         )
     folder = served.parent
     if not _complete(folder, (IR_MODEL_FILE,)):

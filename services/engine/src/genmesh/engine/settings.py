@@ -173,8 +173,9 @@ class EngineSettings(ServiceSettings):
     )
     gguf_reencode_type: Target = Field(
         default=DEFAULT_TARGET,
-        description="what misread GGUFs become: exact (Q4_1: the file's own 4-bit values, scales and minimums as a "
-        "compressed OpenVINO model; other types: F16), F16 (the GGUF's values) or Q8_0 (half the size, requantised)",
+        description="what misread GGUFs become: exact (Q4_1, Q4_K, Q6_K, Q5_0: the file's own values, scales and "
+        "minimums as a compressed OpenVINO model; other types: F16), F16 (the GGUF's values) or Q8_0 (half the "
+        "size, requantised)",
     )
     gguf_cache_dir: str = Field(
         default=DEFAULT_CACHE_DIR, description="where re-encoded GGUFs and their OpenVINO IRs are kept"

@@ -1,25 +1,30 @@
-"""An exact compressed OpenVINO model of a GGUF whose blocks carry a float minimum (Q4_1).
+"""An exact compressed OpenVINO model of a GGUF: the file's own values, scales and minimums.
 
 Q4_1 stores, per block of 32 weights, ``w = d * q + m`` (``d`` and ``m`` f16, ``q`` in 0..15), so
 
     W x = (d ∘ Q) x + M · S(x)
 
-where ``d ∘ Q`` is a u4 weight with a per-block f16 scale and no zero point (the CPU plugin's
+where ``d ∘ Q`` is a u4 weight with a per-block scale and no zero point (the CPU plugin's
 compressed fully-connected fast path), ``S(x)`` the sum of ``x`` over each block of 32 inputs and
-``M`` the ``[out, in/32]`` matrix of block minimums. Exact up to the arithmetic: ``d`` and ``m``
-are f16 in the file.
+``M`` the ``[out, in/32]`` matrix of block minimums. Q4_K is the same per sub-block of 32
+(``d·sc·q - dmin·mn``) with the scale ``d·sc`` and ``M`` in f32 (exact products of an f16 and a
+6-bit integer); Q6_K (``d·sc·(q - 32)`` per 16) becomes i8 values ``q - 32`` with the f32 scale
+``d·sc`` and no minimum; Q5_0 is handed to OpenVINO GenAI as the Q8_0 of the same weights (it
+refuses Q5_0, reads Q8_0 exactly). Exact up to the arithmetic (gguf_kquants.py unpacks each type).
 
 How: OpenVINO GenAI builds its model from the GGUF (``(q - zero_point) * scale``, the zero point
-``round(-m / d)``: the misreading, gguf_reencode.py) and writes it (``enable_save_ov_model``). Its
-``q`` and ``d`` are the file's own (checked here, block by block); only the zero point is wrong.
-So each such MatMul loses its ``Subtract`` and gains the ``M · S(x)`` term, with ``M`` read from
-the GGUF. Everything else in the graph (attention, RoPE, the KV state, the Q8_0 embedding and
-output matrix, norms) stays exactly as OpenVINO GenAI builds it, which is why this post-processes
-its IR rather than building the decoder anew.
+``round(-min / scale)`` and the scale rounded to f16: the misreading, gguf_reencode.py) and writes
+it (``enable_save_ov_model``). Its ``q`` and f16 scales are the file's own, rounded as it rounds
+them (checked here, block by block). So each such MatMul (or embedding Gather) loses its
+``Subtract`` (and, for K-quants, gets the exact f32 scale) and gains the ``M · S(x)`` term, with
+``M`` read from the GGUF. Everything else in the graph (attention, RoPE, the KV state, Q8_0/Q4_0
+matrices, norms) stays exactly as OpenVINO GenAI builds it, which is why this post-processes its
+IR rather than building the decoder anew.
 
-GenAI reorders the rows of ``attn_q``/``attn_k`` (llama.cpp's RoPE permutation undone, per head);
-the converter finds each weight's GGUF tensor and row order by its scales, and refuses (the caller
-falls back to the F16 re-encoding) unless every ``q`` and ``d`` then equals the file's.
+GenAI reorders the rows of a llama GGUF's ``attn_q``/``attn_k`` (llama.cpp's RoPE permutation
+undone, per head); the converter finds each weight's GGUF tensor and row order by its scales, and
+refuses (the caller falls back to the F16 re-encoding) unless every ``q`` and scale then equals the
+file's.
 """
 
 from __future__ import annotations
@@ -35,11 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .gguf_kquants import QK, UNPACK, Blocks
+
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
 
-QK = 32  # weights per Q4_1 block
-# Weight-matrix types the exact form covers: Q4_1 rewritten, the rest read exactly by OpenVINO GenAI.
-EXACT_TYPES = frozenset({"Q4_1"})
+# Weight-matrix types the exact form covers: rewritten (UNPACK), given to OpenVINO GenAI as an exact
+# Q8_0 copy (Q5_0: q5_0_as_q8_0), or read exactly by OpenVINO GenAI as they are.
+EXACT_TYPES = frozenset(UNPACK)
+COPIED_TYPES = frozenset({"Q5_0"})
 AS_READ_TYPES = frozenset({"F16", "Q8_0", "Q4_0"})
 IR_XML = "openvino_model.xml"
 GGUF_LINK = "model.gguf"  # the source GGUF, linked beside the IR: the tokenizer is built from it
@@ -55,8 +63,8 @@ def covered(types: dict[str, str]) -> tuple[bool, list[str]]:
     """(whether the exact form serves a file whose weight matrices have these types, the types it
     does not cover). ``types`` maps tensor name to type name, weight matrices only."""
     kinds = set(types.values())
-    missing = sorted(kinds - EXACT_TYPES - AS_READ_TYPES)
-    return (not missing and bool(kinds & EXACT_TYPES)), missing
+    missing = sorted(kinds - EXACT_TYPES - COPIED_TYPES - AS_READ_TYPES)
+    return (not missing and bool(kinds & (EXACT_TYPES | COPIED_TYPES))), missing
 
 
 def weight_types(reader: Any) -> dict[str, str]:
@@ -65,32 +73,9 @@ def weight_types(reader: Any) -> dict[str, str]:
     return {t.name: GGMLQuantizationType(t.tensor_type).name for t in reader.tensors if len(t.shape) >= 2}
 
 
-@dataclass(frozen=True)
-class Q4_1:
-    """One Q4_1 matrix in numpy order: d, m [rows, blocks] f16; q [rows, blocks, 32] u8 (0..15)."""
-
-    d: Any
-    m: Any
-    q: Any
-
-    @classmethod
-    def from_raw(cls, raw: Any) -> Q4_1:
-        import numpy as np
-
-        blocks = np.asarray(raw, dtype=np.uint8).reshape(raw.shape[0], -1, 4 + QK // 2)
-        d = blocks[..., 0:2].copy().view(np.float16)[..., 0]
-        m = blocks[..., 2:4].copy().view(np.float16)[..., 0]
-        qs = blocks[..., 4:]
-        q = np.concatenate([qs & 0xF, qs >> 4], axis=-1)  # ggml: low nibbles first, then high
-        return cls(d, m, q)
-
-    def rows(self, order: Any) -> Q4_1:
-        return Q4_1(self.d[order], self.m[order], self.q[order])
-
-
 def rope_order(rows: int, head_dim: int) -> Any:
-    """The row order OpenVINO GenAI gives ``attn_q``/``attn_k``: per head, the even rows of the
-    GGUF first, then the odd ones (llama.cpp's RoPE permutation undone)."""
+    """The row order OpenVINO GenAI gives ``attn_q``/``attn_k`` of a llama GGUF: per head, the even
+    rows of the GGUF first, then the odd ones (llama.cpp's RoPE permutation undone)."""
     import numpy as np
 
     half = np.concatenate([np.arange(0, head_dim, 2), np.arange(1, head_dim, 2)])
@@ -103,18 +88,21 @@ def _input_node(node: Any, i: int) -> Any:
 
 @dataclass
 class _Decompression:
-    matmul: Any
+    user: Any  # the MatMul (weight: input 1) or Gather (table: input 0) that reads the weight
     subtract: Any
-    weight: Any  # the u4 Constant [out, blocks, 32]
-    scale: Any  # the f16 Constant [out, blocks, 1]
+    multiply: Any
+    weight: Any  # the u4/u8 Constant [out, groups, group]
+    scale: Any  # the f16 Constant [out, groups, 1]
 
 
 def _decompressions(model: Any) -> Iterator[_Decompression]:
-    """Every MatMul whose weight is ``Convert(Reshape(Multiply(Subtract(Convert(u4), Convert(zp)), scale)))``."""
+    """Every MatMul/Gather whose weight is
+    ``Convert(Reshape(Multiply(Subtract(Convert(u4|u8), Convert(zp)), scale)))``."""
     for op in model.get_ordered_ops():
-        if op.get_type_name() != "MatMul":
+        kind = op.get_type_name()
+        if kind not in ("MatMul", "Gather"):
             continue
-        node = _input_node(op, 1)
+        node = _input_node(op, 1 if kind == "MatMul" else 0)
         for _ in range(3):  # Convert(Reshape(...)) between the MatMul and the Multiply
             if node.get_type_name() not in ("Convert", "Reshape"):
                 break
@@ -128,17 +116,19 @@ def _decompressions(model: Any) -> Iterator[_Decompression]:
         if conv.get_type_name() != "Convert":
             continue
         weight = _input_node(conv, 0)
-        if weight.get_type_name() != "Constant" or weight.get_element_type().get_type_name() != "u4":
+        if weight.get_type_name() != "Constant" or weight.get_element_type().get_type_name() not in ("u4", "u8"):
             continue
-        yield _Decompression(op, sub, weight, scale)
+        yield _Decompression(op, sub, node, weight, scale)
 
 
-def _unpack_u4(const: Any) -> Any:
+def _weight_values(const: Any) -> Any:
     import numpy as np
 
     shape = tuple(const.get_output_shape(0))
     packed = np.asarray(const.get_data(), dtype=np.uint8)
-    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO: element 2k low
+    if const.get_element_type().get_type_name() == "u8":
+        return packed.reshape(shape)
+    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO's u4: element 2k low
 
 
 def _block_sums(ov_ops: Any, np: Any, x: Any, blocks: int) -> Any:
@@ -147,18 +137,30 @@ def _block_sums(ov_ops: Any, np: Any, x: Any, blocks: int) -> Any:
     return ov_ops.reduce_sum(ov_ops.reshape(x, shape, special_zero=True), ov_ops.constant(np.array([-1])), False)
 
 
-def _minimum_term(ov_ops: Any, np: Any, sums: Any, m: Any) -> Any:
-    """``M · S(x)``, ``M`` [out, in/32] f16 as in the file."""
-    mins = ov_ops.convert(ov_ops.constant(np.ascontiguousarray(m, dtype=np.float16)), "f32")
-    return ov_ops.matmul(sums, mins, False, True)
+def _minimums(ov_ops: Any, np: Any, m: Any) -> Any:
+    """``M`` [out, in/32] as an f32 node: stored as f16 where that is exact (Q4_1), else f32 (Q4_K)."""
+    if np.array_equal(m.astype(np.float16).astype(np.float32), m):
+        return ov_ops.convert(ov_ops.constant(np.ascontiguousarray(m, dtype=np.float16)), "f32")
+    return ov_ops.constant(np.ascontiguousarray(m, dtype=np.float32))
 
 
-def rewrite(model: Any, reader: Any) -> int:
-    """Rewrite every misread Q4_1 MatMul of ``model`` (the IR OpenVINO GenAI built from ``reader``'s
-    GGUF) into the exact form, in place. Returns how many; raises NotExact if a weight is not the
-    file's."""
-    import numpy as np
-    import openvino.opset13 as ops
+def _exact_weight(ov_ops: Any, np: Any, dec: _Decompression, w: Blocks) -> None:
+    """Drop the Subtract (Q4_1: the f16 scale is the file's) or rebuild the decompression with the
+    exact f32 scale (Q4_K: u4 values; Q6_K: the signed values ``q - 32`` as i8, no zero point)."""
+    if w.m is not None and w.scale.dtype == np.float16:
+        # (q - zp) * d  ->  q * d : the Subtract's consumers read the converted q directly.
+        dec.subtract.output(0).replace(dec.subtract.input(0).get_source_output())
+        return
+    values: Any = dec.weight.output(0)
+    if w.m is None:
+        values = ov_ops.constant((w.q.astype(np.int16) - 32).astype(np.int8))
+    scale = ov_ops.constant(np.ascontiguousarray(w.scale[..., None], dtype=np.float32))
+    dec.multiply.output(0).replace(ov_ops.multiply(ov_ops.convert(values, "f32"), scale).output(0))
+
+
+def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
+    """Every rewritten matrix of the GGUF keyed by the f16 scales OpenVINO GenAI builds for it (for
+    ``attn_q``/``attn_k`` also in RoPE order: GenAI reorders a llama GGUF's rows)."""
     from gguf import GGMLQuantizationType, Keys
 
     arch = str(reader.fields[Keys.General.ARCHITECTURE].contents())
@@ -166,44 +168,80 @@ def rewrite(model: Any, reader: Any) -> int:
         "attn_q": int(reader.fields[f"{arch}.attention.head_count"].contents()),
         "attn_k": int(reader.fields[f"{arch}.attention.head_count_kv"].contents()),
     }
-    candidates: dict[bytes, tuple[str, Q4_1]] = {}
+    out: dict[bytes, tuple[str, Blocks]] = {}
     for t in reader.tensors:
-        if GGMLQuantizationType(t.tensor_type).name not in EXACT_TYPES:
+        kind = GGMLQuantizationType(t.tensor_type).name
+        if kind not in UNPACK or len(t.shape) < 2:
             continue
-        w = Q4_1.from_raw(t.data)
-        kind = t.name.split(".")[-2]
-        if kind in heads:
-            w = w.rows(rope_order(w.d.shape[0], w.d.shape[0] // heads[kind]))
-        candidates[w.d.tobytes()] = (t.name, w)
+        w = UNPACK[kind](t.data)
+        out[w.genai_scale.tobytes()] = (t.name, w)
+        part = t.name.split(".")[-2]
+        if part in heads:
+            rows = w.q.shape[0]
+            reordered = w.rows(rope_order(rows, rows // heads[part]))
+            out[reordered.genai_scale.tobytes()] = (t.name, reordered)
+    return out
+
+
+def rewrite(model: Any, reader: Any) -> int:
+    """Rewrite every misread MatMul/Gather weight of ``model`` (the IR OpenVINO GenAI built from
+    ``reader``'s GGUF) into the exact form, in place. Returns how many; raises NotExact if a
+    weight is not the file's."""
+    import numpy as np
+    import openvino.opset13 as ops
+
+    candidates = _candidates(reader)
+    names = {name for name, _ in candidates.values()}
+    found: dict[str, tuple[str, Blocks]] = {}  # Subtract -> its tensor (a tied matrix has two users)
     done = 0
     sums: dict[tuple[str, int], Any] = {}
-    for dec in _decompressions(model):
+    for dec in list(_decompressions(model)):
         scale = np.asarray(dec.scale.get_data())
         if scale.dtype != np.float16:
-            raise NotExact(f"{dec.matmul.get_friendly_name()}: scale of type {scale.dtype}, not f16")
-        found = candidates.pop(scale[..., 0].tobytes(), None)
-        if found is None:
-            raise NotExact(f"{dec.matmul.get_friendly_name()}: no Q4_1 tensor of the GGUF has its scales")
-        name, w = found
-        if not np.array_equal(_unpack_u4(dec.weight), w.q):
-            raise NotExact(f"{name}: the 4-bit values OpenVINO GenAI built are not the file's")
-        # (q - zp) * d  ->  q * d : the Subtract's consumers read the converted q directly.
-        dec.subtract.output(0).replace(dec.subtract.input(0).get_source_output())
-        out = dec.matmul.output(0)
+            raise NotExact(f"{dec.user.get_friendly_name()}: scale of type {scale.dtype}, not f16")
+        key = dec.subtract.get_friendly_name()
+        if key not in found:
+            hit = candidates.get(scale[..., 0].tobytes())
+            if hit is None:
+                continue  # a type OpenVINO GenAI reads exactly (Q8_0, Q4_0, Q5_0's copy)
+            name, w = hit
+            if not np.array_equal(_weight_values(dec.weight), w.q):
+                raise NotExact(f"{name}: the values OpenVINO GenAI built are not the file's")
+            found[key] = (name, w)
+            names.discard(name)
+            _exact_weight(ops, np, dec, w)
+        name, w = found[key]
+        done += 1
+        if w.m is None:
+            continue
+        out = dec.user.output(0)
         consumers = list(out.get_target_inputs())
-        x = dec.matmul.input(0).get_source_output()
-        key = (x.get_node().get_friendly_name(), x.get_index())  # q/k/v and gate/up share one input: one S(x)
-        if key not in sums:
-            sums[key] = _block_sums(ops, np, x, w.m.shape[1])
-        exact = ops.add(out, _minimum_term(ops, np, sums[key], w.m))
-        exact.set_friendly_name(f"{dec.matmul.get_friendly_name()}/exact_minimum")
+        if dec.user.get_type_name() == "Gather":
+            exact = _gathered_minimum(ops, np, dec.user, out, w.m)
+        else:
+            x = dec.user.input(0).get_source_output()
+            at = (x.get_node().get_friendly_name(), x.get_index())  # q/k/v and gate/up share one input: one S(x)
+            if at not in sums:
+                sums[at] = _block_sums(ops, np, x, w.m.shape[1])
+            exact = ops.add(out, ops.matmul(sums[at], _minimums(ops, np, w.m), False, True))
+        exact.set_friendly_name(f"{dec.user.get_friendly_name()}/exact_minimum")
         for consumer in consumers:
             consumer.replace_source_output(exact.output(0))
-        done += 1
-    if candidates:
-        raise NotExact(f"{len(candidates)} Q4_1 tensors of the GGUF not found in OpenVINO GenAI's model")
+    if names:
+        raise NotExact(f"{len(names)} tensors of the GGUF not found in OpenVINO GenAI's model: {sorted(names)[:3]}")
     model.validate_nodes_and_infer_types()
     return done
+
+
+def _gathered_minimum(ov_ops: Any, np: Any, gather: Any, out: Any, m: Any) -> Any:
+    """An embedding lookup with its exact minimum: the rows of ``M`` gathered like the table's,
+    added per block of 32."""
+    blocks = m.shape[1]
+    ids, axis = gather.input(1).get_source_output(), gather.input(2).get_source_output()
+    mins = ov_ops.unsqueeze(ov_ops.gather(_minimums(ov_ops, np, m), ids, axis), ov_ops.constant(np.array([-1])))
+    split = ov_ops.reshape(out, ov_ops.constant(np.array([0, 0, blocks, QK], dtype=np.int64)), special_zero=True)
+    flat = ov_ops.constant(np.array([0, 0, blocks * QK], dtype=np.int64))
+    return ov_ops.reshape(ov_ops.add(split, mins), flat, special_zero=True)
 
 
 def _genai_ir(src: Path, work: Path) -> Path:
@@ -231,6 +269,8 @@ def build(src: str | Path, folder: str | Path) -> int:
     import openvino as ov
     from gguf import GGUFReader
 
+    from .gguf_copy import q5_0_as_q8_0_copy
+
     src, folder = Path(src).resolve(), Path(folder)
     reader = GGUFReader(str(src))
     ok, missing = covered(weight_types(reader))
@@ -240,13 +280,18 @@ def build(src: str | Path, folder: str | Path) -> int:
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".part", dir=folder.parent))
     try:
         (work / "genai").mkdir()
-        genai_xml = _genai_ir(src, work / "genai")
+        genai_src = src
+        if set(weight_types(reader).values()) & COPIED_TYPES:
+            genai_src = work / "q8_0-copy.gguf"
+            q5_0_as_q8_0_copy(src, genai_src)
+        genai_xml = _genai_ir(genai_src, work / "genai")
         core = ov.Core()
         model = core.read_model(str(genai_xml))
         done = rewrite(model, reader)
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
         shutil.rmtree(work / "genai")
+        (work / "q8_0-copy.gguf").unlink(missing_ok=True)
         (work / GGUF_LINK).symlink_to(src)
         (work / MARKER).write_text(json.dumps({"version": VERSION, "source": str(src), "rewritten_matmuls": done}))
         os.chmod(work, 0o755)

@@ -18,9 +18,9 @@ rounded to half precision; OpenVINO then also keeps the KV cache in f16), or as 
 misread tensors only (half the size, but a requantisation: 0.015 nats median with f32
 arithmetic). ``prepare`` does that once per source file and keeps the result in a cache folder.
 
-The default target, ``exact``, serves a file whose misread matrices are all Q4_1 as the exact
-compressed OpenVINO model of gguf_exact.py instead (the file's own 4-bit values, scales and
-minimums: nothing re-encoded); any other file falls back to ``F16``, with one log line.
+The default target, ``exact``, serves a file whose misread matrices are all Q4_1, Q4_K, Q6_K or
+Q5_0 as the exact compressed OpenVINO model of gguf_exact.py instead (the file's own values,
+scales and minimums: nothing re-encoded); any other file falls back to ``F16``, with one log line.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from .gguf_copy import TensorPlan, write_copy
 
 log = logging.getLogger("genmesh.engine.core.gguf_reencode")
 
@@ -50,17 +50,6 @@ def _types() -> Any:
     from gguf import GGMLQuantizationType
 
     return GGMLQuantizationType
-
-
-@dataclass(frozen=True)
-class TensorPlan:
-    name: str
-    source_type: str
-    target_type: str  # == source_type when the tensor is copied as it is
-
-    @property
-    def reencoded(self) -> bool:
-        return self.source_type != self.target_type
 
 
 def misread(reader: Any) -> list[tuple[str, str]]:
@@ -100,64 +89,20 @@ def unfaithful(path: str | Path) -> list[tuple[str, str]]:
     return misread(GGUFReader(str(path)))
 
 
-def _file_type(plans: Iterable[TensorPlan]) -> int:
-    from gguf import LlamaFileType
-
-    weights = {p.target_type for p in plans}
-    if "Q8_0" in weights:
-        return int(LlamaFileType.MOSTLY_Q8_0)
-    if "Q4_0" in weights:
-        return int(LlamaFileType.MOSTLY_Q4_0)
-    return int(LlamaFileType.MOSTLY_F16)
-
-
 def reencode(src: str | Path, dst: str | Path, target: Target = "F16") -> list[TensorPlan]:
     """Write ``dst``: ``src`` with its tensors re-encoded as ``plan`` says (metadata kept)."""
     import numpy as np
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys, quants
+    from gguf import GGUFReader, quants
 
     t = _types()
     reader = GGUFReader(str(src))
     plans = plan(reader, target)
-    arch = str(reader.fields[Keys.General.ARCHITECTURE].contents())
-    writer = GGUFWriter(str(dst), arch)
-    alignment = reader.fields.get(Keys.General.ALIGNMENT)
-    if alignment is not None:
-        writer.data_alignment = int(alignment.contents())
-    for field in reader.fields.values():
-        if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        value = field.contents()
-        if field.name == Keys.General.FILE_TYPE:
-            value = _file_type(plans)
-        kind = field.types[0]
-        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, value, kind, sub_type=sub)
-    by_name = {p.name: p for p in plans}
-    for tensor in reader.tensors:
-        p = by_name[tensor.name]
-        if not p.reencoded:
-            writer.add_tensor_info(
-                tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type
-            )
-            continue
-        qtype = t[p.target_type]
-        rows = tuple(int(d) for d in reversed(tensor.shape))  # numpy order: rows last-but-one
-        byte_shape = quants.quant_shape_to_byte_shape(rows, qtype) if p.target_type == "Q8_0" else rows
-        dtype = np.dtype(np.uint8) if p.target_type == "Q8_0" else np.dtype(np.float16)
-        nbytes = int(np.prod(byte_shape)) * dtype.itemsize
-        writer.add_tensor_info(tensor.name, byte_shape, dtype, nbytes, qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for tensor in reader.tensors:
-        p = by_name[tensor.name]
-        if not p.reencoded:
-            writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
-            continue
+
+    def encode(tensor: Any, p: TensorPlan) -> Any:
         values = quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
-        writer.write_tensor_data(quants.quantize(values, t[p.target_type]))
-    writer.close()
+        return quants.quantize(values, t[p.target_type])
+
+    write_copy(reader, dst, plans, encode)
     return plans
 
 
@@ -186,12 +131,12 @@ def exact_ir(served: Path) -> Path | None:
 
 def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> Path | None:
     """``src``'s exact folder (made once), or None when its types are not covered (then: F16)."""
-    from .gguf_exact import EXACT_TYPES, GGUF_LINK, NotExact, build
+    from .gguf_exact import COPIED_TYPES, EXACT_TYPES, GGUF_LINK, NotExact, build
 
     served = cache_folder(src, cache_dir, EXACT_KEY) / GGUF_LINK
     if exact_ir(served) is not None:
         return served
-    other = sorted({kind for _, kind in todo} - EXACT_TYPES)
+    other = sorted({kind for _, kind in todo} - EXACT_TYPES - COPIED_TYPES)
     if other:
         log.warning(
             "%s: tensors of type %s are not covered by the exact compressed form; serving the F16 re-encoding",
@@ -200,10 +145,11 @@ def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> P
         )
         return None
     log.warning(
-        "%s: %d Q4_1 tensors would be misread by OpenVINO GenAI (an integer zero point); writing the exact "
-        "compressed model (4-bit values, f16 scales and minimums, as in the file) into %s (once)",
+        "%s: %d tensors of type %s would be misread or refused by OpenVINO GenAI; writing the exact "
+        "compressed model (the file's own values, scales and minimums) into %s (once)",
         src,
         len(todo),
+        "/".join(sorted({kind for _, kind in todo})),
         served.parent,
     )
     try:
