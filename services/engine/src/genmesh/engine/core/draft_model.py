@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .gguf_reencode import DEFAULT_TARGET, Target, prepare
+from .gguf_tokenizer import tokenizer_gguf
 
 log = logging.getLogger("genmesh.engine.core.draft_model")
 
@@ -45,7 +46,7 @@ def draft_folder(
         del pipe
     if not _complete(folder, IR_FILES[1:]):
         log.info("building the draft model's tokenizer IRs from %s (once)", served)
-        ov_genai.Tokenizer(str(served), SAVE_IR)
+        ov_genai.Tokenizer(str(tokenizer_gguf(served.resolve(), folder)), SAVE_IR)  # beside it: folder
     if not _complete(folder, IR_FILES):
         raise RuntimeError(f"OpenVINO GenAI did not write the draft model's IR files into {folder}")
     return folder

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .gguf_reencode import exact_ir, prepare
+from .gguf_tokenizer import tokenizer_gguf
 
 if TYPE_CHECKING:
     from .config import CoreConfig
@@ -32,7 +33,8 @@ class ServedModel:
     ir: Path  # the OpenVINO model the scorer compiles
     save_ir: bool  # the pipeline must write ``ir`` while it loads (first load of a GGUF)
     # The GGUF the tokenizer is built from, when ``path`` is the folder of a GGUF's exact compressed
-    # IR (gguf_exact.py): the pipeline loads that IR with this GGUF's tokenizer.
+    # IR (gguf_exact.py): the pipeline loads that IR with this tokenizer (the GGUF's metadata alone,
+    # gguf_tokenizer.py).
     tokenizer_gguf: Path | None = None
 
 
@@ -47,7 +49,7 @@ def prepare_model(config: CoreConfig) -> ServedModel:
     served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
     exact = exact_ir(served)
     if exact is not None:
-        return ServedModel(served.parent, exact, False, tokenizer_gguf=served)
+        return ServedModel(served.parent, exact, False, tokenizer_gguf=tokenizer_gguf(served.resolve(), served.parent))
     ir = served.parent / IR_XML
     return ServedModel(served, ir, config.max_num_scoring_seqs > 0 and not _has_ir(ir))
 

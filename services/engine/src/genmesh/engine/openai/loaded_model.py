@@ -14,6 +14,7 @@ from ..client.generation import Generator
 from ..client.scoring_client import Scoring
 from ..client.supervisor import CoreSupervisor
 from ..core.config import CoreConfig
+from ..core.gguf_tokenizer import tokenizer_source
 from ..grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from ..metrics import EngineMetrics
 from ..models.source import ModelSource
@@ -110,8 +111,13 @@ class EngineState:
 
         core = CoreSupervisor(source.served_name, make_core, settings, metrics, on_fatal)
         log.info("starting engine core for %s (%s, %s)", source.served_name, source.kind, source.path)
-        # The tokenizer loads in a thread while the core process loads the pipeline.
-        tokenizer_task = asyncio.create_task(asyncio.to_thread(PromptTokenizer, source.path, source.template_dir))
+
+        # The tokenizer loads in a thread while the core process loads the pipeline (a GGUF's from
+        # its metadata alone: core/gguf_tokenizer.py).
+        def load_tokenizer() -> PromptTokenizer:
+            return PromptTokenizer(tokenizer_source(source.path, settings.gguf_cache_dir), source.template_dir)
+
+        tokenizer_task = asyncio.create_task(asyncio.to_thread(load_tokenizer))
         try:
             await core.start()
             tokenizer = await tokenizer_task
