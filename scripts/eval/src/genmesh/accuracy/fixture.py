@@ -23,13 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_tokenizer import tokenizer_gguf
 from .reference import NumpyDecoder, greedy, log_softmax
 from .tasks import chat_questions, multiple_choice
 
 FIXTURE = Path(__file__).with_name("reference.json")
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
-# Fixtures of other models (and their tokenizer-only GGUFs), keyed by the file's sha256.
+# Fixtures of other models (and each one's metadata-only tokenizer GGUF), keyed by the file's sha256.
 CACHE_DIR = Path(os.environ.get("GENMESH_EVAL_CACHE") or Path.home() / ".cache" / "genmesh" / "accuracy")
 MAX_ANSWER_TOKENS = 32
 
@@ -77,8 +76,12 @@ def write(path: Path, data: dict[str, Any]) -> None:
 def build(model_path: Path, reference: NumpyDecoder | None = None, digest: str | None = None) -> dict[str, Any]:
     import openvino_genai as ov_genai
 
+    from genmesh.engine.core.gguf_tokenizer import tokenizer_gguf
+
+    # The engine's own tokenizer source: the GGUF's metadata alone (openvino_genai.Tokenizer on the
+    # whole file dequantises every tensor, and refuses the Qwen 0.5B's Q5_0).
     digest = digest or _sha256(model_path)
-    tok = ov_genai.Tokenizer(str(tokenizer_gguf(model_path, CACHE_DIR, digest)))
+    tok = ov_genai.Tokenizer(str(tokenizer_gguf(model_path, CACHE_DIR / f"{model_path.stem}-{digest[:16]}")))
 
     def encode(text: str) -> list[int]:
         return [int(t) for t in tok.encode(text, add_special_tokens=False).input_ids.data[0]]
