@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     name = args.served_model_name or served_name(path)
     print(f"loading the fp32 reference ({path.name})", flush=True)
     model = NumpyDecoder.from_gguf(path, lazy=args.lazy_reference)
-    data = {**fixture.for_model(path, model), "served_name": name}
+    data = {**fixture.for_model(path, model, chat_only=args.tokens_only), "served_name": name}
     mesh = None
     if args.engine_url and args.gateway_url:
         engine_url, gateway_url = args.engine_url.rstrip("/"), args.gateway_url.rstrip("/")
@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="genmesh-eval-") as tmp:
             work = Path(tmp)
-            write_tasks(work, data)
+            if not args.tokens_only:
+                write_tasks(work, data)
             hops = [
                 evaluate_hop(hop, url, engine_url, data, model, None if args.tokens_only else args.lm_eval_python, work)
                 for hop, url in (("engine", engine_url), ("gateway", gateway_url))

@@ -46,22 +46,25 @@ def load(path: Path = FIXTURE) -> dict[str, Any]:
     return data
 
 
-def cached(model_path: Path, digest: str) -> Path:
-    return CACHE_DIR / f"{model_path.stem}-{digest[:16]}.json"
+def cached(model_path: Path, digest: str, chat_only: bool = False) -> Path:
+    return CACHE_DIR / f"{model_path.stem}-{digest[:16]}{'-chat' if chat_only else ''}.json"
 
 
-def for_model(model_path: Path, reference: NumpyDecoder | None = None) -> dict[str, Any]:
+def for_model(model_path: Path, reference: NumpyDecoder | None = None, chat_only: bool = False) -> dict[str, Any]:
     """The fixture of this very file: the shipped one if it was made from it, else the cached one,
-    made now if there is none (with ``reference`` when given: the model is not loaded twice)."""
+    made now if there is none (with ``reference`` when given: the model is not loaded twice).
+    ``chat_only``: the chat answers suffice (``make eval``'s ``--tokens-only``; no choice items)."""
     digest = _sha256(model_path)
     shipped = load()
     if shipped["model"]["sha256"] == digest:
         return shipped
-    path = cached(model_path, digest)
-    if path.is_file():
-        return load(path)
+    whole = cached(model_path, digest)
+    path = cached(model_path, digest, chat_only)
+    for found in (whole, path):
+        if found.is_file():
+            return load(found)
     print(f"making the reference fixture of {model_path.name} into {path} (once)", flush=True)
-    data = build(model_path, reference, digest)
+    data = build(model_path, reference, digest, choices=not chat_only)
     write(path, data)
     return data
 
@@ -73,7 +76,9 @@ def write(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def build(model_path: Path, reference: NumpyDecoder | None = None, digest: str | None = None) -> dict[str, Any]:
+def build(
+    model_path: Path, reference: NumpyDecoder | None = None, digest: str | None = None, choices: bool = True
+) -> dict[str, Any]:
     import openvino_genai as ov_genai
 
     from genmesh.engine.core.gguf_tokenizer import tokenizer_gguf
@@ -89,23 +94,23 @@ def build(model_path: Path, reference: NumpyDecoder | None = None, digest: str |
     model = reference or NumpyDecoder.from_gguf(model_path)
     started = time.monotonic()
     mc: list[dict[str, Any]] = []
-    for n, item in enumerate(multiple_choice(), 1):
+    for n, item in enumerate(multiple_choice() if choices else [], 1):
         if n % 25 == 0:
             print(f"  {n} choice items ({time.monotonic() - started:.0f} s)", flush=True)
         ctx = encode(item.context)
-        choices = []
+        scored = []
         for cont in item.choices:
             whole = encode(item.context + cont)
             lp = log_softmax(model.logits(whole)[len(ctx) - 1 : len(whole) - 1])
             targets = whole[len(ctx) :]
             chosen = [float(lp[j, t]) for j, t in enumerate(targets)]
             is_greedy = all(int(np.argmax(lp[j])) == t for j, t in enumerate(targets))
-            choices.append({"ids": whole, "ll": sum(chosen), "greedy": is_greedy})
-        mc.append({**item.__dict__, "ctxlen": len(ctx), "reference": choices})
+            scored.append({"ids": whole, "ll": sum(chosen), "greedy": is_greedy})
+        mc.append({**item.__dict__, "ctxlen": len(ctx), "reference": scored})
     chat: list[dict[str, Any]] = []
     eos = int(tok.get_eos_token_id())
     for n, q in enumerate(chat_questions(), 1):
-        if n % 10 == 0:
+        if n % 5 == 0:
             print(f"  {n} chat answers ({time.monotonic() - started:.0f} s)", flush=True)
         text = tok.apply_chat_template([{"role": "user", "content": q.question}], add_generation_prompt=True)
         prompt = encode(text)
@@ -124,16 +129,17 @@ def build(model_path: Path, reference: NumpyDecoder | None = None, digest: str |
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Write the accuracy reference fixture (numpy fp32 reference).")
     p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--chat-only", action="store_true", help="the chat answers only (enough for --tokens-only)")
     p.add_argument("--out", help=f"where to write it (default: {FIXTURE.name} for the default model, else the cache)")
     args = p.parse_args(argv)
     start = time.monotonic()
     model = Path(args.model)
-    data = build(model)
+    data = build(model, choices=not args.chat_only)
     out = Path(args.out) if args.out else FIXTURE if model.name == Path(DEFAULT_MODEL).name else None
-    out = out or cached(model, data["model"]["sha256"])
+    out = out or cached(model, data["model"]["sha256"], args.chat_only)
     write(out, data)
     mc = data["multiple_choice"]
-    acc = sum(int(np.argmax([c["ll"] for c in m["reference"]]) == m["gold"]) for m in mc) / len(mc)
+    acc = sum(int(np.argmax([c["ll"] for c in m["reference"]]) == m["gold"]) for m in mc) / max(1, len(mc))
     print(f"wrote {out}: {len(mc)} choice items (accuracy {acc:.3f}), {len(data['chat'])} chat answers, "
           f"{time.monotonic() - start:.0f} s")  # fmt: skip
     return 0
