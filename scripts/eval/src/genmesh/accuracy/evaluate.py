@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no lm-eval: the generated tokens' figures and the greedy answers only (minutes, not half an hour)",
     )
+    p.add_argument("--hops", nargs="+", choices=("engine", "gateway"), default=["engine", "gateway"])
     p.add_argument("--run-dir", type=Path, default=ROOT / ".run" / "eval")
     args = p.parse_args(argv)
     path = args.model if args.model.is_absolute() else ROOT / args.model
@@ -251,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             hops = [
                 evaluate_hop(hop, url, engine_url, data, model, None if args.tokens_only else args.lm_eval_python, work)
                 for hop, url in (("engine", engine_url), ("gateway", gateway_url))
+                if hop in args.hops
             ]
         for hop in hops:  # the embedding model served beside the chat model (make run's default)
             hop["embeddings"] = embeddings.check(hop["url"])
