@@ -135,7 +135,9 @@ def evaluate_hop(
     pairs: list[tuple[float, float, bool]] = []
     skipped = 0
     with httpx.Client(timeout=300) as client:
-        for c in data["chat"]:
+        for n, c in enumerate(data["chat"], 1):
+            if n % 5 == 0:
+                print(f"  {hop}: {n} answers ({time.monotonic() - started:.0f} s)", flush=True)
             text, got = served_tokens(client, url, engine_url, name, c["prompt_ids"], data["max_answer_tokens"])
             answers.setdefault(c["id"], text)
             if got is None:
