@@ -15,7 +15,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: model-qwen test-qwen test-long
-.PHONY: chaos fuzz eval test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio
+.PHONY: chaos fuzz eval eval-reference-check test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -26,6 +26,7 @@ help:
 	@echo "make chaos         kill, freeze and restart the mesh's processes under load; print recovery times"
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
+	@echo "make eval-reference-check  the fp32 reference vs transformers' GGUF loader (MODEL=path.gguf)"
 	@echo "make eval-audio    the engine's Whisper vs transformers fp32 on ten synthesised clips (docs/audio.md)"
 	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
 	@echo "make model-qwen    fetch Qwen2.5-Coder 1.5B (Q4_K_M) and its 0.5B draft into ./models (~1.5 GiB, resumable)"
@@ -121,7 +122,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check services scripts tests
 	@echo "==> mypy"
 	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src scripts/eval/src services/llm-microservice/src services/gateway/src \
-		scripts/export/src scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py scripts/eval_whisper_fidelity.py
+		scripts/export/src scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py scripts/eval_whisper_fidelity.py scripts/eval_reference_check.py
 	@echo "==> lint-imports (the engine's layering: contracts in pyproject.toml)"
 	$(BIN)/lint-imports
 
@@ -176,8 +177,18 @@ $(ST_VENV)/.installed:
 	@touch $@
 st-peer: model $(ST_VENV)/.installed
 
+# make eval MODEL=path.gguf evaluates another GGUF (llama or qwen2), served under its file name; its fixture is
+# made once into ~/.cache/genmesh/accuracy by the fp32 reference (SmolLM2's is shipped).
 eval: $(STAMP) model redis $(EVAL_VENV)/.installed
-	$(BIN)/python -m genmesh.accuracy.evaluate --lm-eval-python $(EVAL_VENV)/bin/python $(EVAL_ARGS)
+	$(BIN)/python -m genmesh.accuracy.evaluate --lm-eval-python $(EVAL_VENV)/bin/python --model $(MODEL) $(EVAL_ARGS)
+
+# The one-off check of the numpy fp32 reference against transformers' own GGUF loader in torch fp32
+# (scripts/eval_reference_check.py, docs/accuracy.md): transformers, accelerate and gguf join .venv-eval once.
+$(EVAL_VENV)/.transformers: $(EVAL_VENV)/.installed
+	$(EVAL_VENV)/bin/python -m pip install -q "transformers>=5,<6" accelerate "gguf==0.19.0"
+	@touch $@
+eval-reference-check: $(STAMP) model $(EVAL_VENV)/.transformers
+	PYTHONPATH=scripts/eval/src $(EVAL_VENV)/bin/python scripts/eval_reference_check.py --model $(MODEL)
 
 # --- bring your own model (issue 18) ------------------------------------------------------------
 # genmesh-export (scripts/export) lives in .venv-export, from lock/export.txt: the engine, OpenVINO GenAI

@@ -1,5 +1,9 @@
 """``make eval``: accuracy over the API, at the engine and through the gateway, against the fixture.
 
+The model is ``--model`` (``make eval MODEL=path.gguf``; SmolLM2-135M by default), served under a
+name taken from its file name, with the fixture of that very file (``fixture.for_model``: the
+shipped one for the default model, else made once into the cache from the fp32 reference).
+
 1. Start a private mesh (``scripts/launch_mesh.py`` on free ports), unless ``--engine-url`` and
    ``--gateway-url`` name a running one.
 2. Run lm-eval (``scripts/lm_eval_mesh.py``, in ``.venv-eval``) on the task set at each hop:
@@ -8,12 +12,17 @@
    (``reference.py``) on exactly the tokens served: per generated token, |Δ logprob| and whether
    the reference's most likely token is the one served.
 4. Print every figure beside its target; exit 1 when one misses.
+
+``--tokens-only`` (``EVAL_ARGS=--tokens-only``) leaves lm-eval out: step 3 alone, with the greedy
+answers compared as texts from those same completions. It gives the floor's three figures (median
+|Δ logprob|, top token, greedy n of 30) in minutes, and none of the multiple-choice ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,10 +38,17 @@ from genmesh.bench.servers import PORT, ManagedServer, free_port, start
 
 from . import embeddings, fixture
 from .compare import ChoiceFigures, TokenFigures, answers_equal, choice_figures, token_figures
-from .reference import NumpyLlama, log_softmax
+from .reference import NumpyDecoder, log_softmax
+
+
+def served_name(model: Path) -> str:
+    """The name the model is served under, from its file: the stem without a GGUF type suffix."""
+    return GGUF_TYPE_SUFFIX.sub("", model.stem)
+
 
 ROOT = Path(__file__).resolve().parents[5]
-MODEL_NAME = "SmolLM2-135M-Instruct"
+# A trailing ".<GGUF type>" is not part of the name: SmolLM2-135M-Instruct.Q4_1.gguf serves as SmolLM2-135M-Instruct.
+GGUF_TYPE_SUFFIX = re.compile(r"\.(I?Q\d\w*|[BF]F?\d+)$", re.IGNORECASE)
 TARGETS = {
     "median |Δ logprob| per generated token": "≤ 0.05 nats",
     "top-token agreement": "≥ 95 %",
@@ -71,56 +87,66 @@ def write_tasks(folder: Path, data: dict[str, Any]) -> None:
     )
 
 
-def run_lm_eval(python: str, hop_url: str, engine_url: str, tasks: Path, out: Path) -> dict[str, Any]:
+def run_lm_eval(python: str, hop_url: str, engine_url: str, name: str, tasks: Path, out: Path) -> dict[str, Any]:
     cmd = [python, str(ROOT / "scripts" / "lm_eval_mesh.py"), "--base-url", hop_url, "--engine-url", engine_url,
-           "--model", MODEL_NAME, "--tasks-dir", str(tasks), "--out", str(out)]  # fmt: skip
+           "--model", name, "--tasks-dir", str(tasks), "--out", str(out)]  # fmt: skip
     print("$ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, timeout=3600)
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
 
-def served_tokens(client: httpx.Client, url: str, engine_url: str, prompt: list[int], max_tokens: int) -> Any:
-    """A hop's greedy answer as (token ids, logprobs); None when a token's text does not map back
-    to exactly one id (the reference must score the very tokens served)."""
-    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1}
+def served_tokens(
+    client: httpx.Client, url: str, engine_url: str, name: str, prompt: list[int], max_tokens: int
+) -> tuple[str, tuple[list[int], list[float]] | None]:
+    """A hop's greedy answer: its text, and (token ids, logprobs), None when a token's text does not
+    map back to exactly one id (the reference must score the very tokens served)."""
+    body = {"model": name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1}
     r = client.post(f"{url}/v1/completions", json=body)
     r.raise_for_status()
-    lp = r.json()["choices"][0]["logprobs"]
+    choice = r.json()["choices"][0]
+    lp = choice["logprobs"]
     ids: list[int] = []
     for text in lp["tokens"]:
         tok = client.post(f"{engine_url}/tokenize", json={"prompt": text, "add_special_tokens": False}).json()
         if len(tok["tokens"]) != 1:
-            return None
+            return choice["text"], None
         ids.append(tok["tokens"][0])
-    return ids, lp["token_logprobs"]
+    return choice["text"], (ids, lp["token_logprobs"])
 
 
 def token_pairs(
-    model: NumpyLlama, prompt: list[int], ids: list[int], lps: list[float]
+    model: NumpyDecoder, prompt: list[int], ids: list[int], lps: list[float]
 ) -> list[tuple[float, float, bool]]:
     ref = log_softmax(model.logits(prompt + ids)[len(prompt) - 1 : len(prompt) - 1 + len(ids)])
     return [(lp, float(ref[j, t]), int(np.argmax(ref[j])) == t) for j, (t, lp) in enumerate(zip(ids, lps, strict=True))]
 
 
 def evaluate_hop(
-    name: str, url: str, engine_url: str, data: dict[str, Any], model: NumpyLlama, python: str, work: Path
+    hop: str, url: str, engine_url: str, data: dict[str, Any], model: NumpyDecoder, python: str | None, work: Path
 ) -> dict[str, Any]:
-    started = time.monotonic()
-    lm = run_lm_eval(python, url, engine_url, work, work / f"lm-eval-{name}.json")
-    choice = choice_figures({c["id"]: c["ll"] for c in lm["choice"]}, data["multiple_choice"])
-    equal, asked = answers_equal({c["id"]: c["answer"] for c in lm["chat"]}, data["chat"])
+    """One hop's figures; ``python`` None: without lm-eval (``--tokens-only``)."""
+    started, name = time.monotonic(), data["served_name"]
+    choice, answers = None, {}
+    if python is not None:
+        lm = run_lm_eval(python, url, engine_url, name, work, work / f"lm-eval-{hop}.json")
+        choice = choice_figures({c["id"]: c["ll"] for c in lm["choice"]}, data["multiple_choice"])
+        answers = {c["id"]: c["answer"] for c in lm["chat"]}
     pairs: list[tuple[float, float, bool]] = []
     skipped = 0
     with httpx.Client(timeout=300) as client:
-        for c in data["chat"]:
-            got = served_tokens(client, url, engine_url, c["prompt_ids"], data["max_answer_tokens"])
+        for n, c in enumerate(data["chat"], 1):
+            if n % 5 == 0:
+                print(f"  {hop}: {n} answers ({time.monotonic() - started:.0f} s)", flush=True)
+            text, got = served_tokens(client, url, engine_url, name, c["prompt_ids"], data["max_answer_tokens"])
+            answers.setdefault(c["id"], text)
             if got is None:
                 skipped += 1
                 continue
             pairs.extend(token_pairs(model, c["prompt_ids"], *got))
+    equal, asked = answers_equal(answers, data["chat"])
     return {
-        "hop": name,
+        "hop": hop,
         "url": url,
         "choice": choice,
         "chat_equal": (equal, asked),
@@ -131,17 +157,22 @@ def evaluate_hop(
 
 
 def verdicts(h: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    c: ChoiceFigures = h["choice"]
+    c: ChoiceFigures | None = h["choice"]
     t: TokenFigures = h["tokens"]
     equal, asked = h["chat_equal"]
-    drift = abs(c.accuracy - c.reference_accuracy)
-    return [
+    tokens = [
         (
             "median |Δ logprob| per generated token",
             f"{t.median_dlp:.4f} nats (p95 {t.p95_dlp:.3f}; {t.tokens} tokens)",
             t.median_dlp <= 0.05,
         ),
         ("top-token agreement", f"{100 * t.top_agreement:.1f} %", t.top_agreement >= 0.95),
+    ]
+    greedy = [("greedy chat answers equal to the reference", f"{equal} of {asked}", equal >= 23 * asked / 30)]
+    if c is None:
+        return [*tokens, *greedy]
+    drift = abs(c.accuracy - c.reference_accuracy)
+    choices = [
         (
             "multiple-choice accuracy",
             f"{c.accuracy:.3f} (reference {c.reference_accuracy:.3f}; {c.items} items)",
@@ -153,14 +184,14 @@ def verdicts(h: dict[str, Any]) -> list[tuple[str, str, bool]]:
             f"{c.median_dll:.4f} nats (p95 {c.p95_dll:.3f})",
             c.median_dll <= 0.15,
         ),
-        ("greedy chat answers equal to the reference", f"{equal} of {asked}", equal >= 23 * asked / 30),
     ]
+    return [*tokens, *choices, *greedy]
 
 
-def report(hops: list[dict[str, Any]]) -> bool:
+def report(hops: list[dict[str, Any]], name: str) -> bool:
     ok = True
     targets = {**TARGETS, **embeddings.TARGETS}
-    print(f"\nAccuracy over the API — {MODEL_NAME}, CPU: {describe()['cpu']}")
+    print(f"\nAccuracy over the API — {name}, CPU: {describe()['cpu']}")
     for h in hops:
         print(f"\n{h['hop']} ({h['url']}, {h['seconds']:.0f} s)")
         for what, value, passed in verdicts(h) + h.get("embeddings", []):
@@ -173,9 +204,10 @@ def report(hops: list[dict[str, Any]]) -> bool:
     return ok
 
 
-def start_mesh(run_dir: Path) -> tuple[ManagedServer, str, str]:
+def start_mesh(run_dir: Path, model: Path, name: str) -> tuple[ManagedServer, str, str]:
     ports = {k: free_port() for k in ("engine", "microservice", "redis")}
-    argv = [sys.executable, str(ROOT / "scripts" / "launch_mesh.py"), "--served-model-name", MODEL_NAME,
+    argv = [sys.executable, str(ROOT / "scripts" / "launch_mesh.py"), "--model", str(model),
+            "--served-model-name", name,
             "--engine-port", str(ports["engine"]), "--microservice-port", str(ports["microservice"]),
             "--gateway-port", PORT, "--run-dir", str(run_dir),
             "--redis-url", f"redis://127.0.0.1:{ports['redis']}/0"]  # fmt: skip
@@ -189,31 +221,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lm-eval-python", required=True, help="python of the venv with lm-eval (.venv-eval)")
     p.add_argument("--engine-url", help="a running engine (with --gateway-url: no private mesh)")
     p.add_argument("--gateway-url", help="a running gateway in front of that engine")
-    p.add_argument("--reference-model", default=fixture.DEFAULT_MODEL, help="the GGUF the fixture was made from")
+    p.add_argument("--model", type=Path, default=Path(fixture.DEFAULT_MODEL), help="the GGUF served and referenced")
+    p.add_argument("--served-model-name", help="the name it is served under (default: from the file name)")
+    p.add_argument(
+        "--lazy-reference",
+        action="store_true",
+        help="dequantise the reference's weights at each use: far less memory (a 1.5B: ~6 GiB in fp32), much slower",
+    )
+    p.add_argument(
+        "--tokens-only",
+        action="store_true",
+        help="no lm-eval: the generated tokens' figures and the greedy answers only (minutes, not half an hour)",
+    )
+    p.add_argument("--hops", nargs="+", choices=("engine", "gateway"), default=["engine", "gateway"])
     p.add_argument("--run-dir", type=Path, default=ROOT / ".run" / "eval")
     args = p.parse_args(argv)
-    data = fixture.load()
+    path = args.model if args.model.is_absolute() else ROOT / args.model
+    name = args.served_model_name or served_name(path)
+    print(f"loading the fp32 reference ({path.name})", flush=True)
+    model = NumpyDecoder.from_gguf(path, lazy=args.lazy_reference)
+    data = {**fixture.for_model(path, model, chat_only=args.tokens_only), "served_name": name}
     mesh = None
     if args.engine_url and args.gateway_url:
         engine_url, gateway_url = args.engine_url.rstrip("/"), args.gateway_url.rstrip("/")
     else:
-        mesh, engine_url, gateway_url = start_mesh(args.run_dir)
+        mesh, engine_url, gateway_url = start_mesh(args.run_dir, path, name)
     try:
-        print(f"loading the fp32 reference ({args.reference_model})", flush=True)
-        model = NumpyLlama.from_gguf(ROOT / args.reference_model)
         with tempfile.TemporaryDirectory(prefix="genmesh-eval-") as tmp:
             work = Path(tmp)
-            write_tasks(work, data)
+            if not args.tokens_only:
+                write_tasks(work, data)
             hops = [
-                evaluate_hop(name, url, engine_url, data, model, args.lm_eval_python, work)
-                for name, url in (("engine", engine_url), ("gateway", gateway_url))
+                evaluate_hop(hop, url, engine_url, data, model, None if args.tokens_only else args.lm_eval_python, work)
+                for hop, url in (("engine", engine_url), ("gateway", gateway_url))
+                if hop in args.hops
             ]
         for hop in hops:  # the embedding model served beside the chat model (make run's default)
             hop["embeddings"] = embeddings.check(hop["url"])
     finally:
         if mesh is not None:
             mesh.stop()
-    return 0 if report(hops) else 1
+    return 0 if report(hops, name) else 1
 
 
 if __name__ == "__main__":
