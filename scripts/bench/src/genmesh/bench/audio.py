@@ -289,6 +289,8 @@ def collect(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, 
     equal = sum(a == b for a, b in zip(*texts.values(), strict=True)) if len(texts) == 2 else None
     say("audio: measuring")
     rows = asyncio.run(_measure(targets, clips, args))
+    for kind in args.kinds:  # at once: the chat-cost rounds take longer
+        say(f"audio: {kind}\n{table(rows, kind)}")
     cost: list[dict[str, Any]] = []
     if args.chat_cost:
         say("audio: starting a private engine serving the chat model alone")
