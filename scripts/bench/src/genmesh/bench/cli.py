@@ -16,7 +16,7 @@ import uvloop
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from . import batch, embeddings, engine, hops, levers, report, rerank
+from . import audio, batch, embeddings, engine, hops, levers, report, rerank
 from .datasets import DATASETS, RequestSpec, TokenCodec, sharegpt_requests
 from .load import Endpoint, measure, served_model
 from .render import plot_all, say
@@ -111,6 +111,11 @@ COMMANDS = {  # name: (help, add its arguments, run it)
         embeddings.run,
     ),
     "rerank": ("rerank throughput (query+document pairs/s) and latency at c=1/8", rerank.add_arguments, rerank.run),
+    "audio": (
+        "transcription real-time factor and speech characters/s at c=1/8, against faster-whisper and piper-tts",
+        audio.add_arguments,
+        audio.run,
+    ),
 }
 
 

@@ -66,6 +66,7 @@ class ClosedLoop:
     latencies: list[float]
     failed: int
     elapsed_s: float
+    units: float = 0.0  # what the served requests carried (``closed_loop``'s ``units``; default: 1 each)
 
     def summary(self, rate: str, per_request: int = 1) -> dict[str, float]:
         """``rate``: the served items per second (``per_request`` items a request), with p50/p99 latency."""
@@ -77,35 +78,55 @@ class ClosedLoop:
         }
 
 
+def form_data(fields: dict[str, Any]) -> aiohttp.FormData:
+    """A multipart form: ``bytes`` values as files (``audio.wav``), the others as text fields."""
+    form = aiohttp.FormData()
+    for name, value in fields.items():
+        if isinstance(value, bytes):
+            form.add_field(name, value, filename="audio.wav", content_type="audio/wav")
+        else:
+            form.add_field(name, str(value))
+    return form
+
+
 async def closed_loop(
-    url: str, path: str, body: Callable[[int, int], dict[str, Any]], concurrency: int, duration_s: float
+    url: str,
+    path: str,
+    body: Callable[[int, int], dict[str, Any]],
+    concurrency: int,
+    duration_s: float,
+    *,
+    form: bool = False,
+    units: Callable[[int, int], float] | None = None,
 ) -> ClosedLoop:
     """``concurrency`` clients, each posting its next request to ``path`` as soon as the last is answered,
-    for ``duration_s``: client ``k``'s ``n``-th served request sends ``body(k, n)``; one answered with
-    another status than 200 counts as failed (and is sent again)."""
+    for ``duration_s``: client ``k``'s ``n``-th served request sends ``body(k, n)`` (as JSON, or with
+    ``form`` as a multipart form) and carries ``units(k, n)`` (default 1: see :attr:`ClosedLoop.units`);
+    one answered with another status than 200 counts as failed (and is sent again)."""
     latencies: list[float] = []
-    failed = 0
+    failed, carried = 0, 0.0
     async with session(url, concurrency) as http:
         stop = time.monotonic() + duration_s
 
         async def client(k: int) -> None:
-            nonlocal failed
+            nonlocal failed, carried
             n = 0
             while time.monotonic() < stop:
                 sent = body(k, n)
                 started = time.perf_counter()
-                async with http.post(path, json=sent) as r:
+                async with http.post(path, **({"data": form_data(sent)} if form else {"json": sent})) as r:
                     await r.read()
                     if r.status != 200:
                         failed += 1
                         continue
                 latencies.append(time.perf_counter() - started)
+                carried += 1.0 if units is None else units(k, n)
                 n += 1
 
         began = time.monotonic()
         await asyncio.gather(*(client(k) for k in range(concurrency)))
         elapsed = time.monotonic() - began
-    return ClosedLoop(latencies, failed, elapsed)
+    return ClosedLoop(latencies, failed, elapsed, carried)
 
 
 async def _stream(resp: aiohttp.ClientResponse, start: float, out: RequestOutput) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from genmesh.engine.settings import DEFAULT_MODEL
 
-from . import embeddings
+from . import audio, embeddings
 from .compare import ratio
 from .datasets import RequestSpec, TokenCodec, mixed_chat_requests, random_requests, tagged
 from .inprocess import Pipeline, engine_settings, scheduler_text, served_file
@@ -42,7 +42,17 @@ OURS = {  # line: (label, settings)
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
-LINES = [BASELINE, *OURS, *IR_LINES, "vllm", "llama", "llama-nocache", "opea", "embeddings"]  # in the order they run
+LINES = [
+    BASELINE,
+    *OURS,
+    *IR_LINES,
+    "vllm",
+    "llama",
+    "llama-nocache",
+    "opea",
+    "embeddings",
+    "audio",
+]  # in the order they run
 WORK = """## Work (the same for every line)
 
 - Model: `{a.model}` (SmolLM2-135M-Instruct, GGUF Q4_1; vLLM serves its bf16 conversion).
@@ -149,6 +159,7 @@ class Report:
         self.settings: list[tuple[str, str, str]] = []  # (label, version, settings)
         self.profile_note, self.elapsed_s, self.profile = "", 0.0, list[tuple[str, float]]()
         self.embedding_block = ""
+        self.audio_block = ""
         self.plan = load_levels(args.concurrency, args.request_rates, args.rate_requests)
         self.levels = [(c, n) for _, c, n in self.plan if c]  # the closed loops, which (a) runs too
         n, self.defaults = max(n for _, _, n in self.plan), scheduler_text(engine_settings(args.model))
@@ -283,6 +294,27 @@ class Report:
         block = ["## Embeddings (all-MiniLM-L6-v2)", intro, *note, embeddings.markdown(rows, cost, eargs)]
         self.embedding_block = "\n\n".join(block)
 
+    def audio(self) -> None:
+        """The audio section (``genmesh-bench audio``): transcription and speech against faster-whisper and
+        piper-tts where ``make speech-peer`` installed them, and the cost to the chat model."""
+        parser = argparse.ArgumentParser()
+        audio.add_arguments(parser)
+        aargs = parser.parse_args(["--duration-s", "8", "--chat-cost", "--log-dir", str(self.args.log_dir / "audio")])
+        with contextlib.ExitStack() as stack:
+            got = audio.collect(aargs, stack)
+        peer = got["peer"] or {}
+        intro = (
+            "`genmesh-bench audio --duration-s 8 --chat-cost` (docs/audio.md): closed loops of c clients, the engine's "
+            "`/v1/audio/transcriptions` and `/v1/audio/speech` over HTTP against the peer over HTTP in 3 interleaved "
+            f"rounds, each figure the median round; `peer`: {peer.get('settings', '-')}"
+            + (f" ({peer['version']})" if peer.get("version") else "")
+            + "."
+        )
+        note = [f"Peer: {peer['note']}"] if peer.get("note") else []
+        self.audio_block = "\n\n".join(
+            ["## Audio (Whisper tiny.en, Piper joe)", intro, *note, audio.markdown(got, aargs)]
+        )
+
     def run(self) -> None:
         args, lines, t0 = self.args, set(self.args.lines), time.monotonic()
         if "inprocess" in lines:
@@ -300,6 +332,8 @@ class Report:
             self.notes.append(f"(g) OPEA text-generation microservice: {OPEA_NOTE}")
         if "embeddings" in lines:
             self.embeddings()
+        if "audio" in lines:
+            self.audio()
         self.elapsed_s = time.monotonic() - t0
 
     def markdown(self, charts: list[Path], out: Path) -> str:
@@ -329,6 +363,7 @@ class Report:
         ]
         blocks += ["### Where the engine loses to a peer", "\n".join(losses)] if losses else []
         blocks += [self.embedding_block] if self.embedding_block else []
+        blocks += [self.audio_block] if self.audio_block else []
         blocks += [n.read_text().strip()] if (n := out.with_name(f"{out.stem}-notes.md")).is_file() else []  # by hand
         rel = [c.relative_to(out.parent) if c.is_relative_to(out.parent) else c for c in charts]
         blocks += ["## Charts", "\n".join(f"![{c.stem}]({c.as_posix()})" for c in rel)] if charts else []

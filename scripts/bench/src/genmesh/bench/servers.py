@@ -26,6 +26,9 @@ VLLM_VENV = Path(".venv-vllm")
 VLLM_MODEL = Path("models/SmolLM2-135M-Instruct-hf")
 ST_VENV = Path(".venv-st")
 EMBEDDING_MODEL = Path("models/all-MiniLM-L6-v2")
+SPEECH_PEER_VENV = Path(".venv-speechpeer")
+WHISPER_CT2 = Path("models/whisper-tiny.en-ct2")
+VOICE = Path("models/piper-joe/en_US-joe-medium.onnx")
 LLAMA_SERVER = Path(".cache/llama.cpp/bin/llama-server")
 PORT = "<port>"  # stands for the free port in a server's argv
 
@@ -253,4 +256,24 @@ def st_peer(max_batch: int = 64) -> Peer:
     else:
         names = [d.name.removesuffix(".dist-info").replace("-", " ") for d in dists + torch]
         peer.version = ", ".join(names)
+    return peer
+
+
+def speech_peer(workers: int) -> Peer:
+    """faster-whisper and piper-tts behind ``scripts/speech_peer_server.py`` (``make speech-peer``)."""
+    settings = (
+        f"`scripts/speech_peer_server.py` (FastAPI, a pool of {workers} threads): faster-whisper on "
+        f"`{WHISPER_CT2}` (CTranslate2, compute type `default`: float32 on this CPU, {workers} workers, greedy, "
+        f"no timestamps, no VAD) and piper-tts's `PiperVoice` on `{VOICE}` (its espeak-ng bridge, ONNX Runtime CPU)"
+    )
+    argv = [str(SPEECH_PEER_VENV / "bin" / "python"), "scripts/speech_peer_server.py", "--whisper", str(WHISPER_CT2)]
+    argv += ["--voice", str(VOICE), "--port", PORT, "--workers", str(workers)]
+    peer = Peer("speech-peer", "faster-whisper / piper-tts", settings, argv, 300.0)
+    site = "lib/python*/site-packages/"
+    names = ("faster_whisper", "ctranslate2", "piper_tts", "onnxruntime")
+    dists = [d for name in names for d in sorted(SPEECH_PEER_VENV.glob(f"{site}{name}-*.dist-info"))]
+    if len(dists) < len(names):
+        peer.note = "skipped: no faster-whisper or piper-tts in .venv-speechpeer (run `make speech-peer`)"
+    else:
+        peer.version = ", ".join(d.name.removesuffix(".dist-info").replace("-", " ") for d in dists)
     return peer
