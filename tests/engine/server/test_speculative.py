@@ -79,3 +79,15 @@ def test_beam_search_and_ngram_parameters_are_refused_with_a_draft(draft_engine:
         )
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == param
+
+
+def test_sampled_requests_are_refused_with_a_draft_and_greedy_ones_still_served(draft_engine: Server) -> None:
+    """OpenVINO GenAI fails steps of sampled speculative decoding (docs/qwen.md): a 400 up front."""
+    for extra in ({}, {"temperature": 0.7}):  # OpenAI's default temperature is 1
+        r = httpx.post(
+            draft_engine.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 4, **extra}, timeout=60
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "temperature"
+    greedy = {"prompt": "Hi", "max_tokens": 4, "temperature": 0}
+    assert httpx.post(draft_engine.url + "/v1/completions", json=greedy, timeout=120).status_code == 200

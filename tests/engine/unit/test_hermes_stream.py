@@ -17,6 +17,8 @@ from support.structured_cases import WEATHER_TOOL
 CALL_A = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}\n</tool_call>'
 CALL_B = '<tool_call>{"name": "get_time", "arguments": {"tz": "Europe/Oslo"}}</tool_call>'
 BROKEN = '<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
+# Without the markup, as Qwen2.5-Coder 1.5B answers greedily: a call when it opens the reply.
+BARE = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}'
 
 
 def _run(text: str, cuts: list[int]) -> list[Piece]:
@@ -50,7 +52,10 @@ def _splits(text: str) -> list[list[int]]:
     return [[i] for i in range(n)] + [[i, i + 1] for i in range(n - 1)] + [list(range(1, n))]
 
 
-@pytest.mark.parametrize("text", [f"Checking. {CALL_A}", f"{CALL_A}\n{CALL_B}", f"{CALL_A} and {CALL_B} done"])
+@pytest.mark.parametrize(
+    "text",
+    [f"Checking. {CALL_A}", f"{CALL_A}\n{CALL_B}", f"{CALL_A} and {CALL_B} done", BARE, f" {BARE}\nDone. {CALL_B}"],
+)
 def test_streamed_calls_equal_the_whole_reply_parse_for_every_split(text: str) -> None:
     whole_content, whole_calls = tools.parse_hermes(text)
     expected = [(c.function.name, json.loads(c.function.arguments)) for c in whole_calls]
@@ -118,3 +123,10 @@ def test_auto_tool_choice_off_refuses_auto_but_not_forced_calls() -> None:
     assert plan is not None
     assert plan.mode == "required"
     assert plan.constraint is not None
+
+
+def test_a_bare_call_opening_the_reply_is_a_call_and_other_json_is_content() -> None:
+    assert _folded(_run(BARE, [7]))[1] == [("get_weather", '{"city": "Oslo", "unit": "C"}')]
+    for text in ('{"answer": 42} is the JSON', f"Here: {BARE}", '{"name": "x"}'):
+        assert _folded(_run(text, [3])) == (text, []), text
+        assert tools.parse_hermes(text) == (text, []), text

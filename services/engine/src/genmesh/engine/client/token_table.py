@@ -14,6 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# Added tokens that stay text when special tokens are skipped: Hermes tool-call markers. Qwen2.5's
+# own tokenizer marks them not special (Hugging Face's decode keeps them), but OpenVINO's decoder
+# drops every added token, and without them a tool call reads as bare JSON the parser cannot find.
+KEPT_AS_TEXT = frozenset({b"<tool_call>", b"</tool_call>"})
+
 _SAMPLES = (
     "Hello, world! The quick brown fox jumps over the lazy dog.",
     "  leading spaces, trailing spaces  \n\ttabs and newlines\n\n",
@@ -57,10 +62,12 @@ def build_token_table(tok: Any) -> TokenTable | None:
     singles = [[i] for i in range(size)]
     skipped = tok.decode(singles, skip_special_tokens=True)
     kept = tok.decode(singles, skip_special_tokens=False)
-    special = frozenset(i for i in range(size) if skipped[i] == "" and kept[i] != "")
+    dropped = frozenset(i for i in range(size) if skipped[i] == "" and kept[i] != "")
+    markers = frozenset(i for i in dropped if pieces[i] in KEPT_AS_TEXT and kept[i].encode() == pieces[i])
+    special = dropped - markers
     for i in range(size):
         text = None if i in special else _utf8(pieces[i])
-        if text is not None and text != skipped[i]:
+        if text is not None and text != skipped[i] and i not in markers:
             return None
     table = TokenTable(pieces, special)
     for text in _SAMPLES:

@@ -9,6 +9,11 @@ it); when the call closes, the rest of the arguments goes out. A block that is n
 cannot be taken back: when its JSON turns out broken (a reply cut by ``max_tokens``), its arguments
 are what was written; the whole reply's ``tools.parse`` (non-streamed replies) keeps such a block as
 content instead.
+
+A reply that *opens* with a bare call object (``{"name": ..., "arguments": ...}`` without the markup,
+as Qwen2.5-Coder 1.5B answers greedily) is read as one call too, sent whole once its JSON closes;
+what follows it is read as usual. A reply that opens with any other ``{`` is content (held until its
+object closes).
 """
 
 from __future__ import annotations
@@ -67,11 +72,22 @@ class HermesStream:
         self._head = 0  # length of the block's head once the call started (0: not started)
         self._sent = 0  # argument characters sent for the started call
         self.calls = 0  # calls started
+        self._bare = False  # the block is a bare call object that opened the reply (no markup)
+        self._started = False  # anything but whitespace seen
 
     def feed(self, text: str, final: bool = False) -> list[Piece]:
         self._buf += text
         out: list[Piece] = []
+        if not self._started and self._buf.strip():
+            self._started = True
+            if self._buf.lstrip().startswith("{"):
+                self._block, self._buf, self._bare = "", self._buf.lstrip(), True
         while True:
+            if self._bare:
+                self._feed_bare(out, final)
+                if self._bare:
+                    return out
+                continue
             if self._block is None:
                 at = self._buf.find(OPEN)
                 if at == -1:
@@ -94,6 +110,23 @@ class HermesStream:
             self._advance(out, closed=True, tag=True)
         return out
 
+    def _feed_bare(self, out: list[Piece], final: bool) -> None:
+        """The opening bare object, held until its JSON closes (or the reply ends): then a call if it
+        is one, else content as written; what follows it is read as usual."""
+        block = (self._block or "") + self._buf
+        try:
+            _, end = json.JSONDecoder().raw_decode(block)
+        except json.JSONDecodeError:
+            end = None
+        if end is None and not final:
+            self._block, self._buf = block, ""
+            return
+        whole = block if end is None else block[:end]
+        self._buf = "" if end is None else block[end:]
+        self._block = whole
+        self._advance(out, closed=True)
+        self._bare = False
+
     @staticmethod
     def _emit(out: list[Piece], text: str) -> None:
         if text:
@@ -113,5 +146,5 @@ class HermesStream:
                 self._sent = len(args)
         if closed:
             if not self._head:  # never a call: the block is content, markup and all
-                self._emit(out, OPEN + block + (CLOSE if tag else ""))
+                self._emit(out, block if self._bare else OPEN + block + (CLOSE if tag else ""))
             self._block, self._head, self._sent = None, 0, 0

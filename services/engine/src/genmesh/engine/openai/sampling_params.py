@@ -81,6 +81,15 @@ def check_prompt_lookup(req: SamplingFields, settings: EngineSettings) -> None:
     if (req.best_of or 1) > 1:
         kind = "a draft model" if settings.draft_model is not None else "prompt lookup"
         raise invalid_request(f"'best_of' (beam search) cannot be used on an engine with {kind}", param="best_of")
+    if settings.draft_model is not None and (req.temperature is None or req.temperature > 0):
+        # OpenVINO GenAI 2026.4 fails a step of sampled speculative decoding now and then (an assertion in
+        # sequence_group.cpp, seen with 1 to 5 draft tokens), ending every request in that step; and a
+        # drafting pipeline refuses requests that do not draft. So a drafting engine serves greedy requests.
+        raise invalid_request(
+            "this engine drafts with a draft model (speculative decoding), which serves greedy requests only: "
+            "send 'temperature': 0 (OpenAI's default is 1), or use an engine without --draft-model",
+            param="temperature",
+        )
     for name, value in asked.items():
         if value > settings.prompt_lookup_limit:
             limit = settings.prompt_lookup_limit

@@ -219,8 +219,9 @@ def parse(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
 
 
 def parse_hermes(text: str, args_key: str = "arguments") -> tuple[str | None, list[ToolCall]]:
-    """Every well-formed ``<tool_call>`` block of a whole reply as a call; the rest (malformed blocks
-    included, markup and all) is the content (None when nothing but calls and whitespace is left)."""
+    """Every well-formed ``<tool_call>`` block of a whole reply as a call, after a bare call object that
+    opens it (hermes_stream.py); the rest (malformed blocks included, markup and all) is the content
+    (None when nothing but calls and whitespace is left)."""
     calls: list[ToolCall] = []
 
     def take(match: re.Match[str]) -> str:
@@ -233,10 +234,32 @@ def parse_hermes(text: str, args_key: str = "arguments") -> tuple[str | None, li
         calls.append(call)
         return ""
 
+    rest, bare = _bare_call(text, args_key)
+    if bare:
+        calls.extend(bare)
+        text = rest or ""
     content = _CALL_BLOCK.sub(take, text)
     if not calls:
         return text, []
     return content.strip() or None, calls
+
+
+def _bare_call(text: str, args_key: str) -> tuple[str | None, list[ToolCall]]:
+    """A reply that opens with a call object without the markup (hermes_stream.py): that call, and
+    the rest as content; any other reply as it is."""
+    body = text.lstrip()
+    if not body.startswith("{"):
+        return text, []
+    try:
+        obj, end = json.JSONDecoder().raw_decode(body)
+    except json.JSONDecodeError:
+        return text, []
+    if not (isinstance(obj, dict) and list(obj)[:1] == ["name"] and (args_key in obj or "arguments" in obj)):
+        return text, []
+    call = _from_object(obj, args_key)
+    if call is None:
+        return text, []
+    return body[end:].strip() or None, [call]
 
 
 def _parse_llama3(text: str) -> tuple[str | None, list[ToolCall]]:
