@@ -49,23 +49,35 @@ class WhisperModel:
     def __init__(self, folder: Path, device: str = "CPU", plugin_config: Mapping[str, Any] | None = None) -> None:
         """``plugin_config``: OpenVINO properties for the device (a graph's ``plugin_config``)."""
         self.folder = folder
-        # word_timestamps: the cross-attention is decomposed so that word times can be read from it
-        properties = {**(plugin_config or {}), "word_timestamps": True}
-        self._pipeline = ov_genai.WhisperPipeline(str(folder), device, **properties)
+        self._device, self._plugin_config = device, dict(plugin_config or {})
+        self._pipeline = ov_genai.WhisperPipeline(str(folder), device, **self._plugin_config)
+        # Word timestamps need a pipeline whose cross-attention is decomposed so that word times can be
+        # read from it, which costs every request a quarter more time: a second pipeline, made at the
+        # first request that asks for words (calls come one at a time, from the model's worker).
+        self._words_pipeline: Any = None
         self._multilingual = bool(self._pipeline.get_generation_config().is_multilingual)
+
+    def _pipeline_for(self, ask: Ask) -> Any:
+        if not ask.words:
+            return self._pipeline
+        if self._words_pipeline is None:
+            properties = {**self._plugin_config, "word_timestamps": True}
+            self._words_pipeline = ov_genai.WhisperPipeline(str(self.folder), self._device, **properties)
+        return self._words_pipeline
 
     @property
     def multilingual(self) -> bool:
         return self._multilingual
 
-    def _config(self, ask: Ask, duration: float) -> ov_genai.WhisperGenerationConfig:
-        config = self._pipeline.get_generation_config()
+    def _config(self, pipeline: Any, ask: Ask, duration: float) -> ov_genai.WhisperGenerationConfig:
+        config = pipeline.get_generation_config()
         if self._multilingual:  # an English-only model takes neither (the route refuses other languages)
             config.task = "transcribe"
             if ask.language:
                 config.language = f"<|{ask.language}|>"
         config.return_timestamps = ask.segments or ask.words or duration > WINDOW_S
-        config.word_timestamps = ask.words
+        if ask.words:
+            config.word_timestamps = True
         if ask.prompt:
             config.initial_prompt = ask.prompt
         if ask.temperature > 0:
@@ -80,7 +92,8 @@ class WhisperModel:
         and no timestamps asked: the pipeline streams only then; otherwise, one call per segment at the
         end). ``stop`` set: decoding stops at the next token."""
         duration = audio.shape[0] / WHISPER_RATE
-        config = self._config(ask, duration)
+        pipeline = self._pipeline_for(ask)
+        config = self._config(pipeline, ask, duration)
         streams = on_text is not None and not config.return_timestamps
 
         def streamer(subword: str) -> bool:
@@ -88,7 +101,7 @@ class WhisperModel:
                 on_text(subword)
             return stop.is_set()
 
-        result = self._pipeline.generate(audio, config, streamer)
+        result = pipeline.generate(audio, config, streamer)
         segments = [Segment(c.start_ts, c.end_ts, c.text) for c in (result.chunks or [])]
         words = [Segment(w.start_ts, w.end_ts, w.word) for w in (getattr(result, "words", None) or [])]
         text = result.texts[0] if result.texts else ""
