@@ -10,6 +10,7 @@ from pathlib import Path
 
 from genmesh.bench import embeddings
 from genmesh.bench.cli import main
+from genmesh.bench.render import chat_cost_table
 
 
 def test_embeddings_rows_count_what_was_served(embedding_engine_url: str, tmp_path: Path) -> None:
@@ -38,4 +39,4 @@ def test_chat_cost_rounds_measure_chat_and_the_embeddings_beside_it(embedding_en
     assert by["chat model alone"]["ratio"] == 1.0
     assert by["both models, embeddings idle"]["embeddings_per_s"] == 0
     assert by["both models, 4 embedding clients"]["embeddings_per_s"] > 0
-    assert "| both models, 4 embedding clients |" in embeddings.chat_cost_table(rows, args)
+    assert "| both models, 4 embedding clients |" in chat_cost_table(rows, args, *embeddings.CHAT_COST_BESIDE)

@@ -35,9 +35,12 @@ from genmesh.engine.settings import DEFAULT_MODEL
 
 from .datasets import chat_batch
 from .load import Endpoint, closed_loop, form_data, measure, session
-from .render import say
+from .render import chat_cost_table, say
 from .results import describe, save
 from .servers import MODEL_NAME, VOICE, speech_peer, start, start_engine
+
+# The chat-cost table's last column: its title, the row key and its decimals.
+CHAT_COST_BESIDE = ("audio requests/s beside", "audio_requests_per_s", 2)
 
 WHISPER = "whisper-tiny.en"
 SPEECH = "piper-joe"
@@ -250,19 +253,6 @@ async def _chat_cost(
     ]
 
 
-def chat_cost_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [
-        f"Chat throughput ({args.chat_concurrency} streams x {args.chat_max_tokens} tokens, median of {args.rounds} "
-        "interleaved rounds; ratio: median of the rounds' ratios to the chat model alone)",
-        "",
-        "| engine | chat tok/s | ratio | audio requests/s beside |",
-        "|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['chat_tok_s']:.1f} | {r['ratio']:.3f} | {r['audio_requests_per_s']:.2f} |")
-    return "\n".join(lines)
-
-
 def collect(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]:
     """The rows (genmesh, and the peer unless ``--no-peer``), the transcripts' agreement, the peer's
     settings and, with ``--chat-cost``, the chat-cost rows."""
@@ -317,7 +307,9 @@ def markdown(got: dict[str, Any], args: argparse.Namespace) -> str:
     if "speech" in args.kinds:
         chars = [len(p) for p in PARAGRAPHS]
         blocks += [f"Speech: inputs of two sentences, {min(chars)}-{max(chars)} characters.", table(rows, "speech")]
-    return "\n\n".join([*blocks, chat_cost_table(got["chat_cost"], args)] if got["chat_cost"] else blocks)
+    return "\n\n".join(
+        [*blocks, chat_cost_table(got["chat_cost"], args, *CHAT_COST_BESIDE)] if got["chat_cost"] else blocks
+    )
 
 
 def run(args: argparse.Namespace) -> int:

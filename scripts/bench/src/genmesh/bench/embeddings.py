@@ -25,9 +25,12 @@ from genmesh.engine.settings import DEFAULT_MODEL
 
 from .datasets import chat_batch
 from .load import Endpoint, closed_loop, measure, session
-from .render import say
+from .render import chat_cost_table, say
 from .results import describe, save
 from .servers import MODEL_NAME, start_engine
+
+# The chat-cost table's last column: its title, the row key and its decimals.
+CHAT_COST_BESIDE = ("embeddings/s beside", "embeddings_per_s", 1)
 
 MODEL = "all-MiniLM-L6-v2"
 # one token per word for this model's WordPiece: [CLS] + words + [SEP]
@@ -142,19 +145,6 @@ async def _chat_cost(alone_url: str, both_url: str, args: argparse.Namespace) ->
     return rows
 
 
-def chat_cost_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [
-        f"Chat throughput ({args.chat_concurrency} streams x {args.chat_max_tokens} tokens, median of {args.rounds} "
-        "interleaved rounds; ratio: median of the rounds' ratios to the chat model alone)",
-        "",
-        "| engine | chat tok/s | ratio | embeddings/s beside |",
-        "|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['chat_tok_s']:.1f} | {r['ratio']:.3f} | {r['embeddings_per_s']:.1f} |")
-    return "\n".join(lines)
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     base = {(r["length"], r["concurrency"]): r["inputs_per_s"] for r in rows if r["target"] == "genmesh"}
     lines = ["| target | input | c | inputs/s | p50 ms | p99 ms | genmesh / this |", "|---|---|---|---|---|---|---|"]
@@ -190,7 +180,7 @@ def collect(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[list
 
 def markdown(rows: list[dict[str, Any]], cost: list[dict[str, Any]], args: argparse.Namespace) -> str:
     blocks = [table(rows)]
-    return "\n\n".join([*blocks, chat_cost_table(cost, args)] if cost else blocks)
+    return "\n\n".join([*blocks, chat_cost_table(cost, args, *CHAT_COST_BESIDE)] if cost else blocks)
 
 
 def run(args: argparse.Namespace) -> int:

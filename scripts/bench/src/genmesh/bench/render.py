@@ -38,6 +38,21 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, markdown: boo
     return "\n".join(lines)
 
 
+def chat_cost_table(rows: Sequence[dict[str, Any]], args: Any, beside: str, key: str, digits: int) -> str:
+    """The chat-cost table of a side-by-side bench (embeddings, audio): the chat model's tok/s per
+    variant, its ratio to the model alone, and the ``key`` figure served beside (``beside``)."""
+    lines = [
+        f"Chat throughput ({args.chat_concurrency} streams x {args.chat_max_tokens} tokens, median of {args.rounds} "
+        "interleaved rounds; ratio: median of the rounds' ratios to the chat model alone)",
+        "",
+        f"| engine | chat tok/s | ratio | {beside} |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['chat_tok_s']:.1f} | {r['ratio']:.3f} | {r[key]:.{digits}f} |")
+    return "\n".join(lines)
+
+
 def level(run: dict[str, Any]) -> str:
     """``c=8`` (fixed concurrency, everything at once) or ``4 req/s`` (Poisson, maybe with ``c<=N``); a dataset
     other than ``random`` is named after it (``8 req/s mixed``)."""
