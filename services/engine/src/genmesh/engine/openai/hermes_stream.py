@@ -18,6 +18,7 @@ object closes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
@@ -27,6 +28,11 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # A call's head: the object opens with its name, then its arguments' key (JSON string escapes allowed).
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 _TAIL = re.compile(r"[\s}]*\Z")
+
+
+def opens_with_call(text: str) -> bool:
+    """Whether ``text`` begins with a call object's head (``{"name": "...", "arguments":``)."""
+    return _HEAD.match(text) is not None
 
 
 @dataclass(frozen=True)
@@ -114,10 +120,10 @@ class HermesStream:
         """The opening bare object, held until its JSON closes (or the reply ends): then a call if it
         is one, else content as written; what follows it is read as usual."""
         block = (self._block or "") + self._buf
-        try:
-            _, end = json.JSONDecoder().raw_decode(block)
-        except json.JSONDecodeError:
-            end = None
+        end = None
+        if "}" in self._buf or final:  # an object can only close at a brace: no reparse per token
+            with contextlib.suppress(json.JSONDecodeError):
+                _, end = json.JSONDecoder().raw_decode(block)
         if end is None and not final:
             self._block, self._buf = block, ""
             return

@@ -36,7 +36,7 @@ from genmesh.protocol import (
 
 from ..core.ipc import Constraint, StructuralTag
 from ..grammar import GrammarLimits
-from .hermes_stream import CLOSE, OPEN, new_call_id, partial_suffix
+from .hermes_stream import CLOSE, OPEN, new_call_id, opens_with_call, partial_suffix
 from .structured_output import schema_constraint_text
 
 _CALL_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
@@ -254,7 +254,7 @@ def _bare_call(text: str, args_key: str) -> tuple[str | None, list[ToolCall]]:
         obj, end = json.JSONDecoder().raw_decode(body)
     except json.JSONDecodeError:
         return text, []
-    if not (isinstance(obj, dict) and list(obj)[:1] == ["name"] and (args_key in obj or "arguments" in obj)):
+    if not opens_with_call(body[:end]):  # the streamed reader's rule (hermes_stream.py)
         return text, []
     call = _from_object(obj, args_key)
     if call is None:
