@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, quants
 from genmesh.engine.core.config import CoreConfig
 from genmesh.engine.core.gguf_exact import MARKER, NotExact, covered, rewrite, rope_order
 from genmesh.engine.core.gguf_kquants import UNPACK, Blocks, q4_1, q5_0_as_q8_0
-from genmesh.engine.core.gguf_tokenizer import TOKENIZER_GGUF
+from genmesh.engine.core.gguf_tokenizer import tokenizer_source
 from genmesh.engine.core.model_loading import prepare_model
 from support.servers import DEFAULT_MODEL
 
@@ -166,9 +166,11 @@ def test_the_default_model_is_served_as_its_exact_form() -> None:
     """What the engine core loads for the default model with the default settings (``make model`` made it)."""
     if not DEFAULT_MODEL.is_file():
         pytest.skip("run 'make model' first")
-    served = prepare_model(CoreConfig(str(DEFAULT_MODEL), "CPU", 1, 1, 16, True, False))
+    config = CoreConfig(str(DEFAULT_MODEL), "CPU", 1, 1, 16, True, False)
+    served = prepare_model(config)
     assert served.tokenizer_gguf is not None
-    assert served.tokenizer_gguf == served.path / TOKENIZER_GGUF  # the GGUF's metadata alone
+    # the GGUF's metadata alone, the one copy the API process uses too
+    assert served.tokenizer_gguf == tokenizer_source(DEFAULT_MODEL, config.gguf_cache_dir)
     assert served.ir == served.path / "openvino_model.xml"
     assert json.loads((served.path / MARKER).read_text())["rewritten_matmuls"] == 210  # 30 layers x 7
     assert served.save_ir is False

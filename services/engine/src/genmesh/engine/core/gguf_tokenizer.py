@@ -4,8 +4,10 @@
 way, although the tokenizer lives in the metadata alone (``tokenizer.ggml.*``, the chat template):
 2.5 GB of memory and 11 s for Qwen2.5-Coder 1.5B (Q4_K_M), and an outright failure for a file with a
 type it cannot read (Qwen2.5-Coder 0.5B's Q5_0 tensors: ``gguf_tensor_to_f16 failed``). The same
-metadata with zero tensors gives the same tokenizer from 180 MB. The copy is made once, next to
-what it serves (written atomically), by copying the metadata's bytes as they are.
+metadata with zero tensors gives the same tokenizer from 180 MB. The copy is made once per GGUF
+into its own folder of the GGUF cache (``tokenizer_source``: the API process and the core share it;
+a draft's goes into the draft's folder, where its tokenizer IRs are written), atomically, by copying
+the metadata's bytes as they are.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .gguf_reencode import exact_ir, prepare
-from .gguf_tokenizer import tokenizer_gguf
+from .gguf_tokenizer import tokenizer_source
 
 if TYPE_CHECKING:
     from .config import CoreConfig
@@ -49,7 +49,8 @@ def prepare_model(config: CoreConfig) -> ServedModel:
     served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
     exact = exact_ir(served)
     if exact is not None:
-        return ServedModel(served.parent, exact, False, tokenizer_gguf=tokenizer_gguf(served.resolve(), served.parent))
+        tokenizer = tokenizer_source(served.resolve(), config.gguf_cache_dir)  # the API process's copy too
+        return ServedModel(served.parent, exact, False, tokenizer_gguf=tokenizer)
     ir = served.parent / IR_XML
     return ServedModel(served, ir, config.max_num_scoring_seqs > 0 and not _has_ir(ir))
 
