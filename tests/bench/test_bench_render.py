@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from genmesh.bench.report import (
     results_table,
     top_functions,
 )
+from genmesh.bench.servers import vllm_model
+from genmesh.engine.settings import DEFAULT_MODEL
 
 
 def run(
@@ -143,3 +146,22 @@ def test_the_report_carries_its_hand_written_notes(tmp_path: Path) -> None:
     text = report.markdown([], out)
     assert "## Levers tried\n\n| lever | c=1 |" in text
     assert text.index("## Results") < text.index("## Levers tried")
+
+
+def test_a_report_on_another_model_names_it_skips_the_ir_lines_and_finds_its_vllm_folder(tmp_path: Path) -> None:
+    """``make bench-report MODEL=qwen-1.5b``: the model is a parameter; the IR exports are the default
+    model's, so their lines are skipped with a note, and vLLM's folder is that model's conversion."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    other = tmp_path / "other-model.gguf"
+    shutil.copy(DEFAULT_MODEL, other)  # any GGUF: the report reads its tokenizer to size prompts
+    out = tmp_path / "benchmarks.md"
+    report = Report(parser.parse_args(["--model", str(other), "--out", str(out), "--lines", "ir-int8", "draft"]))
+    report.run()  # neither line starts anything: no export of this model, no --draft-model
+    assert report.runs == []
+    assert any("default model only" in n for n in report.notes)
+    assert any("no `--draft-model`" in n for n in report.notes)
+    assert f"`{other}` (GGUF `other-model.gguf`" in report.markdown([], out)
+    assert vllm_model(str(other)) == Path("models/other-model-hf")
+    assert vllm_model(DEFAULT_MODEL) == Path("models/SmolLM2-135M-Instruct-hf")
+    assert "SmolLM2-135M-Instruct, GGUF Q4_1" in Report(parser.parse_args(["--out", str(out)])).markdown([], out)

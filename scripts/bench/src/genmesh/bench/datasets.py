@@ -140,10 +140,48 @@ def shared_prefix_requests(
     return [RequestSpec(q, prefix_len + len(codec.encode(q)), output_len, system=system) for q in questions]
 
 
+CODE_TASKS = (  # noqa: SIM905 (what a coding assistant is asked; a draft model guesses much of the answer)
+    "a function that checks whether a string is a palindrome;a function that merges two sorted lists;"
+    "a class for a stack with push, pop and peek;a function that counts the words in a text file;"
+    "a function that returns the n-th Fibonacci number;a function that parses a date in ISO format;"
+    "a binary search over a sorted list;a function that removes duplicates from a list, keeping order;"
+    "a function that flattens a nested list;a command-line tool that prints the lines of a file in reverse;"
+    "a function that validates an e-mail address with a regular expression;a function that computes a SHA-256 of a file"
+).split(";")
+CODE_LANGUAGES = ("Python", "JavaScript", "Go", "Rust")
+CHAT_QUESTIONS = (  # noqa: SIM905 (plain chat: prose a draft model guesses less of)
+    "Why is the sky blue?;What should I pack for a week of walking in the mountains?;"
+    "How do bees make honey?;What are good habits for a first job?;Why do leaves change colour in autumn?;"
+    "How does a bicycle stay upright?;What is the difference between weather and climate?;"
+    "How can I sleep better before an exam?;Why do cats purr?;What makes a good short story?;"
+    "How did people navigate before maps?;What should I know before adopting a dog?"
+).split(";")
+
+
+def _kind_requests(prompts: Sequence[str], codec: TokenCodec, n: int, output_len: int, seed: int) -> list[RequestSpec]:
+    order = list(range(len(prompts)))
+    random.Random(seed).shuffle(order)
+    chosen = [prompts[order[i % len(order)]] for i in range(n)]
+    return [RequestSpec(p, len(codec.encode(p)), output_len) for p in chosen]
+
+
+def code_requests(codec: TokenCodec, n: int, input_len: int, output_len: int, seed: int = 0) -> list[RequestSpec]:
+    """``n`` requests to write code (a task in a language), drawn from ``seed``; their own length, not ``input_len``."""
+    prompts = [f"Write {task} in {lang}. Answer with the code only." for task in CODE_TASKS for lang in CODE_LANGUAGES]
+    return _kind_requests(prompts, codec, n, output_len, seed)
+
+
+def chat_requests(codec: TokenCodec, n: int, input_len: int, output_len: int, seed: int = 0) -> list[RequestSpec]:
+    """``n`` plain chat questions, drawn from ``seed``; their own length, not ``input_len``."""
+    return _kind_requests(CHAT_QUESTIONS, codec, n, output_len, seed)
+
+
 DATASETS: dict[str, Callable[..., list[RequestSpec]]] = {  # (codec, n, input or prefix length, output length, seed=)
     "random": random_requests,
     "mixed": mixed_chat_requests,
     "shared-prefix": shared_prefix_requests,
+    "code": code_requests,
+    "chat": chat_requests,
 }
 
 

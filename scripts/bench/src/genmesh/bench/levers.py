@@ -15,6 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from genmesh.engine.settings import DEFAULT_MODEL
 
 from .compare import alternate, ratio
@@ -27,6 +30,7 @@ from .servers import MODEL_NAME, llama_peer, start, start_engine
 FIGURES = {"output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f", "median_tpot_ms": ".1f"}
 COLUMNS = ["load", "variant", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "vs {}", "steal %"]
 LLAMA = "llama-server"  # the variant name of --llama-server
+SPEC = ("genmesh_engine_spec_decode_accepted_tokens", "genmesh_engine_spec_decode_steps")  # counters, per model
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -63,9 +67,25 @@ def summarise(by_variant: dict[str, list[Result]], first: str) -> list[dict[str,
         row |= {key: percentile((r.get(key) for r in runs), 50) for key in FIGURES}
         tput = [(a["output_throughput"], b["output_throughput"]) for a, b in zip(runs, by_variant[first], strict=True)]
         row["ratio_to_first"] = percentile((ratio(a, b) for a, b in tput), 50)
+        row["accepted_per_step"] = percentile((r.get("accepted_per_step") for r in runs), 50)
         row["steal_percent"] = max((s for r in runs if (s := r.get("steal_percent")) is not None), default=None)
         rows.append(row | {"failed": sum(int(r.get("failed", 0)) for r in runs)})
     return rows
+
+
+async def spec_counters(url: str) -> tuple[float, float] | None:
+    """(draft tokens accepted, request-steps) so far on an engine's ``/metrics``; None where it has none."""
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            text = (await client.get(url + "/metrics")).text
+    except httpx.HTTPError:
+        return None
+    sums = dict.fromkeys(SPEC, 0.0)
+    for family in text_string_to_metric_families(text):
+        if family.name in sums:
+            sums[family.name] += sum(x.value for x in family.samples if x.name.endswith("_total"))
+    accepted, steps = sums.values()
+    return (accepted, steps) if steps else None
 
 
 def _level(servers: dict[str, tuple[Endpoint, int]], sets: list[list[RequestSpec]], dataset: str, **load: Any) -> Any:
@@ -73,7 +93,15 @@ def _level(servers: dict[str, tuple[Endpoint, int]], sets: list[list[RequestSpec
 
     async def one(name: str, r: int) -> Result:
         (endpoint, pid), settings = servers[name], {"dataset": dataset, "variant": name}
-        return await measure(endpoint, sets[r], label=name, pids=[pid], settings=settings, **load)
+        before = await spec_counters(endpoint.base_url)
+        run = await measure(endpoint, sets[r], label=name, pids=[pid], settings=settings, **load)
+        if (
+            before is not None
+            and (after := await spec_counters(endpoint.base_url)) is not None
+            and after[1] > before[1]
+        ):
+            run["accepted_per_step"] = (after[0] - before[0]) / (after[1] - before[1])  # draft tokens a step kept
+        return run
 
     return asyncio.run(alternate({name: partial(one, name) for name in servers}, len(sets)))
 
@@ -121,7 +149,11 @@ def run(args: argparse.Namespace) -> int:
             runs += [r for results in by_variant.values() for r in results]
     figures = [[fmt(row[k], spec) for k, spec in [*FIGURES.items(), ("ratio_to_first", ".3f")]] for row in rows]
     cells = [[r["level"], r["variant"], *f, fmt(r["steal_percent"])] for r, f in zip(rows, figures, strict=True)]
-    print(table([c.format(first) for c in COLUMNS], cells, markdown=True))
+    columns = [c.format(first) for c in COLUMNS]
+    if any(r["accepted_per_step"] is not None for r in rows):  # a drafting variant: draft tokens kept per step
+        columns.append("accepted/step")
+        cells = [[*c, fmt(r["accepted_per_step"], ".2f")] for c, r in zip(cells, rows, strict=True)]
+    print(table(columns, cells, markdown=True))
     doc = {"variants": {k: shlex.join(v) for k, v in variants.items()}, "engines": argvs, "rows": rows, "runs": runs}
     doc["ratio_to"] = first
     print(f"results: {save(doc, args.result_dir / time.strftime('levers-%Y%m%d-%H%M%S.json'))}")

@@ -39,6 +39,7 @@ FIGURES = {"request_throughput": ".2f", "output_throughput": ".1f", "median_ttft
 FIGURES |= {"median_tpot_ms": ".1f", "p99_tpot_ms": ".1f", "median_itl_ms": ".1f", "median_e2el_ms": ".0f"}
 OURS = {  # line: (label, settings)
     "engine": ("(b) engine HTTP", "`genmesh-engine` defaults ({defaults}), prefix caching on (its default)"),
+    "draft": ("(bd) engine HTTP, draft model", "as (b), with `--draft-model {draft}` (speculative decoding, greedy)"),
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
@@ -55,7 +56,7 @@ LINES = [
 ]  # in the order they run
 WORK = """## Work (the same for every line)
 
-- Model: `{a.model}` (SmolLM2-135M-Instruct, GGUF Q4_1; vLLM serves its bf16 conversion).
+- Model: `{a.model}` ({about}; vLLM serves its bf16 conversion).
 - Dataset `random`: prompts of {a.input_len} random tokens (the model's own tokenizer), sent as one user \
 message to `/v1/chat/completions`, streaming; {a.output_len} new tokens each with `ignore_eos`, greedy.
 - Tokens are counted from each response's `usage`; a stream without `usage` counts as a failed request.
@@ -93,12 +94,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mixed-concurrency", type=int, nargs="*", default=FULL["mixed_concurrency"], help="mixed set")
     p.add_argument("--mixed-rates", type=float, nargs="*", default=FULL["mixed_rates"], help="mixed set, req/s")
     p.add_argument("--lines", nargs="+", default=LINES, help="which lines to run (default all)")
+    p.add_argument("--draft-model", help="the (bd) line: the engine with this draft model (a GGUF; off when absent)")
+    p.add_argument("--num-assistant-tokens", type=int, default=5, help="the (bd) line's draft tokens per step")
     p.add_argument("--ir-repo", type=Path, default=Path("models/repository"), help="the IR lines' exports (MODEL_REPO)")
     p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip py-spy on the engine")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="the Markdown report")
     p.add_argument("--assets-dir", type=Path, default=Path("docs/benchmarks"), help="PNGs and the JSON results")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/report"), help="server logs")
+
+
+def model_about(model: str) -> str:
+    """What the report's model is, for its Work section."""
+    if Path(model).resolve() == Path(DEFAULT_MODEL).resolve():
+        return "SmolLM2-135M-Instruct, GGUF Q4_1"
+    return f"GGUF `{Path(model).name}`, served as its exact compressed form (docs/accuracy.md)"
 
 
 def ratios(runs: Sequence[Result], baseline: str) -> list[tuple[float | None, float | None]]:
@@ -211,7 +221,7 @@ class Report:
         with running_mesh(args.model, args.log_dir, microservice=ms, gateway=gw) as m:
             urls = {s.name: s.url for s in (m.engine, m.microservice, m.gateway) if s is not None}
             for target, (label, settings) in OURS.items():
-                if target in lines and target in urls:
+                if target in lines and target in urls and target != "draft":
                     self.line(label, target, urls[target], False, m.pids)
                     self.settings.append((label, "this commit", settings.format(defaults=self.defaults)))
                 if target == "engine" and "engine" in lines and args.profile:
@@ -242,10 +252,27 @@ class Report:
         note = f"c={conc}, {n} requests; collapsed stacks in `{out}`"
         self.profile_note = note if out.is_file() else f"py-spy wrote nothing: {err.decode(errors='replace')[-300:]}"
 
+    def draft(self) -> None:
+        """(bd): the engine with a draft model (``--draft-model``; a line of the Qwen report)."""
+        label, settings = OURS["draft"]
+        if not self.args.draft_model:
+            self.notes.append(f"{label}: no `--draft-model` given")
+            return
+        started, draft = time.monotonic(), self.args.draft_model
+        extra = ["--served-model-name", MODEL_NAME, "--draft-model", draft]
+        extra += ["--num-assistant-tokens", str(self.args.num_assistant_tokens)]
+        with start_engine(self.args.model, self.args.log_dir / "draft.log", timeout_s=1800.0, extra=extra) as server:
+            text = settings.format(draft=f"{draft} --num-assistant-tokens {self.args.num_assistant_tokens}")
+            self.settings.append((label, "this commit", f"{text}; up in {time.monotonic() - started:.1f} s"))
+            self.line(label, "draft", server.url, False, [server.proc.pid])
+
     def ir(self, key: str) -> None:
         """(b) serving genmesh-export's IR of the same GGUF (``make model-ir`` / ``make model-ir-int4``)."""
         fmt = IR_LINES[key]
         label, folder = f"(b{fmt[-1]}) engine HTTP, IR {fmt}", self.args.ir_repo / f"{MODEL_NAME}-{fmt}"
+        if Path(self.args.model).resolve() != Path(DEFAULT_MODEL).resolve():
+            self.notes.append(f"{label}: the IR exports (make model-ir) are of the default model only")
+            return
         if not (folder / "openvino_model.xml").is_file():
             self.notes.append(f"{label}: no export at `{folder}` (make model-ir, make model-ir-int4)")
             return
@@ -321,10 +348,12 @@ class Report:
             self.inprocess()
         if lines & set(OURS):
             self.mesh(lines)
+        if "draft" in lines:
+            self.draft()
         for key in (key for key in IR_LINES if key in lines):
             self.ir(key)
         if "vllm" in lines:
-            self.peer(vllm_peer())
+            self.peer(vllm_peer(args.model))
         for key in (key for key in ("llama", "llama-nocache") if key in lines):
             self.peer(llama_peer(args.model, key == "llama", max(args.concurrency), args.llama_threads))
         if "opea" in lines:
@@ -338,8 +367,10 @@ class Report:
 
     def markdown(self, charts: list[Path], out: Path) -> str:
         a, blocks = self.args, ["# genmesh benchmarks"]
-        if {k: getattr(a, k) for k in FULL} != FULL:
-            short = f"concurrency {a.concurrency}, request rates {a.request_rates}, {a.rate_requests} requests per rate"
+        short = f"concurrency {a.concurrency}, request rates {a.request_rates}, {a.rate_requests} requests per rate"
+        if model_about(a.model) != model_about(DEFAULT_MODEL):  # another model: its own plan (Makefile REPORT_ARGS)
+            blocks.append(f"> Load levels for this model: {short}, {a.input_len} input / {a.output_len} output tokens.")
+        elif {k: getattr(a, k) for k in FULL} != FULL:
             blocks.append(
                 f"> **Short configuration — not the standard report** ({short}, {a.input_len} input / "
                 f"{a.output_len} output tokens). Run `make bench-report` for the standard one."
@@ -347,7 +378,7 @@ class Report:
         when = f"on {time.strftime('%Y-%m-%d %H:%M %Z')} in {self.elapsed_s / 60:.1f} min"
         blocks.append(f"Written by `make bench-report` {when}.")
         blocks += ["## Machine and software", table(["", ""], describe().items(), markdown=True)]
-        blocks += [WORK.format(a=a, high=HIGH_STEAL_PERCENT), "## Settings of each line"]
+        blocks += [WORK.format(a=a, about=model_about(a.model), high=HIGH_STEAL_PERCENT), "## Settings of each line"]
         blocks += [table(["line", "version", "settings"], self.settings, markdown=True), "## Results"]
         blocks.append(
             "`vs (a)`: output tokens/s relative to (a) at the same load level; `vs best peer`: relative to the fastest "

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import yaml
 
+from genmesh.engine.settings import DEFAULT_MODEL
+
 MODEL_NAME = "SmolLM2-135M-Instruct"
 VLLM_VENV = Path(".venv-vllm")
 VLLM_MODEL = Path("models/SmolLM2-135M-Instruct-hf")
@@ -203,21 +205,29 @@ class Peer:
     version: str = ""
 
 
-def vllm_peer(kv_cache_gb: int = 2, max_num_seqs: int = 256) -> Peer:
+def vllm_model(gguf: str) -> Path:
+    """The Hugging Face folder ``make vllm-cpu`` converts ``gguf`` into (``HF_MODEL_DIR``)."""
+    if Path(gguf).resolve() == Path(DEFAULT_MODEL).resolve():
+        return VLLM_MODEL
+    return Path("models") / f"{Path(gguf).stem}-hf"
+
+
+def vllm_peer(model: str = DEFAULT_MODEL, kv_cache_gb: int = 2, max_num_seqs: int = 256) -> Peer:
     settings = (
         f"OpenAI server (`services/engine/launch_vllm_service.sh`, RUNTIME=native), bf16 weights converted from the "
         f"same GGUF, `VLLM_CPU_KVCACHE_SPACE={kv_cache_gb}`, `--max-num-seqs {max_num_seqs}`, `--block-size 128`, "
         "chunked prefill and prefix caching as vLLM v1 defaults"
     )
-    argv = ["services/engine/launch_vllm_service.sh", PORT, str(VLLM_MODEL), "cpu", "1", "128", str(max_num_seqs)]
+    folder = vllm_model(model)
+    argv = ["services/engine/launch_vllm_service.sh", PORT, str(folder), "cpu", "1", "128", str(max_num_seqs)]
     env = {"RUNTIME": "native", "SERVED_MODEL_NAME": MODEL_NAME, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb)}
     peer = Peer("vllm", "(e) vLLM-CPU", settings, argv, 900.0, env | {"VLLM_VENV": str(VLLM_VENV.resolve())})
     site = "lib/python*/site-packages/"
     dists = sorted(VLLM_VENV.glob(site + "vllm_cpu-*.dist-info")) + sorted(VLLM_VENV.glob(site + "vllm-*.dist-info"))
     if not dists:
         peer.note = "skipped: no vLLM-CPU in .venv-vllm (run `make vllm-cpu`)"
-    elif not VLLM_MODEL.is_dir():
-        peer.note = f"skipped: {VLLM_MODEL} missing (run `make vllm-cpu`)"
+    elif not folder.is_dir():
+        peer.note = f"skipped: {folder} missing (run `make vllm-cpu`, with MODEL= for another model)"
     else:
         peer.version = dists[0].name.removesuffix(".dist-info").replace("_cpu-", "-cpu ").replace("-", " ", 1)
     return peer
@@ -226,7 +236,8 @@ def vllm_peer(kv_cache_gb: int = 2, max_num_seqs: int = 256) -> Peer:
 def llama_peer(model: str, cache_prompt: bool, parallel: int, threads: int) -> Peer:
     flags = ["-np", str(parallel), "-t", str(threads), "--no-repack", "-c", str(parallel * 1024)]
     no_cache = "" if cache_prompt else " `--no-cache-prompt`"
-    settings = f"llama.cpp's own server on the same GGUF (Q4_1), `{' '.join(flags)}`{no_cache}, built with "
+    settings = f"llama.cpp's own server on the same GGUF (`{Path(model).name}`), `{' '.join(flags)}`{no_cache}, "
+    settings += "built with "
     cache = "on (its default)" if cache_prompt else "off (as if our engine ran with --no-enable-prefix-caching)"
     settings += f"`-DGGML_NATIVE=ON`; prompt cache {cache}"
     argv = [str(LLAMA_SERVER), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
