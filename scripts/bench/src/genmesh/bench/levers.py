@@ -77,11 +77,15 @@ async def spec_counters(url: str) -> tuple[float, float] | None:
     """(draft tokens accepted, request-steps) so far on an engine's ``/metrics``; None where it has none."""
     try:
         async with httpx.AsyncClient(timeout=10.0) as client:
-            text = (await client.get(url + "/metrics")).text
+            resp = await client.get(url + "/metrics")
     except httpx.HTTPError:
         return None
     sums = dict.fromkeys(SPEC, 0.0)
-    for family in text_string_to_metric_families(text):
+    try:  # a peer without Prometheus metrics (llama-server answers a JSON 501) has no draft counters
+        families = list(text_string_to_metric_families(resp.text)) if resp.status_code == 200 else []
+    except ValueError:
+        return None
+    for family in families:
         if family.name in sums:
             sums[family.name] += sum(x.value for x in family.samples if x.name.endswith("_total"))
     accepted, steps = sums.values()
