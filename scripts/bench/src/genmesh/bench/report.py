@@ -26,7 +26,18 @@ from .inprocess import Pipeline, engine_settings, scheduler_text, served_file
 from .load import Endpoint, load_levels, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
-from .servers import MODEL_NAME, OPEA_NOTE, Peer, llama_peer, running_mesh, st_peer, start, start_engine, vllm_peer
+from .servers import (
+    MODEL_NAME,
+    OPEA_NOTE,
+    Peer,
+    is_default_model,
+    llama_peer,
+    running_mesh,
+    st_peer,
+    start,
+    start_engine,
+    vllm_peer,
+)
 
 BASELINE = "inprocess"
 FULL = {"concurrency": [1, 8, 32], "request_rates": [2.0, 8.0], "rate_requests": 32, "output_len": 64, "input_len": 128}
@@ -39,13 +50,14 @@ FIGURES = {"request_throughput": ".2f", "output_throughput": ".1f", "median_ttft
 FIGURES |= {"median_tpot_ms": ".1f", "p99_tpot_ms": ".1f", "median_itl_ms": ".1f", "median_e2el_ms": ".0f"}
 OURS = {  # line: (label, settings)
     "engine": ("(b) engine HTTP", "`genmesh-engine` defaults ({defaults}), prefix caching on (its default)"),
-    "draft": ("(bd) engine HTTP, draft model", "as (b), with `--draft-model {draft}` (speculative decoding, greedy)"),
     "microservice": ("(c) microservice", "`genmesh-microservice` in front of (b)"),
     "gateway": ("(d) gateway", "`genmesh-gateway` (private Redis, auth off, 64 upstream slots) -> (c) -> (b)"),
 }
+DRAFT = ("(bd) engine HTTP, draft model", "as (b), with `--draft-model {draft}` (speculative decoding, greedy)")
 LINES = [
     BASELINE,
     *OURS,
+    "draft",
     *IR_LINES,
     "vllm",
     "llama",
@@ -106,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def model_about(model: str) -> str:
     """What the report's model is, for its Work section."""
-    if Path(model).resolve() == Path(DEFAULT_MODEL).resolve():
+    if is_default_model(model):
         return "SmolLM2-135M-Instruct, GGUF Q4_1"
     return f"GGUF `{Path(model).name}`, served as its exact compressed form (docs/accuracy.md)"
 
@@ -221,7 +233,7 @@ class Report:
         with running_mesh(args.model, args.log_dir, microservice=ms, gateway=gw) as m:
             urls = {s.name: s.url for s in (m.engine, m.microservice, m.gateway) if s is not None}
             for target, (label, settings) in OURS.items():
-                if target in lines and target in urls and target != "draft":
+                if target in lines and target in urls:
                     self.line(label, target, urls[target], False, m.pids)
                     self.settings.append((label, "this commit", settings.format(defaults=self.defaults)))
                 if target == "engine" and "engine" in lines and args.profile:
@@ -254,7 +266,7 @@ class Report:
 
     def draft(self) -> None:
         """(bd): the engine with a draft model (``--draft-model``; a line of the Qwen report)."""
-        label, settings = OURS["draft"]
+        label, settings = DRAFT
         if not self.args.draft_model:
             self.notes.append(f"{label}: no `--draft-model` given")
             return
@@ -270,7 +282,7 @@ class Report:
         """(b) serving genmesh-export's IR of the same GGUF (``make model-ir`` / ``make model-ir-int4``)."""
         fmt = IR_LINES[key]
         label, folder = f"(b{fmt[-1]}) engine HTTP, IR {fmt}", self.args.ir_repo / f"{MODEL_NAME}-{fmt}"
-        if Path(self.args.model).resolve() != Path(DEFAULT_MODEL).resolve():
+        if not is_default_model(self.args.model):
             self.notes.append(f"{label}: the IR exports (make model-ir) are of the default model only")
             return
         if not (folder / "openvino_model.xml").is_file():
@@ -346,7 +358,7 @@ class Report:
         args, lines, t0 = self.args, set(self.args.lines), time.monotonic()
         if "inprocess" in lines:
             self.inprocess()
-        if lines & {"engine", "microservice", "gateway"}:  # (bd) is an engine of its own (draft())
+        if lines & set(OURS):
             self.mesh(lines)
         if "draft" in lines:
             self.draft()
@@ -368,7 +380,7 @@ class Report:
     def markdown(self, charts: list[Path], out: Path) -> str:
         a, blocks = self.args, ["# genmesh benchmarks"]
         short = f"concurrency {a.concurrency}, request rates {a.request_rates}, {a.rate_requests} requests per rate"
-        if model_about(a.model) != model_about(DEFAULT_MODEL):  # another model: its own plan (Makefile REPORT_ARGS)
+        if not is_default_model(a.model):  # another model: its own plan (Makefile REPORT_ARGS)
             blocks.append(f"> Load levels for this model: {short}, {a.input_len} input / {a.output_len} output tokens.")
         elif {k: getattr(a, k) for k in FULL} != FULL:
             blocks.append(

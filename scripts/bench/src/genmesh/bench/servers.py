@@ -205,9 +205,14 @@ class Peer:
     version: str = ""
 
 
+def is_default_model(model: str) -> bool:
+    """Whether ``model`` is the default GGUF (the one the IR exports and vLLM's default folder are of)."""
+    return Path(model).resolve() == Path(DEFAULT_MODEL).resolve()
+
+
 def vllm_model(gguf: str) -> Path:
     """The Hugging Face folder ``make vllm-cpu`` converts ``gguf`` into (``HF_MODEL_DIR``)."""
-    if Path(gguf).resolve() == Path(DEFAULT_MODEL).resolve():
+    if is_default_model(gguf):
         return VLLM_MODEL
     return Path("models") / f"{Path(gguf).stem}-hf"
 
