@@ -1,18 +1,27 @@
 """Qwen3-Coder's XML tool calls (``<tool_call><function=NAME><parameter=KEY>...``): whole replies and
-streamed ones fed in every split, typed values."""
+streamed ones fed in every split, typed values, the parser's names, prompting and history."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import typing
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from genmesh.engine.openai import qwen3coder
+from genmesh.engine.client.generation import Event, Finished
+from genmesh.engine.client.n_choices import Reply
+from genmesh.engine.grammar import GrammarLimits
+from genmesh.engine.models.ovms_graph import ToolParser
+from genmesh.engine.openai import qwen3coder, tools
 from genmesh.engine.openai.hermes_stream import ArgsDelta, CallStart, Piece
 from genmesh.engine.openai.qwen3coder import Qwen3CoderStream
-from genmesh.protocol import ToolDefinition
+from genmesh.engine.openai.routes import chat
+from genmesh.engine.settings import EngineSettings
+from genmesh.protocol import ChatCompletionChunk, ChatCompletionRequest, ToolDefinition
 from support.structured_cases import TIME_TOOL, WEATHER_TOOL
 
 TYPED_TOOL = {
@@ -275,3 +284,131 @@ def test_markup_never_leaks_as_content_while_a_call_is_written() -> None:
         sent += "".join(p for p in stream.feed(ch) if isinstance(p, str))
         assert "<" not in sent
     assert sent == "Hi "
+
+
+# The parser's names, settings, graph.pbtxt, planning and prompting
+
+
+def _request(choice: Any, messages: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+    messages = messages or [{"role": "user", "content": "Weather in Oslo?"}]
+    return ChatCompletionRequest.model_validate({"messages": messages, "tools": [WEATHER_TOOL], "tool_choice": choice})
+
+
+def test_both_names_mean_the_format() -> None:
+    assert tools.PARSERS["qwen3_coder"] == tools.PARSERS["qwen3coder"] == "qwen3coder"
+    for name in ("qwen3_coder", "qwen3coder"):
+        plan = tools.plan_tools(_request("auto"), "{{ tools }}", GrammarLimits(), parser=name)
+        assert plan is not None
+        assert (plan.format, plan.native, plan.constraint) == ("qwen3coder", True, None)  # auto: no grammar
+
+
+def test_every_parser_name_the_settings_and_the_graph_take_is_known() -> None:
+    setting = EngineSettings.model_fields["tool_call_parser"].annotation
+    names = {a for arg in typing.get_args(setting) for a in typing.get_args(arg)}
+    assert {"qwen3_coder", "qwen3coder"} <= names
+    assert names <= set(tools.PARSERS)
+    assert set(typing.get_args(ToolParser)) <= names
+
+
+@pytest.mark.parametrize("name", ["qwen3_coder", "qwen3coder"])
+def test_the_settings_accept_both_names(name: str) -> None:
+    assert EngineSettings(tool_call_parser=name).tool_call_parser == name  # type: ignore[arg-type]
+
+
+def test_auto_replies_are_parsed_in_this_format() -> None:
+    plan = tools.plan_tools(_request("auto"), "", GrammarLimits(), parser="qwen3coder")
+    assert plan is not None
+    content, calls = tools.parse(f"Checking. {CALL_A}", plan)
+    assert content == "Checking."
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris", "unit": "C"})
+    ]
+
+
+def test_forced_calls_keep_the_json_grammar_in_this_format() -> None:
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        plan = tools.plan_tools(_request(choice), "", GrammarLimits(), parser="qwen3_coder")
+        assert plan is not None
+        assert plan.constraint is not None
+        assert plan.constraint.grammar is not None
+        content, calls = tools.parse('{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}', plan)
+        assert content is None
+        assert json.loads(calls[0].function.arguments) == {"city": "Oslo", "unit": "C"}
+        assert "one function call as a JSON object" in tools.system_prompt(plan)
+
+
+def test_the_system_prompt_describes_the_xml_calls_when_the_template_cannot() -> None:
+    plan = tools.plan_tools(_request("auto"), "", GrammarLimits(), parser="qwen3coder")
+    assert plan is not None
+    prompt = tools.system_prompt(plan)
+    assert "<function=<function-name>>" in prompt
+    assert "<parameter=<parameter-name>>" in prompt
+    assert '"arguments"' not in prompt
+    assert '"get_weather"' in prompt  # the tool listing
+    hermes = tools.plan_tools(_request("auto"), "", GrammarLimits(), parser="hermes")
+    assert hermes is not None
+    assert "<function=" not in tools.system_prompt(hermes)
+
+
+def test_earlier_calls_are_rendered_as_xml_in_the_history() -> None:
+    earlier = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "book", "arguments": '{"title": "Dune", "count": 2, "urgent": true}'},
+            }
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "booked"}
+    req = _request("auto", [{"role": "user", "content": "Book Dune twice"}, earlier, result])
+    plan = tools.plan_tools(req, "", GrammarLimits(), parser="qwen3coder")
+    assert plan is not None
+    rendered = tools.history(req.messages, plan)
+    text = rendered[2]["content"]
+    assert text == xml("book", title="Dune", count="2", urgent="true")
+    # and it reads back as the call it was
+    typed = ToolDefinition.model_validate(TYPED_TOOL)
+    assert json.loads(qwen3coder.parse(text, [typed])[1][0].function.arguments) == {
+        "title": "Dune",
+        "count": 2,
+        "urgent": True,
+    }
+    native = tools.plan_tools(req, "{{ tools }}", GrammarLimits(), parser="qwen3coder")
+    assert native is not None
+    native_history = tools.history(req.messages, native)
+    assert native_history[1]["tool_calls"][0]["function"]["arguments"] == {"title": "Dune", "count": 2, "urgent": True}
+
+
+def test_the_chat_route_streams_qwen3coder_calls_as_openai_deltas() -> None:
+    """The chat writer with this format (no engine: the reply's text pieces are fed as events)."""
+    plan = tools.plan_tools(_request("auto"), "{{ tools }}", GrammarLimits(), parser="qwen3_coder")
+    assert plan is not None
+    reply = Reply("chatcmpl-1", "m", 0, 1, 10, False)
+    writer = chat._Writer(None, reply, plan, False, 0, None)  # type: ignore[arg-type]  # no logprobs: no tokenizer
+    text = f"Checking. {CALL_A}"
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
+
+    async def events() -> AsyncIterator[tuple[int, Event]]:
+        for piece in pieces:
+            yield 0, piece
+        yield 0, Finished("stop", 10, 20)
+
+    async def collect() -> list[ChatCompletionChunk]:
+        return [c async for c in writer.chunks(events(), (None,))]  # type: ignore[arg-type]
+
+    chunks = asyncio.run(collect())
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    deltas = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert content == "Checking. "
+    assert [d.function.name for d in deltas if d.id is not None] == ["get_weather"]  # type: ignore[union-attr]
+    # incremental: the call's start (its arguments empty) goes out before its arguments
+    assert [(d.id is not None, d.function.arguments == "") for d in deltas] == [(True, True), (False, False)]  # type: ignore[union-attr]
+    args = "".join(d.function.arguments or "" for d in deltas)  # type: ignore[union-attr]
+    assert json.loads(args) == {"city": "Paris", "unit": "C"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    whole = chat._choice(0, text, "stop", None, plan)
+    assert (whole.message.content, whole.finish_reason) == ("Checking.", "tool_calls")
+    assert [c.function.name for c in whole.message.tool_calls or []] == ["get_weather"]
