@@ -101,6 +101,7 @@ def test_exactly_one_newline_is_stripped_each_side() -> None:
         ("count", "-3", -3),
         ("count", "7.5", "7.5"),  # not an integer: the text
         ("count", "seven", "seven"),
+        ("count", "9" * 5000, "9" * 5000),  # past Python's int digits limit: the text, not an error
         ("price", "9.99", 9.99),
         ("price", "10", 10),
         ("price", "1e3", 1000.0),
@@ -166,6 +167,7 @@ def test_a_missing_parameter_close_ends_at_the_next_parameter() -> None:
         "<tool_call>\n<function=>\n</function>\n</tool_call>",  # no name
         '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',  # Hermes JSON, not this format
         "<tool_call></tool_call>",
+        f"<tool_call>\n<function={'f' * 300}>\n</function>\n</tool_call>",  # a name too long to be one
     ],
 )
 def test_a_malformed_block_stays_content(block: str) -> None:
@@ -240,6 +242,7 @@ STREAMED = [
     "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\noops\n</tool_call> end",
     "<tool_call>\n<parameter=city>\nOslo\n</parameter>\n</tool_call> after",
     f"{CALL_B} <tool_call>junk</tool_call>",
+    f"<tool_call>\n<function={'f' * 300}>\n</function>\n</tool_call> {CALL_B}",
 ]
 
 
@@ -250,9 +253,8 @@ def test_streamed_calls_equal_the_whole_reply_parse_for_every_split(text: str) -
         content, calls = _folded(_run(text, cuts))
         assert [(n, json.loads(a)) for n, a in calls] == whole_calls, cuts
         assert content.strip() == (whole_content or "").strip(), cuts
-        if whole_calls:
-            assert "<function=" not in content
-            assert "<tool_call>\n<function" not in content
+        for tag in ("<tool_call>", "<function=", "</function>"):  # no markup beyond the malformed blocks'
+            assert content.count(tag) == (whole_content or "").count(tag), (tag, cuts)
 
 
 def test_a_call_starts_once_its_name_is_complete_and_its_arguments_go_out_when_it_closes() -> None:

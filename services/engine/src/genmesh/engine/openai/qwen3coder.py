@@ -33,6 +33,7 @@ as content.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -67,23 +68,25 @@ class _Head:
 
 
 _WAIT = "wait"  # the text so far could still become a head (or a block's close)
+_MAX_NAME = 256  # a longer "name" is not one (and a stream does not rescan an endless head)
 
 
 def _head(text: str) -> _Head | str | None:
     """``<function=NAME>`` at the start of ``text`` (its leading whitespace already skipped): the head,
     ``_WAIT`` while the text is a proper start of one (or of ``</tool_call>``), None when it is neither.
     The answer for a text holds for every longer text that begins with it, so streamed and whole
-    replies decide alike. A name is the text up to ``>`` (stripped); ``<`` or a newline first: no head."""
+    replies decide alike. A name is the text up to ``>`` (stripped); ``<`` or a newline first, or more
+    than ``_MAX_NAME`` characters: no head."""
     if not text.startswith(FUNCTION_OPEN):
         return _WAIT if FUNCTION_OPEN.startswith(text) or CLOSE.startswith(text) else None
     start = len(FUNCTION_OPEN)
-    for i in range(start, len(text)):
+    for i in range(start, min(len(text), start + _MAX_NAME + 1)):
         if text[i] == ">":
             name = text[start:i].strip()
             return _Head(name, i + 1) if name else None
         if text[i] in "<\n":
             return None
-    return _WAIT
+    return _WAIT if len(text) <= start + _MAX_NAME else None
 
 
 def _skip_space(text: str, at: int) -> int:
@@ -157,11 +160,10 @@ def _as(kind: str, raw: str) -> tuple[bool, Any]:
     """``raw`` read as one JSON type: (True, value) when it reads as one."""
     if kind == "string":
         return True, raw
-    if kind == "integer" and _INTEGER.fullmatch(raw):
-        return True, int(raw)
-    if kind == "number" and _NUMBER.fullmatch(raw):
-        if _INTEGER.fullmatch(raw):
+    if kind in ("integer", "number") and _INTEGER.fullmatch(raw):
+        with contextlib.suppress(ValueError):  # past Python's int digits limit: the text
             return True, int(raw)
+    if kind == "number" and _NUMBER.fullmatch(raw) and not _INTEGER.fullmatch(raw):
         number = float(raw)
         return (True, number) if math.isfinite(number) else (False, None)
     if kind == "boolean" and raw.strip().lower() in ("true", "false"):
