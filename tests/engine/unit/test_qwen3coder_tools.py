@@ -304,6 +304,14 @@ def test_both_names_mean_the_format() -> None:
         assert (plan.format, plan.native, plan.constraint) == ("qwen3coder", True, None)  # auto: no grammar
 
 
+def test_a_template_that_teaches_the_xml_form_picks_it_without_a_flag() -> None:
+    qwen3_coder = "{% for tool in tools %}{{ tool }}{% endfor %}<tool_call>\n<function=example>\n<parameter=a>\n"
+    assert tools.template_format(qwen3_coder) == ("qwen3coder", True)
+    assert tools.template_format(qwen3_coder, parser="hermes") == ("hermes", True)  # a flag wins
+    assert tools.template_format("{{ tools }}<tool_call>") == ("hermes", True)
+    assert tools.template_format("<function=x><parameter=y>")[0] == "hermes"  # renders no tools: not its own form
+
+
 def test_every_parser_name_the_settings_and_the_graph_take_is_known() -> None:
     setting = EngineSettings.model_fields["tool_call_parser"].annotation
     names = {a for arg in typing.get_args(setting) for a in typing.get_args(arg)}

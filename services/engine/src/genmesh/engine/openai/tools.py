@@ -9,9 +9,10 @@ names ``hermes``, ``llama3_json`` and ``qwen3_coder``; a graph.pbtxt's ``tool_pa
 - ``hermes`` (everything else, also the fallback for templates that know nothing of tools,
   such as SmolLM2's): calls are ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
   When the template cannot render tools, they are described in a system message.
-- ``qwen3coder`` (Qwen3-Coder; only by name): XML-style calls, ``<tool_call><function=NAME>
-  <parameter=KEY>value</parameter></function></tool_call>``, read by qwen3coder.py, values typed by
-  the tool's JSON schema. Described in a system message, too, when the template cannot render tools.
+- ``qwen3coder`` (Qwen3-Coder templates, which teach ``<function=`` and ``<parameter=``): XML-style
+  calls, ``<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>``, read
+  by qwen3coder.py, values typed by the tool's JSON schema. Described in a system message, too, when
+  the template cannot render tools.
 
 The engine's grammar support keeps calls valid: with ``tool_choice`` ``required`` or a named
 function the whole reply is one call that must match the tool's JSON schema; with ``auto`` the
@@ -65,6 +66,8 @@ def template_format(template: str, parser: str | None = None) -> tuple[Format, b
         return PARSERS[parser], native
     if native and "<|start_header_id|>" in template:
         return "llama3_json", True
+    if native and "<function=" in template and "<parameter=" in template:  # Qwen3-Coder's template teaches its form
+        return "qwen3coder", True
     return "hermes", native
 
 
