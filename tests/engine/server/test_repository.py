@@ -1,10 +1,11 @@
 """OVMS model repositories: config.json entries, graph.pbtxt options, several models at once.
 
 The live tests share one engine serving a repository of four entries: two names for the
-default GGUF (``limited`` with a graph.pbtxt, ``templated`` without one but with a
-template.jinja), and one whose graph asks for a device that does not exist (its load fails in
-the core while the others serve). An entry that can be seen to be wrong without loading it (a
-missing path, a bad graph) stops the server before it starts: tests/engine/server/test_ir_serving.py.
+default GGUF (``limited`` with a graph.pbtxt, which also names Qwen3-Coder's tool-call format,
+``templated`` without one but with a template.jinja), and one whose graph asks for a device that
+does not exist (its load fails in the core while the others serve). An entry that can be seen to
+be wrong without loading it (a missing path, a bad graph) stops the server before it starts:
+tests/engine/server/test_ir_serving.py.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
+from genmesh.engine.grammar import GrammarLimits
 from genmesh.engine.models.ovms_config import RepositoryError, from_config, load
+from genmesh.engine.openai import tools
 from genmesh.engine.openai.registry import ModelRegistry
 from genmesh.engine.settings import EngineSettings, parse_settings
-from genmesh.protocol import OpenAIError
+from genmesh.protocol import ChatCompletionRequest, OpenAIError
 from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, start_repository_engine
 
 pytestmark = GENMESH_ENGINE_ONLY
@@ -175,7 +178,8 @@ def test_registry_before_loading(tmp_path: Path) -> None:
 def repo_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("repository")
     link_model(root / "limited")
-    write_graph(root / "limited", 'models_path: "./", cache_size: 1, max_tokens_limit: 16, best_of_limit: 2')
+    options = 'models_path: "./", cache_size: 1, max_tokens_limit: 16, best_of_limit: 2, tool_parser: "qwen3coder"'
+    write_graph(root / "limited", options)
     link_model(root / "templated")
     (root / "templated" / "template.jinja").write_text(TEMPLATE)
     write_graph(root / "nodevice", f'models_path: "{DEFAULT_MODEL}", device: "NO_SUCH_DEVICE"')
@@ -286,3 +290,33 @@ def test_metrics_are_labelled_by_model(repo_engine: Server) -> None:
     assert sample(repo_engine, "genmesh_engine_generation_tokens_total", "templated") == before["templated"] + 5
     assert sample(repo_engine, "genmesh_engine_generation_tokens_total", "limited") == before["limited"]
     assert sample(repo_engine, "genmesh_engine_requests_running", "limited") == 0
+
+
+PING = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_the_graphs_tool_parser_writes_the_prompt_and_forced_calls_stay_json(repo_engine: Server) -> None:
+    """``tool_parser: "qwen3coder"`` reaches the chat route: SmolLM2's template cannot render tools,
+    so the system message describes Qwen3-Coder's XML calls (the prompt is that history, token for
+    token); a forced call is still one JSON object (grammar), returned as a call."""
+    ask = [{"role": "user", "content": "Ping the server."}]
+    req = ChatCompletionRequest.model_validate({"messages": ask, "tools": [PING], "tool_choice": "auto"})
+    counts: dict[str, int] = {}
+    for parser in ("qwen3coder", "hermes"):
+        plan = tools.plan_tools(req, "", GrammarLimits(), parser=parser)
+        turns = tools.history(req.messages, plan)
+        counts[parser] = post(repo_engine, "/tokenize", {"model": "limited", "messages": turns}).json()["count"]
+    assert counts["qwen3coder"] != counts["hermes"]  # the two prompts differ, so the check below tells them apart
+    r = post(
+        repo_engine, "/v1/chat/completions", {"model": "limited", "messages": ask, "tools": [PING], "max_tokens": 1}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == counts["qwen3coder"]
+    body = {"model": "limited", "messages": ask, "tools": [PING], "tool_choice": "required", "max_tokens": 16}
+    r = post(repo_engine, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    assert [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in choice["message"]["tool_calls"]
+    ] == [("ping", {})]

@@ -6,6 +6,8 @@ import pytest
 
 from genmesh.engine.models import pbtxt
 from genmesh.engine.models.ovms_graph import GraphError, LLMNodeOptions, llm_node_options, render
+from genmesh.engine.openai import tools
+from genmesh.engine.settings import EngineSettings
 
 # The graph of the OVMS LLM calculator reference (seed 003), verbatim apart from indentation.
 REFERENCE_GRAPH = """
@@ -157,7 +159,14 @@ def test_draft_model_options_become_engine_settings() -> None:
         llm_options('models_path: "./", assistant_confidence_threshold: 0.4,')
     ).settings_overrides() == {"assistant_confidence_threshold": 0.4}
     with pytest.raises(GraphError, match="tool_parser"):
-        llm_node_options(llm_options('models_path: "./", tool_parser: "qwen3coder",'))
+        llm_node_options(llm_options('models_path: "./", tool_parser: "phi4",'))
+
+
+def test_the_qwen3coder_tool_parser_becomes_the_engine_setting() -> None:
+    overrides = llm_node_options(llm_options('models_path: "./", tool_parser: "qwen3coder",')).settings_overrides()
+    assert overrides == {"tool_call_parser": "qwen3coder"}
+    settings = EngineSettings.model_validate(overrides)  # the value the engine's flag takes, too
+    assert tools.PARSERS[settings.tool_call_parser or ""] == "qwen3coder"
 
 
 def test_reference_graph_sets_only_the_models_path() -> None:

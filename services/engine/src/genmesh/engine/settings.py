@@ -100,10 +100,11 @@ class EngineSettings(ServiceSettings):
         default=16, ge=1, description="largest num_assistant_tokens or max_ngram_size a request may ask for"
     )
     # Tool calls (openai/tools.py): vLLM's flags; OVMS sets the parser with graph.pbtxt's tool_parser.
-    tool_call_parser: Literal["hermes", "hermes3", "llama3_json", "llama3"] | None = Field(
+    tool_call_parser: Literal["hermes", "hermes3", "llama3_json", "llama3", "qwen3_coder", "qwen3coder"] | None = Field(
         default=None,
         description="how tool calls are written and parsed: hermes (Qwen, Hermes: <tool_call>{...}</tool_call>; "
-        "OVMS's hermes3) or llama3_json (OVMS's llama3); unset: from the chat template",
+        "OVMS's hermes3), llama3_json (OVMS's llama3) or qwen3_coder (Qwen3-Coder's "
+        "<tool_call><function=NAME><parameter=KEY>...; OVMS's qwen3coder); unset: from the chat template",
     )
     enable_auto_tool_choice: bool = Field(
         default=True,

@@ -41,8 +41,8 @@ OVMS_ONLY_OPTIONS = frozenset(
 )
 # OVMS's servable types; genmesh serves text with continuous batching (AUTO picks it on CPU/GPU).
 PipelineType = Literal["LM_CB", "AUTO"]
-# OVMS's tool parsers that genmesh implements (openai/tools.py): Hermes/Qwen and Llama 3 JSON.
-ToolParser = Literal["hermes3", "llama3"]
+# OVMS's tool parsers that genmesh implements (openai/tools.py): Hermes/Qwen, Llama 3 JSON, Qwen3-Coder's XML.
+ToolParser = Literal["hermes3", "llama3", "qwen3coder"]
 
 
 class GraphError(ValueError):

@@ -1,19 +1,25 @@
 """Tool calling: prompt the model with the tools, constrain its calls, parse them back.
 
-Two formats, picked from the model's chat template, or named by ``--tool-call-parser`` (vLLM's
-names ``hermes`` and ``llama3_json``; a graph.pbtxt's ``tool_parser``, OVMS's ``hermes3`` and ``llama3``):
+Three formats, picked from the model's chat template, or named by ``--tool-call-parser`` (vLLM's
+names ``hermes``, ``llama3_json`` and ``qwen3_coder``; a graph.pbtxt's ``tool_parser``, OVMS's ``hermes3``,
+``llama3`` and ``qwen3coder``):
 
 - ``llama3_json`` (Llama 3.x templates): the template renders the tools itself; a call is
   ``{"name": ..., "parameters": {...}}`` and OpenVINO GenAI's ``Llama3JsonToolParser`` reads it.
 - ``hermes`` (everything else, also the fallback for templates that know nothing of tools,
   such as SmolLM2's): calls are ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
   When the template cannot render tools, they are described in a system message.
+- ``qwen3coder`` (Qwen3-Coder templates, which teach ``<function=`` and ``<parameter=``): XML-style
+  calls, ``<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>``, read
+  by qwen3coder.py, values typed by the tool's JSON schema. Described in a system message, too, when
+  the template cannot render tools.
 
 The engine's grammar support keeps calls valid: with ``tool_choice`` ``required`` or a named
 function the whole reply is one call that must match the tool's JSON schema; with ``auto`` the
 reply is free text until the model opens ``<tool_call>``, after which the call must match
-(structural tags). ``--no-enable-auto-tool-choice`` refuses ``auto`` (vLLM without
-``--enable-auto-tool-choice``); forced calls stay available. Streamed Hermes calls: hermes_stream.py.
+(structural tags; Hermes only: ``auto`` calls in the other formats are the model's own, parsed
+after). ``--no-enable-auto-tool-choice`` refuses ``auto`` (vLLM without ``--enable-auto-tool-choice``);
+forced calls stay available. Streamed calls: hermes_stream.py (Hermes), qwen3coder.py (Qwen3-Coder).
 """
 
 from __future__ import annotations
@@ -36,17 +42,20 @@ from genmesh.protocol import (
 
 from ..core.ipc import Constraint, StructuralTag
 from ..grammar import GrammarLimits
+from . import qwen3coder
 from .hermes_stream import CLOSE, OPEN, new_call_id, opens_with_call, partial_suffix
 from .structured_output import schema_constraint_text
 
 _CALL_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
-Format = Literal["hermes", "llama3_json"]
+Format = Literal["hermes", "llama3_json", "qwen3coder"]
 # Parser names the engine takes (--tool-call-parser, graph.pbtxt tool_parser) and the format each means.
 PARSERS: dict[str, Format] = {
     "hermes": "hermes",
     "hermes3": "hermes",
     "llama3_json": "llama3_json",
     "llama3": "llama3_json",
+    "qwen3_coder": "qwen3coder",
+    "qwen3coder": "qwen3coder",
 }
 
 
@@ -57,6 +66,8 @@ def template_format(template: str, parser: str | None = None) -> tuple[Format, b
         return PARSERS[parser], native
     if native and "<|start_header_id|>" in template:
         return "llama3_json", True
+    if native and "<function=" in template and "<parameter=" in template:  # Qwen3-Coder's template teaches its form
+        return "qwen3coder", True
     return "hermes", native
 
 
@@ -144,9 +155,16 @@ def plan_tools(
 
 
 def system_prompt(plan: ToolPlan) -> str:
-    """Tool instructions for templates that cannot render tools (Hermes style)."""
+    """Tool instructions for templates that cannot render tools (Hermes style, or Qwen3-Coder's XML
+    calls for that format; a forced call is one JSON object in every format, as its grammar has it)."""
     listing = "\n".join(json.dumps(t.model_dump(exclude_none=True)) for t in plan.tools)
-    if plan.mode == "auto":
+    if plan.mode == "auto" and plan.format == "qwen3coder":
+        how = (
+            "If a function helps, reply with one or more calls, each as\n"
+            f"{_xml_call('<function-name>', {'<parameter-name>': '<value>'})}\n"
+            "with one <parameter=...> element per argument. Otherwise answer normally."
+        )
+    elif plan.mode == "auto":
         how = (
             "If a function helps, reply with one or more calls, each as\n"
             f'{OPEN}{{"name": <function-name>, "arguments": <arguments-object>}}{CLOSE}\n'
@@ -160,6 +178,7 @@ def system_prompt(plan: ToolPlan) -> str:
 def history(messages: list[ChatMessage], plan: ToolPlan | None) -> list[dict[str, Any]]:
     """Chat history for the template, with earlier tool calls and tool results in a form it renders."""
     native = plan is not None and plan.native
+    xml = plan is not None and plan.format == "qwen3coder"
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = "system" if msg.role == "developer" else msg.role
@@ -169,7 +188,9 @@ def history(messages: list[ChatMessage], plan: ToolPlan | None) -> list[dict[str
             if native:
                 entry["tool_calls"] = [{"type": "function", "function": c} for c in calls]
             else:
-                text = "".join(f"{OPEN}{json.dumps(c)}{CLOSE}" for c in calls)
+                text = "".join(
+                    _xml_call(c["name"], c["arguments"]) if xml else f"{OPEN}{json.dumps(c)}{CLOSE}" for c in calls
+                )
                 entry["content"] = (entry["content"] + "\n" if entry["content"] else "") + text
         if msg.tool_call_id is not None:
             entry["tool_call_id"] = msg.tool_call_id
@@ -194,6 +215,19 @@ def _history_call(call: dict[str, Any]) -> dict[str, Any]:
     return {"name": fn.get("name", ""), "arguments": args}
 
 
+def _xml_call(name: str, arguments: Any) -> str:
+    """A call in Qwen3-Coder's form: strings as written, other values as JSON (arguments that are not
+    an object, which the form cannot split into parameters, as the function's body)."""
+    if not isinstance(arguments, dict):
+        body = f"{arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}\n"
+    else:
+        body = "".join(
+            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}\n</parameter>\n"
+            for k, v in arguments.items()
+        )
+    return f"{OPEN}\n<function={name}>\n{body}</function>\n{CLOSE}"
+
+
 def _tool_call(name: str, arguments: Any) -> ToolCall:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return ToolCall(id=new_call_id(), function=FunctionCall(name=name, arguments=args))
@@ -215,6 +249,8 @@ def parse(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
         return (None, [call]) if call is not None else (text, [])
     if plan.format == "llama3_json":
         return _parse_llama3(text)
+    if plan.format == "qwen3coder":
+        return qwen3coder.parse(text, plan.tools)
     return parse_hermes(text, plan.args_key)
 
 

@@ -35,6 +35,7 @@ from ..intake import start_chat
 from ..logprobs import chat_logprobs, vllm_prompt_logprobs
 from ..prompt_logprobs import Prompts, ScoringPlan
 from ..prompts import PromptTokenizer
+from ..qwen3coder import Qwen3CoderStream
 from . import spoken_chat
 from .responding import add_api_route, arrival_time, engine, generated_reply
 
@@ -76,7 +77,8 @@ def _choice(
 @dataclass
 class _Writer:
     """A chat reply: whole, or as chunks (``n`` choices interleaved). Streamed with ``tool_choice`` auto,
-    Hermes calls go out as they are written (hermes_stream.py); other calls once complete."""
+    Hermes calls go out as they are written (hermes_stream.py), Qwen3-Coder's call by call
+    (qwen3coder.py); other calls once complete."""
 
     tok: PromptTokenizer
     reply: Reply
@@ -85,15 +87,19 @@ class _Writer:
     top: int
     prompt_top: int | None
     splitters: list[tools.CallSplitter] = field(init=False)
-    hermes: list[HermesStream] = field(init=False)
+    streams: list[HermesStream | Qwen3CoderStream] = field(init=False)  # calls read as they are written
     texts: list[str] = field(init=False)  # whole text per choice, for parsing tool calls at the end
 
     def __post_init__(self) -> None:
         auto = self.plan is not None and self.plan.mode == "auto"
-        incremental = auto and self.plan is not None and self.plan.format == "hermes"
-        self.hermes = [HermesStream() for _ in range(self.reply.n)] if incremental else []
+        incremental = auto and self.plan is not None and self.plan.format in ("hermes", "qwen3coder")
+        self.streams = [self._stream() for _ in range(self.reply.n)] if incremental else []
         self.splitters = [tools.CallSplitter() for _ in range(self.reply.n)] if auto and not incremental else []
         self.texts = [""] * self.reply.n
+
+    def _stream(self) -> HermesStream | Qwen3CoderStream:
+        assert self.plan is not None
+        return Qwen3CoderStream(self.plan.tools) if self.plan.format == "qwen3coder" else HermesStream()
 
     def whole(self, results: list[Collected], prompts: Prompts) -> ChatCompletionResponse:
         prompt_lps = prompts[0]
@@ -147,7 +153,7 @@ class _Writer:
             yield first
         completion_tokens = 0
         async for index, ev in events:
-            if self.hermes and isinstance(ev, str | Delta):
+            if self.streams and isinstance(ev, str | Delta):
                 out = self.pieces(index, ev if isinstance(ev, str) else ev.text, False)
                 if isinstance(ev, Delta):  # the tokens' logprobs ride on the first chunk they made
                     lps = chat_logprobs(self.tok, ev.token_ids, ev.logprobs, ev.scored, self.top)
@@ -171,9 +177,9 @@ class _Writer:
             yield self.reply.usage_chunk(ChatCompletionChunk, completion_tokens)
 
     def pieces(self, index: int, text: str, final: bool) -> list[ChatCompletionChunk]:
-        """Hermes calls as OpenAI streams them: id, type and name first, then argument fragments."""
+        """Calls as OpenAI streams them: id, type and name first, then argument fragments."""
         out: list[ChatCompletionChunk] = []
-        for piece in self.hermes[index].feed(text, final):
+        for piece in self.streams[index].feed(text, final):
             if isinstance(piece, str):
                 delta = ChatDelta(content=piece)
             elif isinstance(piece, CallStart):
@@ -189,10 +195,10 @@ class _Writer:
 
     async def finish(self, index: int, ev: Finished) -> AsyncIterator[ChatCompletionChunk]:
         reason = ev.reason
-        if self.hermes:
+        if self.streams:
             for c in self.pieces(index, "", True):
                 yield c
-            if self.hermes[index].calls:
+            if self.streams[index].calls:
                 reason = "tool_calls"
         elif self.plan is not None:
             tail = self.visible(index, "", True)
