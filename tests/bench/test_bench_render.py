@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from genmesh.bench import servers
 from genmesh.bench.render import level, plot_all, table
 from genmesh.bench.report import (
     Report,
@@ -166,3 +167,16 @@ def test_a_report_on_another_model_names_it_skips_the_ir_lines_and_finds_its_vll
     assert vllm_model(str(other)) == Path("models/other-model-hf")
     assert vllm_model(DEFAULT_MODEL) == Path("models/SmolLM2-135M-Instruct-hf")
     assert model_about(DEFAULT_MODEL) == "SmolLM2-135M-Instruct, GGUF Q4_1"
+
+
+def test_vllm_runs_bf16_only_where_the_cpu_multiplies_bf16(tmp_path: Path) -> None:
+    assert servers.vllm_dtype({"avx2", "avx512f", "avx512_bf16"}) == "bfloat16"
+    assert servers.vllm_dtype({"avx2", "amx_bf16", "amx_tile"}) == "bfloat16"
+    assert servers.vllm_dtype({"avx2", "fma", "avx512f"}) == "float32"  # AVX-512 without BF16 too
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert servers.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
+    assert servers.cpu_flags(tmp_path / "missing") == set()
+    peer = servers.vllm_peer(dtype="float32")
+    assert peer.env["VLLM_DTYPE"] == "float32"
+    assert "`--dtype float32`" in peer.settings
