@@ -3,8 +3,8 @@
 vLLM cannot read our quantised GGUF, so transformers dequantises it (fp32), the weights are
 copied into a plain model of the file's own architecture (``LlamaForCausalLM`` for ``llama``,
 ``Qwen2ForCausalLM`` for ``qwen2``, whose q/k/v biases a Llama has no place for) built from the
-same config (no GGUF bookkeeping left in the config), and the result is saved in bf16 together with the tokenizer and its chat
-template. A ``.converted`` stamp in the output folder makes a second run a no-op.
+same config (no GGUF bookkeeping left in the config), and the result is saved in bf16 together
+with the tokenizer and its chat template. A ``.converted`` stamp in the output folder makes a second run a no-op.
 
 Run it with the vLLM virtualenv's interpreter (it needs torch, transformers and gguf)::
 
