@@ -12,6 +12,7 @@ from genmesh.engine.grammar import GrammarLimits
 from genmesh.engine.openai import tools
 from genmesh.engine.openai.hermes_stream import ArgsDelta, CallStart, HermesStream, Piece
 from genmesh.protocol import ChatCompletionRequest, OpenAIError
+from support import call_stream
 from support.structured_cases import WEATHER_TOOL
 
 CALL_A = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}\n</tool_call>'
@@ -22,28 +23,7 @@ BARE = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}'
 
 
 def _run(text: str, cuts: list[int]) -> list[Piece]:
-    stream, out, at = HermesStream(), [], 0
-    for cut in [*cuts, len(text)]:
-        out += stream.feed(text[at:cut])
-        at = cut
-    return out + stream.feed("", final=True)
-
-
-def _folded(pieces: list[Piece]) -> tuple[str, list[tuple[str, str]]]:
-    """The content and the (name, arguments) of each call, as a client accumulates them."""
-    content, calls = "", []
-    for p in pieces:
-        if isinstance(p, str):
-            content += p
-        elif isinstance(p, CallStart):
-            assert p.index == len(calls)
-            assert p.id.startswith("call_")
-            calls.append([p.name, ""])
-        else:
-            assert isinstance(p, ArgsDelta)
-            assert p.index == len(calls) - 1
-            calls[p.index][1] += p.text
-    return content, [(n, a) for n, a in calls]
+    return call_stream.run(HermesStream(), text, cuts)
 
 
 def _splits(text: str) -> list[list[int]]:
@@ -60,7 +40,7 @@ def test_streamed_calls_equal_the_whole_reply_parse_for_every_split(text: str) -
     whole_content, whole_calls = tools.parse_hermes(text)
     expected = [(c.function.name, json.loads(c.function.arguments)) for c in whole_calls]
     for cuts in _splits(text):
-        content, calls = _folded(_run(text, cuts))
+        content, calls = call_stream.folded(_run(text, cuts))
         assert "tool_call>" not in content
         assert [(n, json.loads(a)) for n, a in calls] == expected, cuts
         assert content.split() == (whole_content or "").split(), cuts
@@ -79,13 +59,13 @@ def test_arguments_stream_in_fragments_before_the_call_closes() -> None:
 def test_a_block_that_is_not_a_call_is_content_markup_and_all() -> None:
     text = "<tool_call>just words</tool_call> after"
     for cuts in _splits(text):
-        assert _folded(_run(text, cuts)) == (text, [])
+        assert call_stream.folded(_run(text, cuts)) == (text, [])
 
 
 def test_text_without_calls_passes_through_unchanged() -> None:
     text = "No tools needed: <tool is a word> and <tool_ was cut."
     for cuts in _splits(text):
-        assert _folded(_run(text, cuts)) == (text, [])
+        assert call_stream.folded(_run(text, cuts)) == (text, [])
 
 
 def test_malformed_json_inside_tags_is_left_as_content_in_a_whole_reply() -> None:
@@ -126,7 +106,7 @@ def test_auto_tool_choice_off_refuses_auto_but_not_forced_calls() -> None:
 
 
 def test_a_bare_call_opening_the_reply_is_a_call_and_other_json_is_content() -> None:
-    assert _folded(_run(BARE, [7]))[1] == [("get_weather", '{"city": "Oslo", "unit": "C"}')]
+    assert call_stream.folded(_run(BARE, [7]))[1] == [("get_weather", '{"city": "Oslo", "unit": "C"}')]
     for text in ('{"answer": 42} is the JSON', f"Here: {BARE}", '{"name": "x"}'):
-        assert _folded(_run(text, [3])) == (text, []), text
+        assert call_stream.folded(_run(text, [3])) == (text, []), text
         assert tools.parse_hermes(text) == (text, []), text

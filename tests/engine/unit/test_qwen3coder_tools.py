@@ -22,6 +22,7 @@ from genmesh.engine.openai.qwen3coder import Qwen3CoderStream
 from genmesh.engine.openai.routes import chat
 from genmesh.engine.settings import EngineSettings
 from genmesh.protocol import ChatCompletionChunk, ChatCompletionRequest, ToolDefinition
+from support import call_stream
 from support.structured_cases import TIME_TOOL, WEATHER_TOOL
 
 TYPED_TOOL = {
@@ -195,28 +196,7 @@ def test_text_without_calls_is_returned_unchanged() -> None:
 
 
 def _run(text: str, cuts: list[int]) -> list[Piece]:
-    stream, out, at = Qwen3CoderStream(TOOLS), [], 0
-    for cut in [*cuts, len(text)]:
-        out += stream.feed(text[at:cut])
-        at = cut
-    return out + stream.feed("", final=True)
-
-
-def _folded(pieces: list[Piece]) -> tuple[str, list[tuple[str, str]]]:
-    """The content and the (name, arguments) of each call, as a client accumulates them."""
-    content, calls = "", []
-    for p in pieces:
-        if isinstance(p, str):
-            content += p
-        elif isinstance(p, CallStart):
-            assert p.index == len(calls)
-            assert p.id.startswith("call_")
-            calls.append([p.name, ""])
-        else:
-            assert isinstance(p, ArgsDelta)
-            assert p.index == len(calls) - 1
-            calls[p.index][1] += p.text
-    return content, [(n, a) for n, a in calls]
+    return call_stream.run(Qwen3CoderStream(TOOLS), text, cuts)
 
 
 def _splits(text: str, seed: int) -> list[list[int]]:
@@ -250,7 +230,7 @@ STREAMED = [
 def test_streamed_calls_equal_the_whole_reply_parse_for_every_split(text: str) -> None:
     whole_content, whole_calls = parse(text)
     for cuts in _splits(text, seed=len(text)):
-        content, calls = _folded(_run(text, cuts))
+        content, calls = call_stream.folded(_run(text, cuts))
         assert [(n, json.loads(a)) for n, a in calls] == whole_calls, cuts
         assert content.strip() == (whole_content or "").strip(), cuts
         for tag in ("<tool_call>", "<function=", "</function>"):  # no markup beyond the malformed blocks'
@@ -274,7 +254,7 @@ def test_a_call_starts_once_its_name_is_complete_and_its_arguments_go_out_when_i
 def test_a_call_cut_at_the_end_sends_the_parameters_closed_by_then() -> None:
     text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=unit>\nC"
     for cuts in _splits(text, seed=1):
-        assert _folded(_run(text, cuts)) == ("", [("get_weather", '{"city": "Oslo"}')]), cuts
+        assert call_stream.folded(_run(text, cuts)) == ("", [("get_weather", '{"city": "Oslo"}')]), cuts
     assert parse(text) == (text, [])  # the whole reply keeps it as content
 
 
