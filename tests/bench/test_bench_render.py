@@ -22,6 +22,7 @@ from genmesh.bench.report import (
     top_functions,
 )
 from genmesh.bench.servers import vllm_model
+from genmesh.engine.models.cpu_threads import CpuFiles, cpu_flags
 from genmesh.engine.settings import DEFAULT_MODEL
 
 
@@ -175,8 +176,8 @@ def test_vllm_runs_bf16_only_where_the_cpu_multiplies_bf16(tmp_path: Path) -> No
     assert servers.vllm_dtype({"avx2", "fma", "avx512f"}) == "float32"  # AVX-512 without BF16 too
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
-    assert servers.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
-    assert servers.cpu_flags(tmp_path / "missing") == set()
+    assert servers.vllm_dtype(cpu_flags(CpuFiles(cpuinfo))) == "bfloat16"  # the engine's reader, as vllm_peer uses it
+    assert servers.vllm_dtype(cpu_flags(CpuFiles(tmp_path / "missing"))) == "float32"
     peer = servers.vllm_peer(dtype="float32")
     assert peer.env["VLLM_DTYPE"] == "float32"
     assert "`--dtype float32`" in peer.settings

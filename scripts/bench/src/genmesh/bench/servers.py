@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
+from genmesh.engine.models.cpu_threads import cpu_flags
 from genmesh.engine.settings import DEFAULT_MODEL
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -220,16 +222,7 @@ def vllm_model(gguf: str) -> Path:
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # CPU flags of native bf16 matmuls
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The first CPU's feature flags (empty where /proc/cpuinfo has none)."""
-    with contextlib.suppress(OSError):
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.partition(":")[2].split())
-    return set()
-
-
-def vllm_dtype(flags: set[str]) -> str:
+def vllm_dtype(flags: AbstractSet[str]) -> str:
     """vLLM-CPU's best dtype here: bf16 where the CPU multiplies bf16 natively (AVX-512 BF16, AMX); on
     others (AVX2 only) its oneDNN bf16 matmul cannot be built and it falls back to torch's emulated bf16
     linear, 0.9 tok/s for Qwen2.5-Coder 1.5B at c=1 with a step time-out at c=8, so float32 there."""
