@@ -135,7 +135,8 @@ model-qwen:
 	@$(PYTHON) scripts/fetch_model.py --models-dir models --qwen
 
 # Tool calls (weather, a two-tool choice, tool_choice required, streamed deltas, a tool result) and
-# speculative greedy equality (1.5B with the 0.5B draft) on Qwen2.5-Coder (tests/qwen; GENMESH_QWEN=1).
+# speculative greedy equality and the sampled-distribution test (1.5B with the 0.5B draft) on Qwen2.5-Coder
+# (tests/qwen; GENMESH_QWEN=1).
 test-qwen: $(STAMP) model-qwen
 	GENMESH_QWEN=1 $(BIN)/python -m pytest -s -p no:cacheprovider tests/qwen
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from genmesh.engine.models.source import ModelSourceError, resolve
+from genmesh.engine.openai.sampling_params import check_prompt_lookup
 from genmesh.engine.settings import EngineSettings, parse_settings
+from genmesh.protocol import CompletionRequest, OpenAIError
 from support.servers import DEFAULT_MODEL
 from support.service_cli import ENGINE_FLAGS, check_flags, refusal
 
@@ -107,3 +109,17 @@ def test_a_draft_model_sets_the_request_defaults_and_excludes_prompt_lookup() ->
     assert by_confidence.request_lookup == (0, 0)  # the threshold decides how many tokens are drafted
     assert "choose one" in refusal(parse_settings, ["--prompt-lookup", "--draft-model", "draft.gguf"])
     assert "--assistant-confidence-threshold" in refusal(parse_settings, ["--assistant-confidence-threshold", "1.5"])
+
+
+@pytest.mark.parametrize("temperature", [None, 0.7])  # None: OpenAI's default, 1
+@pytest.mark.parametrize("cache", [[], ["--no-enable-prefix-caching"]])
+def test_a_drafting_engine_refuses_sampled_requests_whatever_its_prefix_cache(
+    temperature: float | None, cache: list[str]
+) -> None:
+    """OpenVINO GenAI's sampled speculative decoding changes the model's distribution (docs/qwen.md)."""
+    drafting = parse_settings(["--draft-model", "draft.gguf", *cache])
+    with pytest.raises(OpenAIError) as refused:
+        check_prompt_lookup(CompletionRequest(prompt="Hi", temperature=temperature), drafting)
+    assert (refused.value.status, refused.value.param) == (400, "temperature")
+    assert "distribution" in refused.value.message
+    check_prompt_lookup(CompletionRequest(prompt="Hi", temperature=0), drafting)  # greedy: served
