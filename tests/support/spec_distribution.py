@@ -119,16 +119,18 @@ def _pooled(probs: Mapping[str, float], n: int) -> dict[str, float]:
     return kept
 
 
+def _verdict(rows: list[tuple[str, int, float]]) -> Verdict:
+    stat = sum((o - e) ** 2 / e for _, o, e in rows)
+    return Verdict(stat, len(rows) - 1, chi2_sf(stat, len(rows) - 1), rows)
+
+
 def chi_square(observed: Counter[str], probs: Mapping[str, float]) -> Verdict:
     """Pearson's test of ``observed`` continuations against the reference ``probs``."""
     n = sum(observed.values())
     cells = _pooled(probs, n)
     seen = {k: observed[k] for k in cells if k != OTHER}
     seen[OTHER] = n - sum(seen.values())
-    rows = [(k, seen[k], n * p) for k, p in cells.items() if n * p > 0]
-    stat = sum((o - e) ** 2 / e for _, o, e in rows)
-    dof = len(rows) - 1
-    return Verdict(stat, dof, chi2_sf(stat, dof), rows)
+    return _verdict([(k, seen[k], n * p) for k, p in cells.items() if n * p > 0])
 
 
 def rejects(other: Mapping[str, float], probs: Mapping[str, float], n: int) -> Verdict:
@@ -136,7 +138,4 @@ def rejects(other: Mapping[str, float], probs: Mapping[str, float], n: int) -> V
     cells = _pooled(probs, n)
     mass = {k: other.get(k, 0.0) for k in cells if k != OTHER}
     mass[OTHER] = max(0.0, 1.0 - sum(mass.values()))
-    rows = [(k, round(n * mass[k]), n * p) for k, p in cells.items() if n * p > 0]
-    stat = sum((o - e) ** 2 / e for _, o, e in rows)
-    dof = len(rows) - 1
-    return Verdict(stat, dof, chi2_sf(stat, dof), rows)
+    return _verdict([(k, round(n * mass[k]), n * p) for k, p in cells.items() if n * p > 0])
