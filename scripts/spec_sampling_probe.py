@@ -23,7 +23,7 @@ from collections import Counter
 import openvino_genai as ov_genai
 
 from genmesh.engine.core.draft_model import draft_folder
-from genmesh.engine.settings import DEFAULT_CACHE_DIR
+from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR
 
 SEP, OTHER, BATCH = "\x1f", "\x00other", 8
 
