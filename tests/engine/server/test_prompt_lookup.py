@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from support.servers import GENMESH_ENGINE_ONLY, Server, start_engine
+from support.servers import GENMESH_ENGINE_ONLY, Server, metric_value, start_engine
+from support.spec_distribution import ALPHA, chi_square, continuation_distribution, rejects, sample_continuations
 from support.sse import chunks, events
 
 pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow]
@@ -89,6 +90,27 @@ def test_request_parameters_sampling_and_n(lookup_engine: Server) -> None:
     r = _post(lookup_engine.url, body)
     assert r.status_code == 200, r.text
     assert [c["index"] for c in r.json()["choices"]] == [0, 1]
+
+
+# Random digits the model may continue from the prompt (what prompt lookup proposes) or not.
+SAMPLED_PROMPT = "Random digits: 3 7 1 9 4 2 8 5 6 0 3 7 1 9"
+ACCEPTED = "genmesh_engine_spec_decode_accepted_tokens_total"
+
+
+def test_sampled_continuations_keep_the_models_distribution(lookup_engine: Server, engine_url: str) -> None:
+    """OpenVINO GenAI keeps a token proposed from the prompt only when it is the token the model sampled
+    itself, so prompt lookup samples from the model's own distribution: 400 continuations of 3 tokens
+    pass the chi-square test against the model's probabilities (tests/support/spec_distribution.py),
+    with proposals kept. A draft model goes through another acceptance test, which fails this one
+    (test_speculative.py), so a drafting engine refuses sampled requests; prompt lookup serves them."""
+    reference = continuation_distribution(engine_url, SAMPLED_PROMPT, 3, 400)
+    before = metric_value(lookup_engine.url, ACCEPTED)
+    verdict = chi_square(sample_continuations(lookup_engine.url, SAMPLED_PROMPT, 3, 400), reference)
+    print(verdict)
+    assert verdict.p_value > ALPHA, str(verdict)
+    assert metric_value(lookup_engine.url, ACCEPTED) > before  # tokens proposed from the prompt were kept
+    greedy = rejects({max(reference, key=reference.__getitem__): 1.0}, reference, 400)
+    assert greedy.p_value < ALPHA, str(greedy)  # the prompt's continuations are spread out enough to tell
 
 
 @pytest.mark.parametrize(
