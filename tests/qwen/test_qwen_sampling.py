@@ -8,24 +8,20 @@ folders) does not: a tripwire that fails when an upgrade fixes it, the day to li
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from support.qwen import QWEN_05B, QWEN_15B, start_qwen
-from support.servers import ROOT
 from support.spec_distribution import (
     ALPHA,
     Verdict,
     chi_square,
     continuation_distribution,
-    rejects,
+    rejects_greedy,
     sample_continuations,
+    sample_drafted,
 )
 
 # Digits after a space; the 1.5B spreads them out (the 0.5B proposes its own favourites).
@@ -40,16 +36,6 @@ class Sampled:
     drafted: Verdict
 
 
-def _drafted(reference: dict[str, float]) -> Verdict:
-    argv = [sys.executable, str(ROOT / "scripts" / "spec_sampling_probe.py"), "--model", str(QWEN_15B)]
-    argv += ["--draft", str(QWEN_05B), "--prompt", PROMPT, "--length", str(LENGTH), "--samples", str(SAMPLES)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3000, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    counts = Counter(json.loads(done.stdout.strip().splitlines()[-1])["counts"])
-    assert sum(counts.values()) == SAMPLES
-    return chi_square(counts, reference)
-
-
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory: pytest.TempPathFactory) -> Sampled:
     # The scorer (a second compiled 1.5B) gives the reference; one 1.5B process at a time (memory).
@@ -59,8 +45,8 @@ def sampled(tmp_path_factory: pytest.TempPathFactory) -> Sampled:
         engine = chi_square(sample_continuations(server.url, PROMPT, LENGTH, SAMPLES), reference)
     finally:
         server.stop()
-    greedy = rejects({max(reference, key=reference.__getitem__): 1.0}, reference, SAMPLES)
-    seen = Sampled(engine, greedy, _drafted(reference))
+    drafted = chi_square(sample_drafted(QWEN_15B, QWEN_05B, PROMPT, LENGTH, SAMPLES, timeout_s=3000), reference)
+    seen = Sampled(engine, rejects_greedy(reference, SAMPLES), drafted)
     print(f"\nengine alone: {seen.engine}\nwith the 0.5B draft (OpenVINO GenAI): {seen.drafted}")
     return seen
 

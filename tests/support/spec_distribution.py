@@ -17,18 +17,25 @@ decoding's, the draft model's): the prompt then tells the two apart, so the test
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
+
+from support.servers import ROOT
 
 ALPHA = 1e-4
 MIN_EXPECTED = 5.0
 OTHER = "\x00other"  # the pooled cell's key: no continuation reads like it
-SEP = "\x1f"  # between a continuation's token texts in its key
+SEP = "\x1f"  # between a continuation's token texts in its key (scripts/spec_sampling_probe.py: the same)
+PROBE = ROOT / "scripts" / "spec_sampling_probe.py"
 
 
 def chi2_sf(x: float, dof: int) -> float:
@@ -139,3 +146,25 @@ def rejects(other: Mapping[str, float], probs: Mapping[str, float], n: int) -> V
     mass = {k: other.get(k, 0.0) for k in cells if k != OTHER}
     mass[OTHER] = max(0.0, 1.0 - sum(mass.values()))
     return _verdict([(k, round(n * mass[k]), n * p) for k, p in cells.items() if n * p > 0])
+
+
+def rejects_greedy(probs: Mapping[str, float], n: int) -> Verdict:
+    """:func:`rejects` for greedy decoding (every sample the likeliest cell): a prompt whose verdict is
+    small here spreads its continuations enough for the test to catch a sampler that ignores temperature."""
+    return rejects({max(probs, key=probs.__getitem__): 1.0}, probs, n)
+
+
+def sample_drafted(
+    model: Path, draft: Path, prompt: str, length: int, n: int, timeout_s: float, draft_tokens: int | None = None
+) -> Counter[str]:
+    """``n`` continuations from OpenVINO GenAI's pipeline drafting with ``draft`` (the engine refuses
+    sampled drafting), through scripts/spec_sampling_probe.py in its own process, keyed as above;
+    ``draft_tokens``: its ``--draft-tokens`` (None: the script's default)."""
+    argv = [sys.executable, str(PROBE), "--model", str(model), "--draft", str(draft), "--prompt", prompt]
+    argv += ["--length", str(length), "--samples", str(n)]
+    argv += [] if draft_tokens is None else ["--draft-tokens", str(draft_tokens)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = Counter(json.loads(done.stdout.strip().splitlines()[-1])["counts"])
+    assert sum(counts.values()) == n
+    return counts

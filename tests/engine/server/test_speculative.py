@@ -9,10 +9,6 @@ Qwen2.5-Coder pair (1.5B with its 0.5B draft) runs in ``make test-qwen`` (tests/
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +16,15 @@ import httpx
 import pytest
 
 from support.polling import wait_until
-from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, ROOT, Server, metric_value, start_engine
-from support.spec_distribution import ALPHA, chi_square, continuation_distribution, rejects, sample_continuations
+from support.servers import DEFAULT_MODEL, GENMESH_ENGINE_ONLY, Server, metric_value, start_engine
+from support.spec_distribution import (
+    ALPHA,
+    chi_square,
+    continuation_distribution,
+    rejects_greedy,
+    sample_continuations,
+    sample_drafted,
+)
 
 pytestmark = [GENMESH_ENGINE_ONLY, pytest.mark.slow]
 
@@ -119,7 +122,7 @@ def test_the_engines_sampled_continuations_keep_the_models_distribution(
     verdict = chi_square(sample_continuations(engine_url, SAMPLED_PROMPT, LENGTH, SAMPLES), reference)
     print(verdict)
     assert verdict.p_value > ALPHA, str(verdict)
-    greedy = rejects({max(reference, key=reference.__getitem__): 1.0}, reference, SAMPLES)
+    greedy = rejects_greedy(reference, SAMPLES)
     assert greedy.p_value < ALPHA, str(greedy)
 
 
@@ -132,14 +135,9 @@ def test_openvino_genai_sampled_drafting_still_departs_from_the_models_distribut
     upgrade of OpenVINO GenAI fixes it, this fails: then lift the 400 in
     ``sampling_params.check_prompt_lookup`` and test the drafting engine against ``reference`` instead."""
     del draft_engine  # started first: it built the IR folder the probe loads
-    probe = ROOT / "scripts" / "spec_sampling_probe.py"
-    argv = [sys.executable, str(probe), "--model", str(DEFAULT_MODEL), "--draft", str(DEFAULT_MODEL)]
-    argv += ["--prompt", SAMPLED_PROMPT, "--length", str(LENGTH), "--samples", str(SAMPLES)]
-    argv += ["--draft-tokens", str(DRAFT_TOKENS)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    counts = Counter(json.loads(done.stdout.strip().splitlines()[-1])["counts"])
-    assert sum(counts.values()) == SAMPLES
+    counts = sample_drafted(
+        DEFAULT_MODEL, DEFAULT_MODEL, SAMPLED_PROMPT, LENGTH, SAMPLES, timeout_s=900, draft_tokens=DRAFT_TOKENS
+    )
     verdict = chi_square(counts, reference)
     print(verdict)
     assert verdict.p_value < ALPHA, f"OpenVINO GenAI's sampled drafting now keeps the distribution: {verdict}"
