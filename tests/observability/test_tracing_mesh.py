@@ -25,6 +25,10 @@ from ._otlp_receiver import OtlpReceiver, ReceivedSpan, running
 SERVICES = {"genmesh-gateway", "genmesh-microservice", "genmesh-engine"}
 SERVER, CLIENT = 2, 3  # OTLP's SpanKind numbers
 QUEUE_SIZE = 64
+# A child span in another process ends a few event-loop turns after its last write, which its parent
+# reads before it ends: those turns are not ordered with the parent's end (seen: 2.3 ms after it, on 2
+# loaded cores). A child that outlived its stream (a held connection, a timeout) ends seconds later.
+CROSS_PROCESS_END_SLACK_NS = 100_000_000
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +108,7 @@ def test_one_request_is_one_trace_across_the_three_services(mesh: Mesh, receiver
     ms = one(spans, "genmesh-microservice", "POST /v1/chat/completions")
     assert (ms.kind, ms.parent_id) == (SERVER, gw.span_id)
     assert gw.start_ns <= ms.start_ns
-    assert ms.end_ns <= gw.end_ns
+    assert ms.start_ns < ms.end_ns <= gw.end_ns + CROSS_PROCESS_END_SLACK_NS
     normalise = one(spans, "genmesh-microservice", "microservice.normalise")
     ms_relay = one(spans, "genmesh-microservice", "microservice.relay")
     assert (normalise.parent_id, ms_relay.parent_id, ms_relay.kind) == (ms.span_id, ms.span_id, CLIENT)
