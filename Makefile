@@ -170,7 +170,7 @@ test-structured: $(STAMP) model redis
 
 # The chaos suite in full (tests/chaos; its fast form runs in make test): SIGKILL and SIGSTOP of the
 # engine core under 32 streams with the default 30 s watchdog, kill -9 of every service, Redis
-# restarted and frozen; each scenario asserts its figures and the summary prints them (~5 min).
+# restarted and frozen; each scenario asserts its figures and the summary prints them (~10 min).
 chaos: $(STAMP) model redis
 	GENMESH_CHAOS=full $(BIN)/python -m pytest tests/chaos -p no:cacheprovider
 

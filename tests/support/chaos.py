@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from mesh_supervision import RestartPolicy
 from support.mesh import Mesh
 from support.polling import until
 from support.servers import MODEL_NAME
@@ -251,3 +252,15 @@ def others_untouched(before: dict[str, int], after: dict[str, int], killed: str)
     """The killed component has a new process; every other one still has its old process."""
     assert after[killed] != before[killed], f"{killed} was not restarted"
     assert {k: v for k, v in after.items() if k != killed} == {k: v for k, v in before.items() if k != killed}
+
+
+async def settled(mesh: Mesh, name: str) -> float:
+    """Wait until the launcher's child ``name`` has run the launcher's stable period, so that its next
+    death counts as a first one again: restarted after the first back-off (1 s), not after the one
+    that deaths in a row double up to its cap (30 s). A scenario that kills a process many times
+    leaves the mesh so for the next. Returns how long it waited."""
+    stable_s = RestartPolicy().stable_s + 1.0  # the launcher polls its children: a little past it
+    proc = mesh.process(name)
+    t0 = time.monotonic()
+    await until(lambda: time.time() - proc.create_time() >= stable_s, stable_s + 10, f"{name} up {stable_s:g} s", 0.5)
+    return time.monotonic() - t0
