@@ -254,13 +254,11 @@ def others_untouched(before: dict[str, int], after: dict[str, int], killed: str)
     assert {k: v for k, v in after.items() if k != killed} == {k: v for k, v in before.items() if k != killed}
 
 
-async def settled(mesh: Mesh, name: str) -> float:
+async def settled(mesh: Mesh, name: str) -> None:
     """Wait until the launcher's child ``name`` has run the launcher's stable period, so that its next
     death counts as a first one again: restarted after the first back-off (1 s), not after the one
     that deaths in a row double up to its cap (30 s). A scenario that kills a process many times
-    leaves the mesh so for the next. Returns how long it waited."""
+    leaves the mesh so for the next."""
     stable_s = RestartPolicy().stable_s + 1.0  # the launcher polls its children: a little past it
     proc = mesh.process(name)
-    t0 = time.monotonic()
     await until(lambda: time.time() - proc.create_time() >= stable_s, stable_s + 10, f"{name} up {stable_s:g} s", 0.5)
-    return time.monotonic() - t0
