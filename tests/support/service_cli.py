@@ -41,7 +41,7 @@ ENGINE_FLAGS = flag_words("""
 --structured-max-depth --structured-max-grammar-bytes --structured-max-repeat --structured-max-items
 --structured-free-json-max-string --structured-free-json-max-key --structured-free-json-max-items
 --structured-free-json-max-depth --watchdog-timeout-s --core-restart-backoff-s
---core-restart-backoff-max-s --core-restart-limit --core-restart-window-s --max-prompt-tokens
+--core-restart-backoff-max-s --core-restart-limit --core-restart-window-s --core-restart-stable-s --max-prompt-tokens
 --gguf-reencode --no-gguf-reencode --gguf-reencode-type --gguf-cache-dir --max-num-scoring-seqs
 --scoring-chunk-tokens --scoring-queue-timeout-s --max-logprobs --draft-model --assistant-confidence-threshold
 --tool-call-parser --enable-auto-tool-choice --no-enable-auto-tool-choice

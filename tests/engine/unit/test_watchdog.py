@@ -57,14 +57,26 @@ def test_zero_turns_the_watchdog_off() -> None:
 
 
 def test_restart_back_off_doubles_and_the_cap_counts_per_window() -> None:
-    p = RestartPolicy(backoff_s=1, backoff_max_s=5, limit=4, window_s=100)
+    p = RestartPolicy(backoff_s=1, backoff_max_s=5, limit=4, window_s=100, stable_s=60)
     assert [p.next_delay(t) for t in (0, 1, 2, 3)] == [1, 2, 4, 5]
     assert p.next_delay(4) is None  # a fifth restart within 100 s: give up
     assert p.next_delay(100.5) == 5  # the first restart has left the window
-    fresh = RestartPolicy(backoff_s=1, backoff_max_s=30, limit=5, window_s=10)
+    fresh = RestartPolicy(backoff_s=1, backoff_max_s=30, limit=5, window_s=10, stable_s=60)
     assert fresh.next_delay(0) == 1
     assert fresh.next_delay(20) == 1  # the window emptied: back to the short back-off
 
 
+def test_a_core_that_served_a_stable_while_restarts_after_the_short_back_off() -> None:
+    """Issue 54: five deaths in ten minutes, each after minutes of serving, each wait 1 s; cores that
+    die young double it as before, and the window's cap still counts every restart."""
+    p = RestartPolicy(backoff_s=1, backoff_max_s=30, limit=5, window_s=600, stable_s=60)
+    assert [p.next_delay(t, served_s=100) for t in (0, 100, 200, 300, 400)] == [1, 1, 1, 1, 1]
+    assert p.next_delay(500, served_s=100) is None  # the sixth restart within 600 s: give up, served or not
+    young = RestartPolicy(backoff_s=1, backoff_max_s=30, limit=5, window_s=600, stable_s=60)
+    assert [young.next_delay(t, served_s=59) for t in (0, 60, 120)] == [1, 2, 4]
+    assert young.next_delay(240, served_s=60) == 1  # served its stable minute: back to 1 s
+    assert young.next_delay(242, served_s=0) == 2  # then a core that failed to start doubles again
+
+
 def test_a_zero_limit_never_restarts() -> None:
-    assert RestartPolicy(1, 30, 0, 600).next_delay(0) is None
+    assert RestartPolicy(1, 30, 0, 600, 60).next_delay(0) is None

@@ -168,6 +168,12 @@ class EngineSettings(ServiceSettings):
         default=5, ge=0, description="core restarts allowed per window; one more and the server exits with status 75"
     )
     core_restart_window_s: float = Field(default=600.0, gt=0, description="the window of --core-restart-limit")
+    core_restart_stable_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a core that served this long before it died is replaced after --core-restart-backoff-s again "
+        "(the back-off restarts; --core-restart-limit still counts every restart in its window)",
+    )
     # The served model is the GGUF's (core/gguf_reencode.py), and scoring runs it too (core/scorer.py).
     gguf_reencode: bool = Field(
         default=True, description="re-encode GGUFs holding tensors OpenVINO GenAI misreads (Q4_1, Q4_K, ...), once"

@@ -4,7 +4,8 @@ The supervisor stands between the generation code and the ``CoreClient`` of the 
 the core dies (the ``CoreClient`` has already ended every request in flight with an error) or
 the watchdog finds it hung (it is killed, with the same effect), new requests get a 503
 ``engine_restarting`` with ``Retry-After`` while a new core starts after a back-off (1 s, 2 s,
-4 s, ... up to ``core_restart_backoff_max_s``) and loads the model. The tokenizer stays loaded.
+4 s, ... up to ``core_restart_backoff_max_s``; back to 1 s once a core has served
+``core_restart_stable_s``) and loads the model. The tokenizer stays loaded.
 More than ``core_restart_limit`` restarts within ``core_restart_window_s`` means a fault that a
 new core does not cure: the supervisor gives up and asks the server to exit with
 ``EXIT_CRASH_LOOP``, so that whatever runs the server (the native launcher, compose,
@@ -51,22 +52,32 @@ class EngineRestarting(EngineDeadError):
 
 
 class RestartPolicy:
-    """Exponential back-off between restarts, and at most ``limit`` restarts per sliding window."""
+    """Exponential back-off between restarts, and at most ``limit`` restarts per sliding window.
 
-    def __init__(self, backoff_s: float, backoff_max_s: float, limit: int, window_s: float) -> None:
+    The back-off counts the restarts in a row: it starts from ``backoff_s`` again once a core has
+    served ``stable_s`` before it died (as the launcher does for its children), or once the window
+    holds no restart. The cap counts every restart in the window, however long each core served."""
+
+    def __init__(self, backoff_s: float, backoff_max_s: float, limit: int, window_s: float, stable_s: float) -> None:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.limit = limit
         self.window_s = window_s
+        self.stable_s = stable_s
         self._restarts: list[float] = []
+        self._in_a_row = 0
 
-    def next_delay(self, now: float) -> float | None:
-        """Seconds to wait before the next restart, or None: past the cap, give up."""
+    def next_delay(self, now: float, served_s: float = 0.0) -> float | None:
+        """Seconds to wait before the next restart, or None: past the cap, give up. ``served_s``: how
+        long the core that died had served (0 for one that failed to start)."""
         self._restarts = [t for t in self._restarts if now - t < self.window_s]
         if len(self._restarts) >= self.limit:
             return None
+        if not self._restarts or served_s >= self.stable_s:
+            self._in_a_row = 0
         self._restarts.append(now)
-        return min(self.backoff_max_s, self.backoff_s * 2.0 ** (len(self._restarts) - 1))
+        self._in_a_row += 1
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** (self._in_a_row - 1))
 
 
 class CoreSupervisor:
@@ -91,6 +102,7 @@ class CoreSupervisor:
             settings.core_restart_backoff_max_s,
             settings.core_restart_limit,
             settings.core_restart_window_s,
+            settings.core_restart_stable_s,
         )
         self.core: CoreClient | None = None
         self._exited: asyncio.Future[str] | None = None
@@ -271,8 +283,10 @@ class CoreSupervisor:
     async def _replace(self, reason: str) -> bool:
         """Start a new core, after the back-off; retry while the cap allows. False: gave up."""
         cause = self._cause
+        served_s = self._down_at - self._up_since if self._up_since is not None else 0.0
         while True:
-            delay = self.policy.next_delay(time.monotonic())
+            delay = self.policy.next_delay(time.monotonic(), served_s)
+            served_s = 0.0  # a core that failed to start served nothing
             if delay is None:
                 self._give_up(reason)
                 return False
