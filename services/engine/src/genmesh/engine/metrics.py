@@ -56,6 +56,19 @@ class MetricFamilies(Metrics):
     draft_steps = counter("genmesh_engine_spec_decode_steps", "Request-steps that gave tokens", "model")
     draft_accepted = counter("genmesh_engine_spec_decode_accepted_tokens", "Draft tokens accepted", "model")
     draft_proposed = counter("genmesh_engine_spec_decode_draft_tokens", "Draft tokens proposed", "model")
+    # every servable of every kind (openai/model_status.py): the gateway's console shows a failed one
+    model_ready = gauge(
+        "genmesh_engine_model_ready",
+        "1 while the model serves; 0 while it loads, its core restarts, or after it failed to load (why: /v1/config)",
+        "model",
+        "kind",
+    )
+    model_load_failed = gauge(
+        "genmesh_engine_model_load_failed",
+        "1 for a model that failed to load and is skipped while the others serve (why: /v1/config)",
+        "model",
+        "kind",
+    )
     core_uptime = gauge(
         "genmesh_engine_core_uptime_seconds", "Seconds the serving engine core has been up (0: none)", "model"
     )

@@ -46,6 +46,10 @@ class ModelCard(BaseModel):
     # genmesh: what the model serves (chat: chat/completions; embeddings: embeddings and, as a
     # cosine scorer, rerank/score; rerank: a cross-encoder's rerank/score; transcription, speech: audio)
     kind: Literal["chat", "embeddings", "rerank", "transcription", "speech"] | None = None
+    # genmesh's engine: OVMS's state of the model (AVAILABLE, LOADING, ...) and, when it does not serve,
+    # why (a model that failed to load is skipped while the others serve: docs/engine.md)
+    state: str | None = None
+    reason: str | None = None
 
 
 class ModelList(BaseModel):

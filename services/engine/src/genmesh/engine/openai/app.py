@@ -11,13 +11,25 @@ from ..models.ovms_config import Repository
 from ..settings import EngineSettings
 from .audio_models import AudioModels
 from .registry import ModelRegistry
-from .routes import chat, completions, embeddings, rerank, responses, speech, system, tokenize, transcriptions
+from .routes import (
+    chat,
+    completions,
+    embeddings,
+    kserve,
+    rerank,
+    responses,
+    speech,
+    system,
+    tokenize,
+    transcriptions,
+)
 
 
 def create_app(settings: EngineSettings, repository: Repository, switch: ShutdownSwitch | None = None) -> FastAPI:
-    """One model (``--model``): the server starts answering once it is loaded, and a load
-    failure stops the server. A model repository (``--config-path``): the server answers at
-    once, the models load concurrently, and each one's state shows in ``/v1/config``.
+    """One model (``--model``): the server starts answering once it and its extras (embedding, rerank
+    and audio models) have loaded or failed; only the chat model's failure stops the server. A model
+    repository (``--config-path``): the server answers at once, the models load concurrently, and each
+    one's state shows in ``/v1/config``.
     ``switch`` stops the server when a model's engine core keeps dying."""
 
     async def start() -> ModelRegistry:
@@ -43,6 +55,7 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
             responses.router,
             tokenize.router,
             system.router,
+            kserve.router,
             embeddings.router,
             rerank.router,
             transcriptions.router,

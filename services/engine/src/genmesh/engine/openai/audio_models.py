@@ -1,7 +1,9 @@
 """The audio models one engine serves (``--whisper-model``, ``--speech-voice`` or a config.json's audio
 entries: ``models/audio_spec.py``), each loaded on a
 worker thread at start-up and run by its own bounded worker (``audio/worker.py``), and the lookup the
-audio routes use: an unknown name is a 404, another kind's name a 400 naming ``model``."""
+audio routes use: an unknown name is a 404, another kind's name a 400 naming ``model``. One that cannot
+load (``espeak-ng`` missing, a bad file) is reported and skipped: its endpoint answers 503 naming it and
+the reason while everything else serves."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from genmesh.protocol import invalid_request, model_not_found, service_unavailable
+from genmesh.protocol import invalid_request, model_not_found
 from genmesh.protocol.audio import OPENAI_VOICES
 
 from ..audio.voice import PiperVoice
@@ -20,9 +22,9 @@ from ..audio.whisper import WhisperModel
 from ..audio.worker import AudioWorker
 from ..models.audio_spec import AudioSpec
 from ..settings import EngineSettings
+from .model_status import AVAILABLE, LOADING, Kind, ModelStatus, Servable, failed
 
 log = logging.getLogger("genmesh.engine.openai.audio_models")
-LOADING_RETRY_AFTER_S = 5
 M = TypeVar("M")
 # OpenAI's audio model names: each also names the served model of its kind (clients written for OpenAI).
 OPENAI_ALIASES = {
@@ -45,12 +47,14 @@ class Served(Generic[M]):
     error: str | None = None
     worker: AudioWorker | None = None
 
+    def status(self) -> ModelStatus:
+        if self.error is not None:
+            return failed(self.error)
+        return AVAILABLE if self.worker is not None else LOADING
+
     def ready(self) -> tuple[M, AudioWorker]:
         if self.model is None or self.worker is None:
-            reason = self.error or "engine is loading the model"
-            raise service_unavailable(
-                f"model '{self.name}' is not available: {reason}", "engine_unavailable", LOADING_RETRY_AFTER_S
-            )
+            raise self.status().unavailable(self.name)
         return self.model, self.worker
 
 
@@ -79,13 +83,15 @@ class AudioModels:
             return []
         return [self.voice.path.stem, *OPENAI_VOICES]
 
+    def servables(self) -> list[Servable]:
+        kinds: dict[str, Kind] = {"transcription": "transcription", "speech": "speech"}
+        return [Servable(m.name, kinds[m.kind], m.status()) for m in self.served()]
+
     async def start(self, wait: bool) -> None:
+        """Load each model on a thread; ``wait``: return once each has loaded or failed (never raises)."""
         self._tasks = [asyncio.create_task(self._load(m), name=f"load-{m.name}") for m in self.served()]
         if wait:
             await asyncio.gather(*self._tasks)
-            for m in self.served():
-                if m.error is not None:
-                    raise RuntimeError(f"audio model {m.name!r} failed to load: {m.error}")
 
     async def _load(self, served: Served[WhisperModel] | Served[PiperVoice]) -> None:
         s = self.settings

@@ -2,7 +2,8 @@
 which), each loaded on a worker thread at start-up (``embeddings/``), and the lookups the routes
 use: an unknown name is a 404, a model of the wrong kind a 400 naming ``model``. ``/v1/embeddings``
 takes an embedding model; rerank and score take a cross-encoder, or an embedding model as a cosine
-scorer. The registry holds them beside its LLMs."""
+scorer. The registry holds them beside its LLMs. One that cannot load is reported and skipped: its
+name answers 503 with the reason while the others serve."""
 
 from __future__ import annotations
 
@@ -10,17 +11,17 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from genmesh.protocol import OpenAIError, invalid_request, model_not_found, service_unavailable
+from genmesh.protocol import OpenAIError, invalid_request, model_not_found
 
 from ..embeddings.cross_encoder import CrossEncoderModel
 from ..embeddings.model import EmbeddingModel
+from .model_status import AVAILABLE, LOADING, Kind, ModelStatus, Servable, failed
 
 if TYPE_CHECKING:
     from ..metrics import MetricFamilies
     from ..models.embedding_spec import EmbeddingSpec
 
 log = logging.getLogger("genmesh.engine.openai.embedding_models")
-LOADING_RETRY_AFTER_S = 5
 
 
 class EmbeddingModels:
@@ -35,12 +36,10 @@ class EmbeddingModels:
         return name in self.specs
 
     async def start(self, wait: bool) -> None:
+        """Load each model on a thread; ``wait``: return once each has loaded or failed (never raises)."""
         self._tasks = [asyncio.create_task(self._load(spec), name=f"load-{spec.name}") for spec in self.specs.values()]
         if wait:
             await asyncio.gather(*self._tasks)
-            if self.errors:
-                name, error = next(iter(self.errors.items()))
-                raise RuntimeError(f"embedding model {name!r} failed to load: {error}")
 
     async def _load(self, spec: EmbeddingSpec) -> None:
         try:
@@ -60,13 +59,24 @@ class EmbeddingModels:
         model.batcher.start(counted)
         self.loaded[spec.name] = model
 
-    def state(self, name: str) -> tuple[str, str, str]:
-        """OVMS's model status of ``name``: state, error code, message."""
+    def status(self, name: str) -> ModelStatus:
+        """OVMS's model status of ``name``."""
         if name in self.loaded:
-            return ("AVAILABLE", "OK", "OK")
+            return AVAILABLE
         if name in self.errors:
-            return ("LOADING", "FAILED_PRECONDITION", self.errors[name])
-        return ("LOADING", "OK", "OK")
+            return failed(self.errors[name])
+        return LOADING
+
+    def servables(self) -> list[Servable]:
+        out = []
+        for name in self.specs:
+            loaded = self.loaded.get(name)
+            longest = loaded.max_length if isinstance(loaded, CrossEncoderModel) else None
+            if isinstance(loaded, EmbeddingModel):
+                longest = loaded.checkpoint.max_length
+            kind: Kind = "rerank" if self.kind(name) == "rerank" else "embeddings"
+            out.append(Servable(name, kind, self.status(name), longest))
+        return out
 
     def kind(self, name: str) -> str:
         return self.specs[name].options.kind
@@ -97,10 +107,7 @@ class EmbeddingModels:
             raise model_not_found(model)
         found = self.loaded.get(model)
         if found is None:
-            reason = self.errors.get(model, "engine is loading the model")
-            raise service_unavailable(
-                f"model '{model}' is not available: {reason}", "engine_unavailable", LOADING_RETRY_AFTER_S
-            )
+            raise self.status(model).unavailable(model)
         return found
 
     async def close(self) -> None:

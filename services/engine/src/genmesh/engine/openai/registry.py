@@ -1,7 +1,8 @@
 """The set of models one engine serves, each with its own engine-core process and status.
 
-Models load concurrently. A model that fails to load is reported in ``/v1/config`` and
-``/health`` and answers 503, while the others keep serving. Each loaded model's core is
+Models load concurrently. A model that fails to load is reported in ``/v1/models``, ``/v1/config``,
+``/health`` and the KServe v2 routes and answers 503, while the others keep serving; only the chat
+model named alone with ``--model`` stops the server when it cannot load (``start``). Each loaded model's core is
 supervised: while it is being replaced the model shows ``LOADING`` with the reason, and its
 requests get 503 ``engine_restarting``. Requests find their model by ``model`` (404
 ``model_not_found`` for a name not served).
@@ -12,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 
-from genmesh.protocol import invalid_request, model_not_found, service_unavailable
+from genmesh.protocol import invalid_request, model_not_found
 
 from ..metrics import EngineMetrics, MetricFamilies
 from ..models.ovms_config import ModelSpec, Repository
@@ -22,26 +23,9 @@ from ..settings import EngineSettings
 from .audio_models import AudioModels
 from .embedding_models import EmbeddingModels, wrong_kind
 from .loaded_model import EngineState
+from .model_status import AVAILABLE, LOADING, ModelStatus, Servable, failed
 
 log = logging.getLogger("genmesh.engine.openai.registry")
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    """OVMS's model version status: ``state`` and ``error_code`` as ``/v1/config`` shows them."""
-
-    state: str
-    error_code: str
-    message: str
-
-    @property
-    def available(self) -> bool:
-        return self.state == "AVAILABLE"
-
-
-LOADING = ModelStatus("LOADING", "OK", "OK")
-AVAILABLE = ModelStatus("AVAILABLE", "OK", "OK")
-LOADING_RETRY_AFTER_S = 5  # a model loads in seconds to minutes
 
 
 class ServedModel:
@@ -57,7 +41,7 @@ class ServedModel:
 
     def status(self) -> ModelStatus:
         if self.error is not None:  # as OVMS reports a graph that failed to load
-            return ModelStatus("LOADING", "FAILED_PRECONDITION", self.error)
+            return failed(self.error)
         if self.state is None:
             return LOADING
         core = self.state.core
@@ -68,10 +52,7 @@ class ServedModel:
         return ModelStatus("UNKNOWN", "UNAVAILABLE", core.unavailable_reason())
 
     def unavailable_reason(self) -> str:
-        status = self.status()
-        if status.state == "LOADING" and status.error_code == "OK":
-            return "engine is loading the model"
-        return status.message
+        return self.status().reason
 
     async def load(self, families: MetricFamilies, on_fatal: Callable[[int], None] | None = None) -> None:
         spec = self.spec
@@ -100,20 +81,51 @@ class ModelRegistry:
         self._aliases = {alias: m for m in self.models.values() for alias in m.spec.aliases}
         self.embeddings = EmbeddingModels(repository.embeddings, self.families)  # served apart (embeddings/)
         self.audio = audio if audio is not None else AudioModels(EngineSettings())  # served apart (audio/)
+        for s in self.servables():
+            self.families.model_ready.labels(model=s.name, kind=s.kind).set_function(partial(self._ready, s.name))
+            failed = partial(self._ready, s.name, failed=True)
+            self.families.model_load_failed.labels(model=s.name, kind=s.kind).set_function(failed)
+
+    def _ready(self, name: str, failed: bool = False) -> float:
+        """1.0 while ``name`` serves (``failed``: once it has failed to load), else 0.0."""
+        found = self.servable(name)
+        if found is None:
+            return 0.0
+        return 1.0 if (found.status.failed if failed else found.status.available) else 0.0
 
     def all(self) -> list[ServedModel]:
         return list(self.models.values())
 
     async def start(self, wait: bool) -> None:
-        """Start every model's load at once. ``wait``: return when all are loaded and raise the
-        first failure (single-model mode: a model that cannot load stops the server, as before);
-        otherwise return at once and let each load finish, or fail, on its own."""
+        """Start every model's load at once. ``wait`` (``--model``): return when all have loaded or
+        failed, and raise the chat model's failure (the model named alone on the command line stops
+        the server, as vLLM and OVMS do in single-model mode); every other servable that fails is
+        reported and skipped. Otherwise (a config.json) return at once and let each load finish, or
+        fail alone."""
         for model in self.models.values():
             model.task = asyncio.create_task(self._load(model, quiet=wait), name=f"load-{model.name}")
         await self.embeddings.start(wait)
         await self.audio.start(wait)
         if wait:
             await asyncio.gather(*(m.task for m in self.models.values() if m.task is not None))
+            for s in self.servables():
+                if s.status.failed:
+                    log.error("%s model %s is skipped, the others serve: %s", s.kind, s.name, s.status.message)
+
+    def servables(self) -> list[Servable]:
+        """Every served model of every kind, with its status."""
+        out = [
+            Servable(m.name, "chat", m.status(), m.spec.source.context_length if m.spec.source is not None else None)
+            for m in self.models.values()
+        ]
+        return out + self.embeddings.servables() + self.audio.servables()
+
+    def servable(self, name: str) -> Servable | None:
+        """The servable called ``name`` (a chat model also by its aliases); None: not served."""
+        chat = self.models.get(name) or self._aliases.get(name)
+        if chat is not None:
+            name = chat.name
+        return next((s for s in self.servables() if s.name == name), None)
 
     async def _load(self, model: ServedModel, quiet: bool) -> None:
         try:
@@ -143,11 +155,7 @@ class ModelRegistry:
         """The loaded engine for ``model``; 404 for an unknown name, 503 while it cannot serve."""
         found = self.lookup(model)
         if found.state is None:
-            raise service_unavailable(
-                f"model '{found.name}' is not available: {found.unavailable_reason()}",
-                "engine_unavailable",
-                LOADING_RETRY_AFTER_S,
-            )
+            raise found.status().unavailable(found.name)
         return found.state
 
     async def close(self) -> None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from genmesh.protocol import ModelCard, ModelList
+from genmesh.protocol import ModelCard, ModelList, model_not_found
 
-from ...embeddings.cross_encoder import CrossEncoderModel
-from ...embeddings.model import EmbeddingModel
 from ..registry import ModelRegistry
 from .responding import add_api_route, json_reply, registry
 
@@ -20,29 +18,35 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request, model: str | None = None) -> JSONResponse:
-    """Readiness: 200 when every served model (or the one ``?model=`` names) is AVAILABLE: loaded,
-    its engine loop alive. Otherwise 503 with each unavailable model's reason (``restarting``
-    while a dead or hung core is being replaced). ``live`` is the process's liveness, as
-    ``/health/live`` reports it."""
+    """Readiness: 200 while the served models serve (or the one ``?model=`` names, of any kind):
+    loaded, their engine loops alive. A servable that failed to load is skipped (listed under
+    ``failed`` with its reason; ``/v2/models/{name}/ready`` says 503 for it), so a missing voice
+    never takes the chat model's readiness. 503 with each unavailable model's reason while one is
+    loading or its core is being replaced (``restarting``), or when none serves at all. ``live`` is
+    the process's liveness, as ``/health/live`` reports it."""
     models = registry(request)
-    embeddings = models.embeddings
-    if model is not None and model in embeddings:
-        chosen, named = [], [model]
+    if model is not None:
+        one = models.servable(model)
+        if one is None:
+            raise model_not_found(model)
+        chosen = [one]
     else:
-        chosen = [models.lookup(model)] if model is not None else models.all()
-        named = list(embeddings.specs) if model is None else []
-    states = {m.name: m.status().state for m in chosen} | {n: embeddings.state(n)[0] for n in named}
-    down = {m.name: m.unavailable_reason() for m in chosen if not m.status().available}
-    down |= {n: embeddings.state(n)[2] for n in named if n not in embeddings.loaded}
-    restarting = [m.name for m in chosen if m.state is not None and m.state.core.restarting]
-    status = "ok" if not down else ("restarting" if len(restarting) == len(down) else "unavailable")
+        chosen = models.servables()
+    failed = {s.name: s.status.reason for s in chosen if s.status.failed} if model is None else {}
+    down = {s.name: s.status.reason for s in chosen if not s.status.available and s.name not in failed}
+    restarting = {m.name for m in models.all() if m.state is not None and m.state.core.restarting}
+    if not down and len(failed) == len(chosen):  # nothing serves
+        down = failed
+    status = "ok" if not down else ("restarting" if set(down) <= restarting else "unavailable")
     body: dict[str, Any] = {"status": status, "live": _live(models)}
-    if len(states) == 1:
-        body["model"] = next(iter(states))
-    body["models"] = states
+    if len(chosen) == 1:
+        body["model"] = chosen[0].name
+    body["models"] = {s.name: s.status.shown_state for s in chosen}
+    if failed:
+        body["failed"] = failed
     if not down:
         return JSONResponse(body)
-    reasons = [f"{name}: {why}" for name, why in down.items()] if len(states) > 1 else list(down.values())
+    reasons = [f"{name}: {why}" for name, why in down.items()] if len(chosen) > 1 else list(down.values())
     body["reason"] = "; ".join(reasons)
     return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
@@ -61,25 +65,16 @@ async def live(request: Request) -> JSONResponse:
 
 
 async def models(request: Request) -> Response:
-    cards = [
-        ModelCard(
-            id=m.name, max_model_len=m.spec.source.context_length if m.spec.source is not None else None, kind="chat"
-        )
-        for m in registry(request).all()
-    ]
-    embeddings = registry(request).embeddings
-    for name in embeddings.specs:
-        loaded = embeddings.loaded.get(name)
-        longest = loaded.max_length if isinstance(loaded, CrossEncoderModel) else None
-        if isinstance(loaded, EmbeddingModel):
-            longest = loaded.checkpoint.max_length
-        kind: Literal["embeddings", "rerank"] = "rerank" if embeddings.kind(name) == "rerank" else "embeddings"
-        cards.append(ModelCard(id=name, max_model_len=longest, kind=kind))
-    audio = registry(request).audio
-    for served in audio.served():
-        card = {"id": served.name, "kind": served.kind} | (
-            {"voices": audio.voices()} if served.kind == "speech" else {}
-        )
+    """Every servable of every kind, with its state and, when it does not serve, the reason."""
+    reg = registry(request)
+    cards = []
+    for s in reg.servables():
+        card: dict[str, Any] = {"id": s.name, "kind": s.kind, "max_model_len": s.max_model_len}
+        if s.kind == "speech":
+            card["voices"] = reg.audio.voices()
+        card["state"] = s.status.shown_state
+        if not s.status.available:
+            card["reason"] = s.status.reason
         cards.append(ModelCard.model_validate(card))
     return json_reply(ModelList(data=cards))
 
@@ -89,22 +84,8 @@ add_api_route(router, "models", models, "GET")
 
 @router.get("/v1/config")
 async def config(request: Request) -> JSONResponse:
-    reply: dict[str, Any] = {}
-    for m in registry(request).all():
-        s = m.status()
-        status = {"version": "1", "state": s.state, "status": {"error_code": s.error_code, "error_message": s.message}}
-        reply[m.name] = {"model_version_status": [status]}
-    embeddings = registry(request).embeddings
-    for name in embeddings.specs:
-        state, code, message = embeddings.state(name)
-        status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
-        reply[name] = {"model_version_status": [status]}
-    for served in registry(request).audio.served():
-        state, code, message = ("AVAILABLE", "OK", "OK") if served.worker is not None else ("LOADING", "OK", "OK")
-        if served.error is not None:
-            state, code, message = "LOADING", "FAILED_PRECONDITION", served.error
-        status = {"version": "1", "state": state, "status": {"error_code": code, "error_message": message}}
-        reply[served.name] = {"model_version_status": [status]}
+    """OVMS's model status: each servable's version 1, its state and error code and message."""
+    reply = {s.name: {"model_version_status": [s.status.version_status()]} for s in registry(request).servables()}
     return JSONResponse(reply)
 
 
