@@ -77,9 +77,12 @@ def _error_json(reply: Reply) -> Response:
     return Response(json.dumps(err.body()), status_code=err.status, media_type="application/json")
 
 
-async def relay_unary(request: Request, upstream: Upstream, method: str, path: str, body: Any = None) -> Response:
+async def relay_unary(
+    request: Request, upstream: Upstream, method: str, path: str, body: Any = None, as_is: bool = False
+) -> Response:
     """One engine request, its whole reply relayed with its status (errors included), within the
-    request deadline."""
+    request deadline. ``as_is``: an error reply keeps the engine's own shape (KServe's ``{"error": ...}``)
+    instead of becoming OpenAI's."""
     deadline_s = state_of(request).settings.request_timeout_s
     try:
         async with asyncio.timeout(deadline_s):
@@ -89,7 +92,7 @@ async def relay_unary(request: Request, upstream: Upstream, method: str, path: s
                 )
     except TimeoutError as exc:
         raise deadline_error("total", deadline_s) from exc
-    if reply.status >= 400:
+    if reply.status >= 400 and not as_is:
         return _error_json(reply)
     return Response(reply.body, status_code=reply.status, headers=relayed_headers(reply))
 

@@ -1,4 +1,5 @@
-"""Liveness (``/v1/health_check``), readiness (``/v1/ready``), ``/v1/models`` and ``/metrics``."""
+"""Liveness (``/v1/health_check``), readiness (``/v1/ready``), ``/v1/models``, KServe v2 health
+(``/v2/health/...``: this hop's own; ``/v2/models/{name}[/ready]``: the engine's, relayed) and ``/metrics``."""
 
 from __future__ import annotations
 
@@ -41,6 +42,30 @@ async def ready(request: Request) -> JSONResponse:
 @router.get("/v3/v1/models", response_model=None, include_in_schema=False)
 async def models(request: Request) -> Response:
     return await relay_unary(request, state_of(request).upstream, "GET", "/v1/models")
+
+
+@router.get("/v2/health/live")
+async def v2_live() -> JSONResponse:
+    """KServe v2 liveness: this process answers (as ``/v1/health_check``)."""
+    return JSONResponse({})
+
+
+@router.get("/v2/health/ready")
+async def v2_ready(request: Request) -> JSONResponse:
+    """KServe v2 readiness: the engine serves (as ``/v1/ready``)."""
+    st = state_of(request)
+    if (await st.readiness.check()).ready:
+        return JSONResponse({})
+    return JSONResponse({"error": "the engine is not ready"}, status_code=503, headers={"Retry-After": "1"})
+
+
+@router.get("/v2/models/{name}", response_model=None)
+@router.get("/v2/models/{name}/ready", response_model=None)
+@router.get("/v2/models/{name}/versions/{version}", response_model=None)
+@router.get("/v2/models/{name}/versions/{version}/ready", response_model=None)
+async def v2_model(request: Request) -> Response:
+    """A model's KServe v2 readiness or metadata: the engine's answer, relayed as it is."""
+    return await relay_unary(request, state_of(request).upstream, "GET", request.url.path, as_is=True)
 
 
 @router.get("/metrics")
