@@ -466,3 +466,16 @@ def test_engine_metrics_scan_reads_what_a_prometheus_parser_reads() -> None:
     plain = {"draft_steps": 10.0, "draft_accepted": 0.0}  # every engine counts its steps; this one drafts nothing
     assert drafting(plain) == {"draft_accepted_per_step": None, "draft_acceptance": None}
     assert engine_metrics.parse('# HELP nothing\nother_metric 1\ngenmesh_engine_requests_running{m="a"} x\n') == {}
+
+
+def test_engine_metrics_tell_each_model_s_state() -> None:
+    """Issue 54: the console reads each served model's state from its engine's /metrics (a real engine
+    registry): serving, not serving (loading, a core restarting), or failed to load and skipped."""
+    families = MetricFamilies()
+    served = (("chat", "chat", 1, 0), ('v} "x\\', "speech", 0, 1), ("w", "transcription", 0, 0))
+    for model, kind, ready, failed in served:
+        families.model_ready.labels(model, kind).set(ready)
+        families.model_load_failed.labels(model, kind).set(failed)
+    states = engine_metrics.model_states(families.render().decode())
+    assert states == {"chat": "serving", 'v} "x\\': "failed", "w": "not serving"}
+    assert engine_metrics.model_states("genmesh_engine_requests_running 1\n") == {}

@@ -1,10 +1,12 @@
 """An engine's load as its Prometheus metrics tell it: KV-cache use, running and waiting, restarts,
-and what its draft model (speculative decoding) gets accepted."""
+what its draft model (speculative decoding) gets accepted, and each served model's state (serving,
+not serving: loading or its core restarting, or failed to load and skipped)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Any
 
 import aiohttp
@@ -20,7 +22,31 @@ _WANTED = {
     "genmesh_engine_spec_decode_draft_tokens_total": "draft_proposed",
 }
 _PREFIX = "genmesh_engine_"
+_READY, _FAILED = "genmesh_engine_model_ready{", "genmesh_engine_model_load_failed{"
+_MODEL = re.compile(r'model="((?:[^"\\]|\\.)*)"')
+_ESCAPED = re.compile(r"\\(.)")  # the exposition format's escapes in a label value: \\, \" and \n
 MAX_METRICS_BYTES = 2 * 1024 * 1024
+
+
+def model_states(text: str) -> dict[str, str]:
+    """Each model's state from ``genmesh_engine_model_ready`` and ``genmesh_engine_model_load_failed``:
+    ``serving``, ``failed`` (failed to load: skipped while the others serve) or ``not serving``."""
+    ready: dict[str, bool] = {}
+    failed: set[str] = set()
+    for line in text.splitlines():
+        if not line.startswith((_READY, _FAILED)):
+            continue
+        found = _MODEL.search(line)
+        fields = line.rpartition("}")[2].split()
+        if found is None or not fields:
+            continue
+        on = fields[0] not in ("0", "0.0")
+        model = _ESCAPED.sub(lambda m: "\n" if m[1] == "n" else m[1], found.group(1))
+        if line.startswith(_READY):
+            ready[model] = on
+        elif on:
+            failed.add(model)
+    return {m: "failed" if m in failed else "serving" if ok else "not serving" for m, ok in ready.items()}
 
 
 def parse(text: str) -> dict[str, float]:
@@ -62,8 +88,9 @@ async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float) -> 
                     body += chunk
                     if len(body) > MAX_METRICS_BYTES:
                         return {"ok": False}
-                found = parse(body.decode("utf-8", "replace"))
+                text = body.decode("utf-8", "replace")
+                found = parse(text)
                 if "kv_cache_usage" in found:  # a genmesh engine: its restart counter is 0 until the first
                     found.setdefault("restarts", 0.0)
-                return {"ok": True, **found}
+                return {"ok": True, **found, "models": model_states(text)}
     return {"ok": False}

@@ -59,7 +59,8 @@ def model_rows(config: RoutingConfig, shared: dict[str, Any], waiting: list[list
 def upstream_rows(
     pool: Pool, shared: dict[str, Any], engines: dict[tuple[str, str], dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """One row per upstream of each model: health, circuit (and its last cause), load, its engine's metrics."""
+    """One row per upstream of each model: health, circuit (and its last cause), load, its engine's metrics
+    and the model's state there (``model_state``: serving, not serving, failed; None: the engine does not say)."""
     in_flight: dict[tuple[str, str], int] = shared.get("in_flight", {})
     out = []
     for model, upstreams in pool.models.items():
@@ -83,6 +84,7 @@ def upstream_rows(
                         "running": _int(engine.get("running")),
                         "waiting": _int(engine.get("waiting")),
                         "restarts": _int(engine.get("restarts")),
+                        "model_state": engine.get("models", {}).get(model),
                         **drafting(engine),
                     },
                 }

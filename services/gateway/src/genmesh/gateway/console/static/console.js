@@ -109,7 +109,10 @@
       const e = u.engine;
       return [
         el("td", u.model), el("td", u.upstream),
-        el("td", u.healthy ? "healthy" : "unhealthy", u.healthy ? "ok" : "bad"),
+        // the model's own state at its engine: a model that failed to load is skipped while the others serve
+        e.model_state === "failed" ? el("td", "model failed to load (engine /v1/config says why)", "bad") :
+          e.model_state === "not serving" && u.healthy ? el("td", "model not serving", "bad") :
+          el("td", u.healthy ? "healthy" : "unhealthy", u.healthy ? "ok" : "bad"),
         el("td", u.circuit + (u.circuit_cause ? " · " + u.circuit_cause.replace("_", " ") : ""), u.circuit === "closed" ? "ok" : "bad"),
         meter(u.in_flight, u.capacity, (u.in_flight === null ? "?" : u.in_flight) + " / " + u.capacity),
         e.kv_cache_usage === null ? el("td", e.reachable ? "–" : "no engine metrics", "muted") :
