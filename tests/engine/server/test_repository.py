@@ -261,14 +261,21 @@ def test_template_jinja_takes_precedence(repo_engine: Server) -> None:
     assert text.endswith("<|im_start|>assistant\n")
 
 
-def test_health_covers_every_model(repo_engine: Server) -> None:
+def test_health_covers_every_model_and_one_that_failed_to_load_is_skipped(repo_engine: Server) -> None:
+    """Issue 54: a model that failed to load fails alone: /health stays 200 while the others serve, and
+    names it under ``failed``; its own readiness (``?model=``, KServe's /v2/models/NAME/ready) is 503."""
     r = httpx.get(repo_engine.url + "/health", timeout=5)
-    assert r.status_code == 503
+    assert r.status_code == 200, r.text
     body = r.json()
-    available, failed = "AVAILABLE", "LOADING"
+    available, failed = "AVAILABLE", "FAILED"
     assert body["models"] == {"limited": available, "templated": available, "nodevice": failed}
-    assert "nodevice: " in body["reason"]
-    assert "limited" not in body["reason"]
+    assert list(body["failed"]) == ["nodevice"]
+    assert "NO_SUCH_DEVICE" in body["failed"]["nodevice"]
+    assert httpx.get(repo_engine.url + "/v2/health/ready", timeout=5).status_code == 200
+    ready = httpx.get(repo_engine.url + "/v2/models/nodevice/ready", timeout=5)
+    assert ready.status_code == 503
+    assert "nodevice" in ready.json()["error"]
+    assert httpx.get(repo_engine.url + "/v2/models/limited/ready", timeout=5).status_code == 200
     one = httpx.get(repo_engine.url + "/health", params={"model": "limited"}, timeout=5)
     assert (one.status_code, one.json()["status"]) == (200, "ok")
     assert httpx.get(repo_engine.url + "/health", params={"model": "nodevice"}, timeout=5).status_code == 503
