@@ -497,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"""    -d '{{"model": "{embedding_name(args)}", "query": "What is Deep Learning?", """
                     """"documents": ["Deep learning trains neural networks.", "Paris is in France."]}'"""
                 )
+            served_audio = {kind: audio_name(path) for kind, (_, path) in audio_models(args).items()}
+            speaks = "speech" in served_audio and served_audio["speech"] not in failed
             for kind, (_, model_path) in audio_models(args).items():
                 name = audio_name(model_path)
                 if name in failed:
@@ -505,7 +507,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say(f"  curl {front.url}/v1/audio/speech -H 'Content-Type: application/json' -o hello.mp3 \\")
                     say(f"""    -d '{{"model": "{name}", "voice": "alloy", "input": "Hello."}}'""")
                 else:
-                    say(f"  curl {front.url}/v1/audio/transcriptions -F file=@hello.mp3 -F model={name}")
+                    say(
+                        f"  curl {front.url}/v1/audio/transcriptions "
+                        f"-F file=@{'hello.mp3' if speaks else 'your-recording.wav'} -F model={name}"
+                    )
             if front.name == "gateway":
                 say(f"console (queues, upstreams, keys, batches; live): {front.url}/console")
         say("Ctrl-C stops everything")
