@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from genmesh.engine.client.supervisor import RestartPolicy
+import time
+
+from genmesh.engine.client.supervisor import CoreSupervisor, RestartPolicy
 from genmesh.engine.client.watchdog import ProgressWatch, Sample
+from genmesh.engine.metrics import EngineMetrics, MetricFamilies
+from genmesh.engine.settings import EngineSettings
 
 
 def sample(steps: int, tokens: int, in_flight: int, silent_s: float = 0.0, unread: bool = False) -> Sample:
@@ -80,3 +84,38 @@ def test_a_core_that_served_a_stable_while_restarts_after_the_short_back_off() -
 
 def test_a_zero_limit_never_restarts() -> None:
     assert RestartPolicy(1, 30, 0, 600, 60).next_delay(0) is None
+
+
+class _Core:
+    """What the supervisor needs of a core that starts at once (a real one loads the model)."""
+
+    alive = True
+    core_pid = 1
+
+    def __init__(self) -> None:
+        self.on_exit: object = None
+        self.on_step: object = None
+
+    async def start(self, timeout_s: float) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_the_supervisor_passes_how_long_the_dead_core_served() -> None:
+    """Issue 54: the supervisor's back-off after a core that served a minute or more is the first one
+    again; after cores that died young it doubles. Its waits are recorded, not slept."""
+    sup = CoreSupervisor("m", _Core, EngineSettings(), EngineMetrics("m", MetricFamilies()))  # type: ignore[arg-type]
+    waits: list[float] = []
+
+    async def wait(delay: float) -> None:
+        waits.append(delay)
+
+    sup.sleep = wait
+    await sup.start()
+    for served_s in (120.0, 0.5, 0.5, 61.0, 0.5):
+        now = time.monotonic()
+        sup._up_since, sup._down_at = now - served_s, now  # how long this core served before it died
+        assert await sup._replace("engine core process exited")
+    assert waits == [1.0, 2.0, 4.0, 1.0, 2.0]
