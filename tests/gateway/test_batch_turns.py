@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from genmesh.gateway.batch.turns import Turns
+from genmesh.gateway.runner.fair_scheduler import Turns
 
 
 def _lend(turns: Turns, batches: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.gateway.config import ModelRoute, RoutingConfig, UpstreamConfig
+from genmesh.gateway.routing.config import ModelRoute, RoutingConfig, UpstreamConfig
+from genmesh.gateway.routing.upstreams import Pool, Upstream
 from genmesh.gateway.settings import GatewaySettings
-from genmesh.gateway.upstreams import Pool, Upstream
 from support.gateway_helpers import Fake
 from support.polling import until
 from support.servers import free_port, start_server

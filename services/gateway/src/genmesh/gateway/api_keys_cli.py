@@ -17,19 +17,19 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .auth import KeyStore
-from .batch.batches import BatchStore
-from .batch.files import FileStore
-from .batch.purge import Storage
-from .lua_scripts import Scripts
+from .admission.auth import KeyStore
+from .admission.quotas import Quotas
+from .admission.ratelimit import Limiter
 from .metrics import GatewayMetrics
-from .quotas import Quotas
-from .ratelimit import Limiter
-from .redis_keys import API_KEY_TTL_S, KeySpace
-from .responses_store import ResponseStore
+from .redis.client import Store, StoreUnavailable
+from .redis.keys import API_KEY_TTL_S, KeySpace
+from .redis.scripts import Scripts
 from .settings import GatewaySettings
 from .state import connect_redis
-from .store import Store, StoreUnavailable
+from .storage.batches import BatchStore
+from .storage.files import FileStore
+from .storage.purge import Storage
+from .storage.responses import ResponseStore
 
 # The ``create`` flags passed to ``KeyStore.create`` as they are (the tenant and lifetime apart).
 CREATE_OPTIONS = ("name", "priority", "max_priority", "rpm", "tpm", "max_concurrent")

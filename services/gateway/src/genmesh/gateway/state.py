@@ -15,24 +15,24 @@ from redis.backoff import ExponentialBackoff
 
 from genmesh.relay import RelayClient
 
-from .auth import KeyStore
-from .batch.batches import BatchStore
-from .batch.files import FileStore
-from .batch.purge import Storage
-from .config import RoutingConfig
+from .admission.auth import KeyStore
+from .admission.queue import Admission
+from .admission.quotas import Quotas
+from .admission.ratelimit import Limiter
 from .console.activity import Activity
 from .console.status import StatusBoard
 from .console.throttle import LoginThrottle
-from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
-from .queue import Admission
-from .quotas import Quotas
-from .ratelimit import Limiter
-from .redis_keys import KeySpace
-from .responses_store import ResponseStore
+from .redis.client import Store
+from .redis.keys import KeySpace
+from .redis.scripts import Scripts
+from .routing.config import RoutingConfig
+from .routing.upstreams import Pool
 from .settings import GatewaySettings
-from .store import Store
-from .upstreams import Pool
+from .storage.batches import BatchStore
+from .storage.files import FileStore
+from .storage.purge import Storage
+from .storage.responses import ResponseStore
 
 log = logging.getLogger("genmesh.gateway")
 

@@ -24,9 +24,9 @@ import aiohttp
 import orjson
 from redis.exceptions import RedisError
 
-from ..auth import ApiKey
-from ..redis_keys import CONSOLE_HISTORY_SERIES
-from ..store import text
+from ..admission.auth import ApiKey
+from ..redis.client import text
+from ..redis.keys import CONSOLE_HISTORY_SERIES
 from . import engine_metrics
 from .sections import model_rows, percentile, upstream_rows
 from .sources import BoardSources

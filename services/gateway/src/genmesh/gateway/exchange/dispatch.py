@@ -16,11 +16,11 @@ from typing import Any
 from genmesh.protocol import invalid_request, model_not_found
 from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
-from ..config import ModelRoute
+from ..admission.tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
+from ..redis.client import StoreUnavailable
 from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
+from ..routing.config import ModelRoute
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
 from .errors import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")

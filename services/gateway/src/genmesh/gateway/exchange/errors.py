@@ -6,11 +6,11 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
+from ..admission.tickets import NoUpstream, QueueFull, QueueTimeout
+from ..redis.client import StoreUnavailable
 from ..replies import too_many_requests, with_retry_after
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import NoUpstream, QueueFull, QueueTimeout
 
 
 class ClientGone(Exception):

@@ -27,17 +27,17 @@ from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.tracing import request_attributes, trace_headers, tracing
 from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
 
-from .. import failover
-from ..affinity import prefix_of
-from ..audio_usage import check_input_audio, meter_audio
-from ..auth import ApiKey, resolve_priority
-from ..config import ModelRoute
+from ..admission.auth import ApiKey, resolve_priority
+from ..admission.tickets import Ticket
+from ..redis.client import StoreUnavailable
 from ..replies import bad_gateway, prepare_body, response_headers
+from ..routing import failover
+from ..routing.affinity import prefix_of
+from ..routing.config import ModelRoute
+from ..routing.upstreams import Upstream
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import Ticket
-from ..upstreams import Upstream
 from . import metering
+from .audio import check_input_audio, meter_audio
 from .body import read_body
 from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate

@@ -25,8 +25,8 @@ from opentelemetry.trace import StatusCode
 from genmesh.protocol.server.tracing import usage_attributes
 from genmesh.relay import Outcome, UpstreamResponse
 
-from ..auth import ApiKey
-from ..tickets import Ticket
+from ..admission.auth import ApiKey
+from ..admission.tickets import Ticket
 
 if TYPE_CHECKING:
     from .exchange import Exchange

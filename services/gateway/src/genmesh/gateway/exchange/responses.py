@@ -24,9 +24,9 @@ from genmesh.protocol import OpenAIError, invalid_request, now
 from genmesh.protocol.response_objects import ErrorEvent, ResponseErrorDetail, ResponseLifecycleEvent, ResponseObject
 from genmesh.relay import split_events
 
-from ..auth import ApiKey
-from ..responses_store import input_items, too_large
-from ..store import StoreUnavailable
+from ..admission.auth import ApiKey
+from ..redis.client import StoreUnavailable
+from ..storage.responses import input_items, too_large
 from .errors import store_unavailable
 from .exchange import Exchange
 

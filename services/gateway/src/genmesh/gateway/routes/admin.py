@@ -14,9 +14,9 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.asgi import CheckedRoute
 
-from ..auth import check_admin
+from ..admission.auth import check_admin
 from ..exchange.errors import admission_error, store_unavailable
-from ..store import StoreUnavailable
+from ..redis.client import StoreUnavailable
 from .common import gateway
 
 router = APIRouter(prefix="/admin", route_class=CheckedRoute)

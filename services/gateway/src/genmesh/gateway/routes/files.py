@@ -15,9 +15,9 @@ from starlette.formparsers import MultiPartException
 from genmesh.protocol import OpenAIError, file_too_large, invalid_request
 from genmesh.protocol.batches import FileDeleted
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error, authenticate
-from ..store import StoreUnavailable
+from ..redis.client import StoreUnavailable
 from .common import gateway
 
 router = APIRouter()

@@ -12,10 +12,10 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol.response_objects import DeletedResponse, InputItemList
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error
-from ..responses_store import not_found
-from ..store import StoreUnavailable
+from ..redis.client import StoreUnavailable
+from ..storage.responses import not_found
 from .common import gateway
 
 router = APIRouter()

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
-from ..store import StoreUnavailable
+from ..redis.client import StoreUnavailable
 from .common import gateway
 
 router = APIRouter()

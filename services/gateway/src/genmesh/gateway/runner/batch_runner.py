@@ -44,16 +44,16 @@ import orjson
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import TERMINAL_BATCH_STATUSES
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
 from ..exchange.dispatch import route_of
 from ..exchange.metering import ChargeOnce
+from ..redis.client import StoreUnavailable, text
 from ..state import GatewayState
-from ..store import StoreUnavailable, text
-from .batches import BatchStore, output_line
-from .files import FENCE_TTL_MS
+from ..storage.batch_validation import served_model
+from ..storage.batches import BatchStore, output_line
+from ..storage.files import FENCE_TTL_MS
+from .fair_scheduler import Turns, key_limited, served_elsewhere, serves
 from .line import Outcome, send_line
-from .turns import Turns, key_limited, served_elsewhere, serves
-from .validation import served_model
 
 log = logging.getLogger("genmesh.gateway.batch")
 

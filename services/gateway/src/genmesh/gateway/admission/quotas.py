@@ -25,8 +25,8 @@ from typing import Any
 
 from genmesh.protocol import OpenAIError
 
-from .settings import GatewaySettings
-from .store import Store, text
+from ..redis.client import Store, text
+from ..settings import GatewaySettings
 
 BUDGET_CACHE_S = 1.0  # Redis' INFO memory is read at most this often per replica
 

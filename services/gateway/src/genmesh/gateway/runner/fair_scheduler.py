@@ -15,8 +15,8 @@ import time
 
 import orjson
 
-from ..config import RoutingConfig
-from ..store import Store, text
+from ..redis.client import Store, text
+from ..routing.config import RoutingConfig
 from .line import Outcome
 
 MAX_COOL_S = 60.0  # longest a rate-limited key's batches lend nothing (an RPM/TPM window)

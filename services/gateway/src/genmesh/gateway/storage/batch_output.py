@@ -12,8 +12,8 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol.batches import BatchOutputLine
 
-from ..redis_keys import BatchKeys
-from ..store import Store, StoreUnavailable, text
+from ..redis.client import Store, StoreUnavailable, text
+from ..redis.keys import BatchKeys
 
 LOAD_CHUNK = 1000  # lines whose result lengths are read in one round trip
 

@@ -23,10 +23,10 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
-from .metrics import GatewayMetrics
-from .quotas import Quotas
-from .redis_keys import KeySpace
-from .store import StoreUnavailable
+from ..admission.quotas import Quotas
+from ..metrics import GatewayMetrics
+from ..redis.client import StoreUnavailable
+from ..redis.keys import KeySpace
 
 log = logging.getLogger("genmesh.gateway.responses")
 

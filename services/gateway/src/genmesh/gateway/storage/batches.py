@@ -32,14 +32,14 @@ from genmesh.protocol.batches import (
     FileObject,
 )
 
-from ..config import RoutingConfig
-from ..redis_keys import BatchKeys
+from ..admission.batch_capacity import no_room, room_args, room_keys
+from ..redis.client import Store, StoreUnavailable, start_after, text
+from ..redis.keys import BatchKeys
+from ..routing.config import RoutingConfig
 from ..settings import GatewaySettings
-from ..store import Store, StoreUnavailable, start_after, text
+from .batch_output import ordered_results, quota_line
+from .batch_validation import LineRules, check, requests, served_model
 from .files import Fenced, FileStore
-from .output import ordered_results, quota_line
-from .room import no_room, room_args, room_keys
-from .validation import LineRules, check, requests, served_model
 
 ACTIVE_GRACE_S = 600  # a batch counts as in progress at most this long past its window (its end, unnoticed)
 LOAD_CHUNK = 1000  # lines per Redis round trip while a batch's lines are copied in

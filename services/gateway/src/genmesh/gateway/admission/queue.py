@@ -25,13 +25,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .config import ModelRoute, RoutingConfig
+from ..redis.client import Store, StoreUnavailable, text
+from ..redis.keys import ModelKeys
+from ..routing.config import ModelRoute, RoutingConfig
+from ..routing.upstreams import Pool
+from ..settings import GatewaySettings
 from .grants import RECHECK, GrantListener
-from .redis_keys import ModelKeys
-from .settings import GatewaySettings
-from .store import Store, StoreUnavailable, text
 from .tickets import BATCH_CLASS, BATCH_PRIORITY, NoUpstream, QueueFull, QueueTimeout, Ticket
-from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway.queue")
 

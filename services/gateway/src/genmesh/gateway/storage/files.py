@@ -26,9 +26,9 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import FileList, FileObject
 
-from ..quotas import Quotas, released
+from ..admission.quotas import Quotas, released
+from ..redis.client import Store, StoreUnavailable, start_after, text
 from ..settings import GatewaySettings
-from ..store import Store, StoreUnavailable, start_after, text
 
 
 def file_not_found(file_id: str, param: str | None = None) -> OpenAIError:

@@ -15,10 +15,10 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError
 
+from ..redis.client import Store, text
+from ..redis.keys import USAGE_TTL_S
+from ..replies import too_many_requests, with_retry_after
 from .auth import ApiKey
-from .redis_keys import USAGE_TTL_S
-from .replies import too_many_requests, with_retry_after
-from .store import Store, text
 
 _LIMIT_MESSAGES = {
     "rpm": "requests per minute",

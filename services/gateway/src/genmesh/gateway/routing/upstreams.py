@@ -40,8 +40,8 @@ from typing import Literal
 
 import httpx
 
+from ..settings import GatewaySettings
 from .config import ModelRoute, RoutingConfig, UpstreamConfig
-from .settings import GatewaySettings
 
 log = logging.getLogger("genmesh.gateway.upstreams")
 

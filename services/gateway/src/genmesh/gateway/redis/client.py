@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .lua_scripts import Scripts
-from .metrics import GatewayMetrics
-from .redis_keys import KeySpace
+from ..metrics import GatewayMetrics
+from .keys import KeySpace
+from .scripts import Scripts
 
 T = TypeVar("T")
 

@@ -19,10 +19,10 @@ from typing import Any
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import FileObject
 
-from ..responses_store import ResponseStore
-from ..store import text
+from ..redis.client import text
 from .batches import BatchStore, decode
 from .files import FileStore
+from .responses import ResponseStore
 
 SCAN_COUNT = 1000  # keys per SCAN step while stored responses are looked for
 
