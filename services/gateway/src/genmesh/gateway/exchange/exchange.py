@@ -83,12 +83,14 @@ class Exchange:
                 self.traced = {}
 
     def end_trace(self) -> None:
-        """The gathered attributes onto the span, before it ends (none once it has: a request cut off
-        finishes after its span)."""
-        if self.span is not None and self.traced:
-            if getattr(self.span, "end_time", None) is None:
-                self.span.set_attributes(self.traced)
-            self.traced.clear()
+        """Its gathered attributes onto its span (``metering.end_trace``)."""
+        metering.end_trace(self.span, self.traced)
+
+    def ended(self) -> metering.Ended:
+        """What its metering needs of it, at its end."""
+        return metering.Ended(
+            self.path, self.started, self.first_output, self.request, self.charge_once, self.span, self.traced
+        )
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -388,6 +390,6 @@ class Exchange:
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
     ) -> None:
         await self._give_back(key, ticket)
-        await metering.record(self, key, ticket, resp, out, upstream, completed=completed)
+        await metering.record(self.st, self.ended(), key, ticket, resp, out, upstream, completed=completed)
         if completed and (out.audio_seconds or out.speech_characters):  # a spoken chat turn's usage said them
             await meter_audio(self.st, key, out.audio_seconds, out.speech_characters)

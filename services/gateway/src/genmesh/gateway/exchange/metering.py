@@ -18,18 +18,18 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Span, StatusCode
 
 from genmesh.protocol.server.tracing import usage_attributes
 from genmesh.relay import Outcome, UpstreamResponse
 
 from ..admission.auth import ApiKey
+from ..admission.ratelimit import Limiter
 from ..admission.tickets import Ticket
-
-if TYPE_CHECKING:
-    from .exchange import Exchange
+from ..console.activity import Activity
+from ..metrics import GatewayMetrics
 
 log = logging.getLogger("genmesh.gateway.http")
 
@@ -61,6 +61,39 @@ class Request:
         return cls(len(raw), limit, embeddings)
 
 
+class Meters(Protocol):
+    """Where an exchange's end is recorded (the gateway's state satisfies it)."""
+
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+    @property
+    def activity(self) -> Activity: ...
+    @property
+    def limiter(self) -> Limiter: ...
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What ``record`` needs of an exchange: its path and times, its charge's inputs and its trace."""
+
+    path: str
+    started: float
+    first_output: float | None  # a stream's first relayed chunk
+    request: Request | None  # None: it never got on its way
+    charge_once: ChargeOnce | None  # a batch line
+    span: Span | None
+    traced: dict[str, Any] | None  # the span's attributes gathered so far (None: not traced)
+
+
+def end_trace(span: Span | None, traced: dict[str, Any] | None) -> None:
+    """The gathered attributes onto the span, before it ends (none once it has: a request cut off
+    finishes after its span)."""
+    if span is not None and traced:
+        if getattr(span, "end_time", None) is None:
+            span.set_attributes(traced)
+        traced.clear()
+
+
 def estimate(request: Request, out: Outcome) -> tuple[int, int]:
     """Tokens charged for a reply whose usage was not read (fail closed: never zero)."""
     prompt = max(1, math.ceil(request.size / BYTES_PER_TOKEN))
@@ -79,10 +112,9 @@ def tokens_to_charge(request: Request, out: Outcome, status: int) -> tuple[int, 
     return 0, 0
 
 
-def _observe_latency(ex: Exchange, model: str, out: Outcome) -> None:
+def _observe_latency(metrics: GatewayMetrics, ex: Ended, model: str, out: Outcome) -> None:
     """TTFT, inter-token latency and end-to-end latency of a successful reply, as the client saw them."""
     now = time.monotonic()
-    metrics = ex.st.metrics
     metrics.e2e.labels(model).observe(now - ex.started)
     if out.first_token_at is not None:
         metrics.ttft.labels(model).observe(out.first_token_at - ex.started)
@@ -91,10 +123,17 @@ def _observe_latency(ex: Exchange, model: str, out: Outcome) -> None:
 
 
 async def record(
-    ex: Exchange, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
+    st: Meters,
+    ex: Ended,
+    key: ApiKey,
+    ticket: Ticket,
+    resp: UpstreamResponse,
+    out: Outcome,
+    upstream: str,
+    *,
+    completed: bool,
 ) -> None:
-    """The end of ``ex``'s exchange: its status, latencies and tokens (the slot is given back first)."""
-    st = ex.st
+    """The end of the exchange ``ex``: its status, latencies and tokens (the slot is given back first)."""
     route = ticket.route
     if not completed:
         status = "504" if out.error == "reply timeout" else "499"
@@ -104,7 +143,7 @@ async def record(
     ttft = None if ex.first_output is None else ex.first_output - ex.started
     st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
     if status == "200":
-        _observe_latency(ex, route.name, out)
+        _observe_latency(st.metrics, ex, route.name, out)
     prompt, completion = (0, 0) if ex.request is None else tokens_to_charge(ex.request, out, resp.status)
     if ex.traced is not None:
         attrs = ex.traced
@@ -113,7 +152,7 @@ async def record(
         if out.first_token_at is not None:
             attrs["genmesh.time_to_first_token_s"] = out.first_token_at - ex.started
         if not completed:  # spawned: the span may have ended already (then this is not seen)
-            ex.end_trace()
+            end_trace(ex.span, ex.traced)
         if out.error is not None and ex.span is not None:
             ex.span.set_status(StatusCode.ERROR, out.error)
     if prompt or completion:
