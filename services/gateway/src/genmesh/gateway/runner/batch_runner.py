@@ -5,7 +5,7 @@ Each pass over the active batches (every ``batch_poll_interval_s``, or at once w
 a batch whose end is decided gets its files written (``BatchStore.finish``, any replica); a
 cancelled one whose running lines have ended is closed; one past its window is closed as
 expired; the others lend lines while this replica runs fewer than ``batch_concurrency``, in
-``turns.py``'s order (tenants, then their batches, round robin; only batches of models it routes).
+``fair_scheduler.py``'s order (tenants, then their batches, round robin; only batches of models it routes).
 A line refused for its key's RPM, TPM or concurrency goes back to its batch at once, with its
 runner and batch slots, and its tenant sits out until the refusal's Retry-After.
 
@@ -52,7 +52,7 @@ from ..state import GatewayState
 from ..storage.batch_validation import served_model
 from ..storage.batches import BatchStore, output_line
 from ..storage.files import FENCE_TTL_MS
-from .fair_scheduler import Turns, key_limited, served_elsewhere, serves
+from .fair_scheduler import FairScheduler, key_limited, served_elsewhere, serves
 from .line import Outcome, send_line
 
 log = logging.getLogger("genmesh.gateway.batch")
@@ -88,7 +88,7 @@ class BatchRunner:
         self.status: dict[tuple[str, str], str] = {}  # batch -> status, as of the last pass
         self.wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.turns = Turns()
+        self.scheduler = FairScheduler()
         st.admission.grants.on_preempt = self.preempt
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ class BatchRunner:
 
     async def _lend(self, batches: list[tuple[str, str]]) -> None:
         """Claim lines, one per tenant in turn (each tenant's batches in turn), while this replica has room."""
-        turns = self.turns.order(batches)
+        turns = self.scheduler.order(batches)
         while turns and len(self.running) < self.settings.batch_concurrency:
             owner, ids = turns.pop(0)
             while ids:
@@ -162,7 +162,7 @@ class BatchRunner:
                 kind = text(res[0])
                 if kind == "ok":
                     self._start(owner, batch_id, int(res[1]), bytes(res[2] or b""))
-                    self.turns.lent(owner, batch_id)
+                    self.scheduler.lent(owner, batch_id)
                     turns.append((owner, [*ids, batch_id]))  # this tenant's next turn: its next batch
                     break
                 if kind == "empty" and int(res[1]) == 0:
@@ -260,7 +260,7 @@ class BatchRunner:
             if outcome is None:  # preempted: it runs again from the start
                 return None
             if outcome.wait and key_limited(outcome):  # give the runner and batch slots back while it waits
-                self.turns.sit_out(line.owner, outcome.retry_after_s)
+                self.scheduler.sit_out(line.owner, outcome.retry_after_s)
                 return None
             if outcome.wait or (outcome.transient and attempts + 1 < self.settings.batch_max_attempts):
                 attempts += 0 if outcome.wait else 1
