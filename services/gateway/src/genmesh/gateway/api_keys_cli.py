@@ -21,7 +21,7 @@ from .admission.auth import KeyStore
 from .admission.quotas import Quotas
 from .admission.ratelimit import Limiter
 from .metrics import GatewayMetrics
-from .redis.client import Store, StoreUnavailable
+from .redis.client import RedisClient, RedisUnavailable
 from .redis.keys import API_KEY_TTL_S, KeySpace
 from .redis.scripts import Scripts
 from .settings import GatewaySettings
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Storage:
     metrics = GatewayMetrics()
-    store = Store(redis, Scripts.register(redis), keyspace, metrics)
+    store = RedisClient(redis, Scripts.register(redis), keyspace, metrics)
     quotas = Quotas(store, settings)
     files = FileStore(store, settings, quotas)
     responses = ResponseStore(redis, keyspace, metrics, settings.responses_ttl_s, settings.responses_max_bytes, quotas)
@@ -90,9 +90,11 @@ async def run(ns: argparse.Namespace) -> int:
                 out["deleted"] = await _storage(redis, keyspace, settings).purge(ns.key_id)
             print(json.dumps(out))
         elif ns.command == "usage":
-            limiter = Limiter(Store(redis, Scripts.register(redis), keyspace, GatewayMetrics()), settings.lease_ttl_s)
+            limiter = Limiter(
+                RedisClient(redis, Scripts.register(redis), keyspace, GatewayMetrics()), settings.lease_ttl_s
+            )
             print(json.dumps({"key_id": ns.key_id, **await limiter.usage(ns.key_id)}))
-    except (RedisError, OSError, StoreUnavailable) as exc:
+    except (RedisError, OSError, RedisUnavailable) as exc:
         print(f"genmesh-gateway-keys: Redis at {settings.redis_location()} unavailable: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

@@ -23,7 +23,7 @@ from .console.activity import Activity
 from .console.status import StatusBoard
 from .console.throttle import LoginThrottle
 from .metrics import GatewayMetrics
-from .redis.client import Store
+from .redis.client import RedisClient
 from .redis.keys import KeySpace
 from .redis.scripts import Scripts
 from .routing.config import RoutingConfig
@@ -61,7 +61,7 @@ class GatewayState:
         transitions = self.metrics.circuit_transitions
         self.pool = Pool(config, settings, lambda up, to, cause: transitions.labels(up.name, to, cause).inc())
         self.keys = KeyStore(self.redis, self.keyspace, cache_ttl_s=settings.auth_cache_s)
-        store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
+        store = RedisClient(self.redis, self.scripts, self.keyspace, self.metrics)
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
         self.limiter = Limiter(store, settings.lease_ttl_s)
         self.quotas = Quotas(store, settings)

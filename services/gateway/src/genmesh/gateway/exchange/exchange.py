@@ -29,7 +29,7 @@ from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, re
 
 from ..admission.auth import ApiKey, resolve_priority
 from ..admission.tickets import Ticket
-from ..redis.client import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from ..replies import bad_gateway, prepare_body, response_headers
 from ..routing import failover
 from ..routing.affinity import prefix_of
@@ -122,7 +122,7 @@ class Exchange:
             began = time.monotonic()
             try:
                 key = await st.admission.store.within(began + budget_s, authenticate(st, authorization))
-            except StoreUnavailable as exc:
+            except RedisUnavailable as exc:
                 raise admission_error(exc, 1) from exc
             budget_s -= time.monotonic() - began
             raw = await read_body(self.receive, self.max_body)
@@ -226,7 +226,7 @@ class Exchange:
         started = time.monotonic()
         try:
             await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
-        except StoreUnavailable as exc:
+        except RedisUnavailable as exc:
             raise admission_error(exc, 1) from exc
         self.limits_done = time.monotonic()
         if self.traced is not None:  # the key's limits: an attribute, not a span of its own (spans cost CPU)

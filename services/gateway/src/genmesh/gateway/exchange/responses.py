@@ -25,7 +25,7 @@ from genmesh.protocol.response_objects import ErrorEvent, ResponseErrorDetail, R
 from genmesh.relay import split_events
 
 from ..admission.auth import ApiKey
-from ..redis.client import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from ..storage.responses import input_items, too_large
 from .errors import store_unavailable
 from .exchange import Exchange
@@ -77,7 +77,7 @@ class ResponsesExchange(Exchange):
         if self.store:  # refused before it runs, not after: the key holds its quota of stored responses
             try:
                 full = await self.st.quotas.responses_full(self.owner)
-            except StoreUnavailable as exc:
+            except RedisUnavailable as exc:
                 raise store_unavailable(self.st, exc, "response store") from exc
             if full is not None:
                 raise full

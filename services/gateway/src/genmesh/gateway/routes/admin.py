@@ -16,7 +16,7 @@ from genmesh.protocol.server.asgi import CheckedRoute
 
 from ..admission.auth import check_admin
 from ..exchange.errors import admission_error, store_unavailable
-from ..redis.client import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from .common import gateway
 
 router = APIRouter(prefix="/admin", route_class=CheckedRoute)
@@ -42,7 +42,7 @@ async def _stored(request: Request, call: Awaitable[T]) -> T:
         return await call
     except (RedisError, OSError) as exc:
         raise store_unavailable(gateway(request), exc, "key store") from exc
-    except StoreUnavailable as exc:  # counted already
+    except RedisUnavailable as exc:  # counted already
         raise admission_error(exc, 1) from exc
 
 

@@ -17,7 +17,7 @@ from genmesh.protocol.batches import FileDeleted
 
 from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error, authenticate
-from ..redis.client import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from .common import gateway
 
 router = APIRouter()
@@ -29,7 +29,7 @@ async def stored(call: Awaitable[T]) -> T:
     """A file or batch store call; Redis away is a 503 with Retry-After."""
     try:
         return await call
-    except StoreUnavailable as exc:
+    except RedisUnavailable as exc:
         raise admission_error(exc, 1) from exc
 
 

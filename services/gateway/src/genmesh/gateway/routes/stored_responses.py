@@ -14,7 +14,7 @@ from genmesh.protocol.response_objects import DeletedResponse, InputItemList
 
 from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error
-from ..redis.client import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from ..storage.responses import not_found
 from .common import gateway
 
@@ -27,7 +27,7 @@ async def _caller(request: Request) -> ApiKey:
         return await st.keys.authenticate(request.headers.get("authorization"), st.auth_required)
     except (RedisError, OSError) as exc:
         st.metrics.redis_errors.inc()
-        raise admission_error(StoreUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
+        raise admission_error(RedisUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
 
 
 def _json(body: bytes | str) -> Response:

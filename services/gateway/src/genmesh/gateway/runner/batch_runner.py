@@ -47,7 +47,7 @@ from genmesh.protocol.batches import TERMINAL_BATCH_STATUSES
 from ..admission.auth import ApiKey
 from ..exchange.dispatch import route_of
 from ..exchange.metering import ChargeOnce
-from ..redis.client import StoreUnavailable, text
+from ..redis.client import RedisUnavailable, text
 from ..state import GatewayState
 from ..storage.batch_validation import served_model
 from ..storage.batches import BatchStore, output_line
@@ -99,7 +99,7 @@ class BatchRunner:
             while True:
                 try:
                     await self.tick()
-                except (StoreUnavailable, OSError) as exc:
+                except (RedisUnavailable, OSError) as exc:
                     log.warning("batch runner: Redis unavailable (%s); retrying", exc)
                 except Exception:
                     log.exception("batch runner pass failed")
@@ -222,7 +222,7 @@ class BatchRunner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.batches.give_back(line.owner, line.batch_id, line.idx))
             raise
-        except StoreUnavailable as exc:  # its lease lapses and the line runs again once Redis is back
+        except RedisUnavailable as exc:  # its lease lapses and the line runs again once Redis is back
             log.warning("batch %s line %d: Redis unavailable (%s)", line.batch_id, line.idx, exc)
             return
         except Exception:  # not given back at once: the lease lapses first, so a failing line never spins
@@ -318,7 +318,7 @@ class BatchRunner:
                     line.owner, line.batch_id, line.idx, kind, out, line.model
                 )
                 break
-            except StoreUnavailable:
+            except RedisUnavailable:
                 if time.monotonic() > deadline:
                     log.warning("batch %s line %d: result not recorded (Redis away)", line.batch_id, line.idx)
                     return
@@ -327,14 +327,14 @@ class BatchRunner:
             outcome = "completed" if kind == "o" else "failed"
             self.st.metrics.batch_lines.labels(line.model, outcome).inc()
         if pending == 0 and running == 0:
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 await self._close(line.owner, line.batch_id, "completed")
 
     async def _key(self, owner: str) -> ApiKey | None:
         try:
             return await self.st.keys.by_id(owner)
         except OSError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            raise RedisUnavailable(str(exc)) from exc
 
     # -- the model's batch slots -------------------------------------------------------------------
 
@@ -357,7 +357,7 @@ class BatchRunner:
                 if took:
                     line.has_slot = True
                     return True
-            except StoreUnavailable:
+            except RedisUnavailable:
                 pass
             if not self._in_progress(line):
                 return False
@@ -388,10 +388,10 @@ class BatchRunner:
             if line.has_slot and line.route is not None:
                 by_model.setdefault(line.route, []).append(line.slot)
         for (owner, batch_id), indexes in by_batch.items():
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 await self.batches.renew(owner, batch_id, indexes)
         ttl_ms = int(self.settings.batch_lease_ttl_s * 1000)
         for name, slots in by_model.items():
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 key = self.st.admission.keys[name].batch
                 await self.batches.store.call(self.st.scripts.renew_batch_slots(keys=[key], args=[ttl_ms, *slots]))

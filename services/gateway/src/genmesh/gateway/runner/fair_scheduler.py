@@ -15,7 +15,7 @@ import time
 
 import orjson
 
-from ..redis.client import Store, text
+from ..redis.client import RedisClient, text
 from ..routing.config import RoutingConfig
 from .line import Outcome
 
@@ -80,7 +80,7 @@ def key_limited(outcome: Outcome) -> bool:
     return isinstance(code, str) and code.startswith("rate_limit_exceeded_")
 
 
-async def served_elsewhere(store: Store, mine: set[str], poll_interval_s: float) -> set[str]:
+async def served_elsewhere(store: RedisClient, mine: set[str], poll_interval_s: float) -> set[str]:
     """Name the models this replica routes (``mine``, for a few poll intervals); those other replicas route."""
     key, redis = store.keyspace.served_models(), store.redis
     now_ms = int(time.time() * 1000)

@@ -27,7 +27,7 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import FileList, FileObject
 
 from ..admission.quotas import Quotas, released
-from ..redis.client import Store, StoreUnavailable, start_after, text
+from ..redis.client import RedisClient, RedisUnavailable, start_after, text
 from ..settings import GatewaySettings
 
 
@@ -57,7 +57,7 @@ class ChunkWriter:
     most one chunk plus the piece being written; fenced by ``fence`` = ``token`` when given."""
 
     def __init__(
-        self, store: Store, data_key: str, chunk_bytes: int, ttl_ms: int, fence: str = "", token: str = ""
+        self, store: RedisClient, data_key: str, chunk_bytes: int, ttl_ms: int, fence: str = "", token: str = ""
     ) -> None:
         self.store = store
         self.data_key = data_key
@@ -112,7 +112,7 @@ class LineCount:
 
 
 class FileStore:
-    def __init__(self, store: Store, settings: GatewaySettings, quotas: Quotas) -> None:
+    def __init__(self, store: RedisClient, settings: GatewaySettings, quotas: Quotas) -> None:
         self.store = store
         self.keyspace = store.keyspace
         self.settings = settings
@@ -258,4 +258,4 @@ class FileStore:
                 return list(await pipe.execute())
         except (RedisError, OSError) as exc:
             self.store.metrics.redis_errors.inc()
-            raise StoreUnavailable(f"file store unavailable: {type(exc).__name__}") from exc
+            raise RedisUnavailable(f"file store unavailable: {type(exc).__name__}") from exc
