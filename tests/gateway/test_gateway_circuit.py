@@ -1,4 +1,4 @@
-"""The circuit breaker of an upstream (gateway/upstreams.py, issue 45): evidence from a request sent
+"""The circuit breaker of an upstream (gateway/routing/upstreams.py, issue 45): evidence from a request sent
 before the probe that found the upstream healthy again is stale and opens nothing; a request that
 finds no upstream probes a half-open one itself (once per probe interval), and the Retry-After of
 its ``no_healthy_upstream`` 503 says when the next probe is due. The probes go to the real fake

@@ -8,7 +8,7 @@ request's state from Redis in case a message was lost (listener reconnecting, Re
 Leases and queue heartbeats of this process's requests are renewed every lease/3; a killed
 gateway's leases expire and any replica's sweep hands them on. When Redis loses the state (a
 restart without persistence) the scripts start a new epoch, and this gateway re-registers the
-leases of its running requests before it admits another (``lua_scripts.py``).
+leases of its running requests before it admits another (``redis/scripts.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 a slot lease (maybe after waiting in Redis), the upstream (a connect failure is retried on another
 upstream: ``dispatch.py``), the relay, release and metering (``metering.py``). ``routes/completions.py`` serves
 clients' requests with it, ``routes/responses.py`` extends it, and the batch runner
-(``batch/line.py``) serves each batch line with it from inside the gateway (``Exchange.call``).
+(``runner/line.py``) serves each batch line with it from inside the gateway (``Exchange.call``).
 
 One watcher task per request reads the ASGI ``receive`` channel; when the client goes it cancels
 the request's task, wherever it is (queued, connecting, relaying), and the clean-up releases the

@@ -1,5 +1,5 @@
 """Admin endpoints (admin key required): create, list and revoke API keys; read a key's usage; list and
-purge what a key or a tenant stores (files, batches, stored responses: ``batch/purge.py``)."""
+purge what a key or a tenant stores (files, batches, stored responses: ``storage/purge.py``)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ owner's hash slot (``KeySpace.file``), so saving and deleting are single Lua scr
 key's lookup finds nothing: a 404, never someone else's file. Each lives ``files_ttl_s``.
 
 A file is written chunk by chunk (``ChunkWriter``, ``lua/append_chunk.lua``) after its quota is
-reserved (``quotas.py``) and becomes visible at once when done (``lua/save_file.lua``); it is read
+reserved (``admission/quotas.py``) and becomes visible at once when done (``lua/save_file.lua``); it is read
 chunk by chunk (``FileStore.chunks``), so neither holds more than a chunk or two in memory.
 """
 
