@@ -5,11 +5,12 @@ span's attributes, one log line) and the tokens it is charged (the key's TPM win
 Every reply is charged, whatever its size: its own ``usage`` when the relay read it (a unary
 reply of any size: ``genmesh.relay.relay_unary``), else an estimate (``estimate``), so a reply the
 upstream produced is never free. Fail closed: the prompt as its request's bytes over
-``BYTES_PER_TOKEN``, the completion as the request's ``max_tokens`` (or ``max_completion_tokens`` /
-``max_output_tokens``), else as the reply's bytes over ``BYTES_PER_TOKEN`` (none for embeddings).
-A refusal (4xx/5xx) without usage is charged nothing, as OpenAI bills none. A batch line is
-charged once per line (``ChargeOnce``): the first of its runs to end with a reply is charged, one
-that ran twice (its lease lapsed) or was preempted is not charged again.
+``BYTES_PER_TOKEN``, the completion as the request's output-token bound (``max_completion_tokens``,
+``max_tokens``, ...: ``genmesh.protocol.common.OUTPUT_TOKEN_LIMITS``), else as the reply's bytes
+over ``BYTES_PER_TOKEN`` (none for embeddings). A refusal (4xx/5xx) without usage is charged
+nothing, as OpenAI bills none. A batch line is charged once per line (``ChargeOnce``): the first of
+its runs to end with a reply is charged, one that ran twice (its lease lapsed) or was preempted is
+not charged again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 
 from opentelemetry.trace import Span, StatusCode
 
+from genmesh.protocol.common import output_token_limit
 from genmesh.protocol.server.tracing import usage_attributes
 from genmesh.relay import Outcome, UpstreamResponse
 
@@ -34,7 +36,6 @@ from ..metrics import GatewayMetrics
 log = logging.getLogger("genmesh.gateway.http")
 
 BYTES_PER_TOKEN = 4  # a token is about four bytes of English text or JSON (OpenAI's rule of thumb)
-_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,7 @@ class Request:
 
     @classmethod
     def of(cls, raw: bytes, body: dict[str, Any], embeddings: bool) -> Request:
-        limit = next((body[f] for f in _LIMIT_FIELDS if isinstance(body.get(f), int) and body[f] > 0), None)
-        return cls(len(raw), limit, embeddings)
+        return cls(len(raw), output_token_limit(body), embeddings)
 
 
 class Meters(Protocol):

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from genmesh.protocol.common import OUTPUT_TOKEN_LIMITS
 from genmesh.relay import DONE_EVENT, Outcome, split_events
 
 _ERROR = b'data: {"error"'
@@ -134,7 +135,7 @@ class Continuation:
                 body["messages"] = str(body["messages"]) + so_far
             else:
                 body["prompt"] = str(body["prompt"]) + so_far
-            for limit in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
+            for limit in OUTPUT_TOKEN_LIMITS:
                 if isinstance(body.get(limit), int):
                     body[limit] = max(1, body[limit] - self.tokens)
         try:
