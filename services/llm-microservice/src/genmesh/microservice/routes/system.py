@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .responding import relay_unary, state_of
+from .responding import relay_call_unary, state_of
 
 router = APIRouter()
 
@@ -40,7 +40,7 @@ async def ready(request: Request) -> JSONResponse:
 @router.get("/v3/models", response_model=None, include_in_schema=False)
 @router.get("/v3/v1/models", response_model=None, include_in_schema=False)
 async def models(request: Request) -> Response:
-    return await relay_unary(request, state_of(request).upstream, "GET", "/v1/models")
+    return await relay_call_unary(request, state_of(request).upstream, "GET", "/v1/models")
 
 
 @router.get("/metrics")
