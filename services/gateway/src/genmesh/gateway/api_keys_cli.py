@@ -28,7 +28,7 @@ from .settings import GatewaySettings
 from .state import connect_redis
 from .storage.batches import BatchStore
 from .storage.files import FileStore
-from .storage.purge import Storage
+from .storage.purge import Holdings
 from .storage.responses import ResponseStore
 
 # The ``create`` flags passed to ``KeyStore.create`` as they are (the tenant and lifetime apart).
@@ -58,13 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Storage:
+def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Holdings:
     metrics = GatewayMetrics()
     store = RedisClient(redis, Scripts.register(redis), keyspace, metrics)
     quotas = Quotas(store, settings)
     files = FileStore(store, settings, quotas)
     responses = ResponseStore(redis, keyspace, metrics, settings.responses_ttl_s, settings.responses_max_bytes, quotas)
-    return Storage(files, BatchStore(store, files, settings), responses)
+    return Holdings(files, BatchStore(store, files, settings), responses)
 
 
 async def run(ns: argparse.Namespace) -> int:

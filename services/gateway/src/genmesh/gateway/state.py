@@ -31,7 +31,7 @@ from .routing.upstreams import Pool
 from .settings import GatewaySettings
 from .storage.batches import BatchStore
 from .storage.files import FileStore
-from .storage.purge import Storage
+from .storage.purge import Holdings
 from .storage.responses import ResponseStore
 
 log = logging.getLogger("genmesh.gateway")
@@ -75,7 +75,7 @@ class GatewayState:
             settings.responses_max_bytes,
             self.quotas,
         )
-        self.storage = Storage(self.files, self.batches, self.responses)
+        self.storage = Holdings(self.files, self.batches, self.responses)
         # the relay path (aiohttp), its upstream sockets bounded like the client ones
         self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)
         self.http = httpx.AsyncClient(  # health probes
