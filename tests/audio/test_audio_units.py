@@ -147,7 +147,7 @@ def test_batches_refuse_audio_lines() -> None:
     audio line in another batch fails validation naming its url."""
     import json
 
-    from genmesh.gateway.batch.validation import LineRules, check
+    from genmesh.gateway.storage.batch_validation import LineRules, check
     from genmesh.protocol.batches import BATCH_ENDPOINTS
 
     assert not [e for e in BATCH_ENDPOINTS if e.startswith("/v1/audio/")]

@@ -10,7 +10,7 @@ import time
 import psutil
 import redis
 
-from genmesh.gateway.redis_keys import KeySpace
+from genmesh.gateway.redis.keys import KeySpace
 from support.chaos import (
     SLOTS,
     Chaos,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from genmesh.gateway.config import load_config
+from genmesh.gateway.routing.config import load_config
 
 from ._support import ROOT, clean_env
 

@@ -19,8 +19,8 @@ from pydantic_settings import BaseSettings
 
 from genmesh.engine.openai.routes.system import router as engine_system
 from genmesh.engine.settings import EngineSettings
-from genmesh.gateway.config import RoutingConfig
 from genmesh.gateway.routes.system import router as gateway_system
+from genmesh.gateway.routing.config import RoutingConfig
 from genmesh.gateway.settings import GatewaySettings
 from genmesh.microservice.routes.system import router as microservice_system
 from genmesh.microservice.settings import MicroserviceSettings

@@ -8,7 +8,7 @@ import functools
 
 import orjson
 
-from genmesh.gateway.batch.validation import LineRules, check, served_model
+from genmesh.gateway.storage.batch_validation import LineRules, check, served_model
 
 KINDS = {"chat-model": "chat", "embed-model": "embeddings"}
 URL = "/v1/chat/completions"

@@ -1,4 +1,4 @@
-"""The circuit breaker of an upstream (gateway/upstreams.py, issue 45): evidence from a request sent
+"""The circuit breaker of an upstream (gateway/routing/upstreams.py, issue 45): evidence from a request sent
 before the probe that found the upstream healthy again is stale and opens nothing; a request that
 finds no upstream probes a half-open one itself (once per probe interval), and the Retry-After of
 its ``no_healthy_upstream`` 503 says when the next probe is due. The probes go to the real fake
@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.gateway.config import ModelRoute, RoutingConfig, UpstreamConfig
+from genmesh.gateway.routing.config import ModelRoute, RoutingConfig, UpstreamConfig
+from genmesh.gateway.routing.upstreams import Pool, Upstream
 from genmesh.gateway.settings import GatewaySettings
-from genmesh.gateway.upstreams import Pool, Upstream
 from support.gateway_helpers import Fake
 from support.polling import until
 from support.servers import free_port, start_server

@@ -11,8 +11,8 @@ import numpy as np
 import openai
 import pytest
 
-from genmesh.gateway.lua_scripts import source
-from genmesh.gateway.redis_keys import KeySpace
+from genmesh.gateway.redis.keys import KeySpace
+from genmesh.gateway.redis.scripts import source
 from support.batches import jsonl, read_lines, wait_for
 from support.embeddings import REFERENCE, SENTENCES, check_fidelity, cosines, vectors_of
 from support.embeddings_mesh import ADMIN, Mesh

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import redis.asyncio
 
-from genmesh.gateway.auth import KeyStore
-from genmesh.gateway.redis_keys import KeySpace
+from genmesh.gateway.admission.auth import KeyStore
+from genmesh.gateway.redis.keys import KeySpace
 from support.polling import until
 
 

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from genmesh.gateway.affinity import block_hashes, prompt_bytes
-from genmesh.gateway.config import load_config
+from genmesh.gateway.routing.affinity import block_hashes, prompt_bytes
+from genmesh.gateway.routing.config import load_config
 from support.gateway_helpers import Fake, counter
 from support.polling import until
 from support.servers import Server, free_port, start_server, wait_until

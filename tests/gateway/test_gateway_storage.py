@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.gateway.lua_scripts import source
-from genmesh.gateway.quotas import Quotas
-from genmesh.gateway.redis_keys import KeySpace
+from genmesh.gateway.admission.quotas import Quotas
+from genmesh.gateway.redis.keys import KeySpace
+from genmesh.gateway.redis.scripts import source
 from genmesh.gateway.settings import GatewaySettings
 from genmesh.protocol import OpenAIError
 from support.batches import chat_line, create_key, jsonl

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from genmesh.gateway.redis_keys import KeySpace
+from genmesh.gateway.redis.keys import KeySpace
 from support.gateway_helpers import launch_gateway
 from support.hostile import CHAT, connect, record, request_head, route_to, start_microservice
 from support.polling import wait_until

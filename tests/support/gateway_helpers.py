@@ -22,7 +22,7 @@ import pytest
 import redis
 import yaml
 
-from genmesh.gateway.redis_keys import KeySpace
+from genmesh.gateway.redis.keys import KeySpace
 
 __all__ = ["KeySpace"]
 from support.polling import wait_until

@@ -17,19 +17,19 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .auth import KeyStore
-from .batch.batches import BatchStore
-from .batch.files import FileStore
-from .batch.purge import Storage
-from .lua_scripts import Scripts
+from .admission.auth import KeyStore
+from .admission.quotas import Quotas
+from .admission.ratelimit import Limiter
 from .metrics import GatewayMetrics
-from .quotas import Quotas
-from .ratelimit import Limiter
-from .redis_keys import API_KEY_TTL_S, KeySpace
-from .responses_store import ResponseStore
+from .redis.client import RedisClient, RedisUnavailable
+from .redis.keys import API_KEY_TTL_S, KeySpace
+from .redis.scripts import Scripts
 from .settings import GatewaySettings
 from .state import connect_redis
-from .store import Store, StoreUnavailable
+from .storage.batches import BatchStore
+from .storage.files import FileStore
+from .storage.purge import Holdings
+from .storage.responses import ResponseStore
 
 # The ``create`` flags passed to ``KeyStore.create`` as they are (the tenant and lifetime apart).
 CREATE_OPTIONS = ("name", "priority", "max_priority", "rpm", "tpm", "max_concurrent")
@@ -58,13 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Storage:
+def _storage(redis: Redis, keyspace: KeySpace, settings: GatewaySettings) -> Holdings:
     metrics = GatewayMetrics()
-    store = Store(redis, Scripts.register(redis), keyspace, metrics)
+    store = RedisClient(redis, Scripts.register(redis), keyspace, metrics)
     quotas = Quotas(store, settings)
     files = FileStore(store, settings, quotas)
     responses = ResponseStore(redis, keyspace, metrics, settings.responses_ttl_s, settings.responses_max_bytes, quotas)
-    return Storage(files, BatchStore(store, files, settings), responses)
+    return Holdings(files, BatchStore(store, files, settings), responses)
 
 
 async def run(ns: argparse.Namespace) -> int:
@@ -90,9 +90,11 @@ async def run(ns: argparse.Namespace) -> int:
                 out["deleted"] = await _storage(redis, keyspace, settings).purge(ns.key_id)
             print(json.dumps(out))
         elif ns.command == "usage":
-            limiter = Limiter(Store(redis, Scripts.register(redis), keyspace, GatewayMetrics()), settings.lease_ttl_s)
+            limiter = Limiter(
+                RedisClient(redis, Scripts.register(redis), keyspace, GatewayMetrics()), settings.lease_ttl_s
+            )
             print(json.dumps({"key_id": ns.key_id, **await limiter.usage(ns.key_id)}))
-    except (RedisError, OSError, StoreUnavailable) as exc:
+    except (RedisError, OSError, RedisUnavailable) as exc:
         print(f"genmesh-gateway-keys: Redis at {settings.redis_location()} unavailable: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

@@ -18,12 +18,12 @@ from genmesh.protocol import (
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
 
-from .auth import check_admin
-from .batch.runner import BatchRunner
-from .config import RoutingConfig
+from .admission.auth import check_admin
 from .exchange import responses
 from .exchange.errors import authenticate
 from .routes import admin, aliases, audio, batches, completions, console, files, openai, stored_responses, system
+from .routing.config import RoutingConfig
+from .runner.batch_runner import BatchRunner
 from .settings import GatewaySettings
 from .state import GatewayState
 

@@ -12,7 +12,7 @@ from genmesh.protocol.server.logs import configure_logging
 from genmesh.protocol.server.tracing import configure_tracing
 
 from .app import create_app
-from .config import load_config
+from .routing.config import load_config
 from .settings import parse_settings
 
 

@@ -15,24 +15,24 @@ from redis.backoff import ExponentialBackoff
 
 from genmesh.relay import RelayClient
 
-from .auth import KeyStore
-from .batch.batches import BatchStore
-from .batch.files import FileStore
-from .batch.purge import Storage
-from .config import RoutingConfig
+from .admission.auth import KeyStore
+from .admission.queue import Admission
+from .admission.quotas import Quotas
+from .admission.ratelimit import Limiter
 from .console.activity import Activity
 from .console.status import StatusBoard
 from .console.throttle import LoginThrottle
-from .lua_scripts import Scripts
 from .metrics import GatewayMetrics
-from .queue import Admission
-from .quotas import Quotas
-from .ratelimit import Limiter
-from .redis_keys import KeySpace
-from .responses_store import ResponseStore
+from .redis.client import RedisClient
+from .redis.keys import KeySpace
+from .redis.scripts import Scripts
+from .routing.config import RoutingConfig
+from .routing.upstreams import Pool
 from .settings import GatewaySettings
-from .store import Store
-from .upstreams import Pool
+from .storage.batches import BatchStore
+from .storage.files import FileStore
+from .storage.purge import Holdings
+from .storage.responses import ResponseStore
 
 log = logging.getLogger("genmesh.gateway")
 
@@ -61,7 +61,7 @@ class GatewayState:
         transitions = self.metrics.circuit_transitions
         self.pool = Pool(config, settings, lambda up, to, cause: transitions.labels(up.name, to, cause).inc())
         self.keys = KeyStore(self.redis, self.keyspace, cache_ttl_s=settings.auth_cache_s)
-        store = Store(self.redis, self.scripts, self.keyspace, self.metrics)
+        store = RedisClient(self.redis, self.scripts, self.keyspace, self.metrics)
         self.admission = Admission(store, config, settings, self.pool, self.keys.forget)
         self.limiter = Limiter(store, settings.lease_ttl_s)
         self.quotas = Quotas(store, settings)
@@ -75,7 +75,7 @@ class GatewayState:
             settings.responses_max_bytes,
             self.quotas,
         )
-        self.storage = Storage(self.files, self.batches, self.responses)
+        self.storage = Holdings(self.files, self.batches, self.responses)
         # the relay path (aiohttp), its upstream sockets bounded like the client ones
         self.upstream = RelayClient(settings.connect_timeout_s, receive_buffer_bytes=settings.send_buffer_bytes)
         self.http = httpx.AsyncClient(  # health probes

@@ -172,5 +172,6 @@ async def close(response: aiohttp.ClientResponse) -> None:
     response.release()
 
 
-def relayed_headers(reply: Reply) -> dict[str, str]:
-    return {k: v for k in RELAYED_HEADERS if (v := reply.headers.get(k)) is not None}
+def relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The engine reply's headers this hop passes on."""
+    return {k: v for k in RELAYED_HEADERS if (v := headers.get(k)) is not None}

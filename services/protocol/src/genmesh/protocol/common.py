@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Generic, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,6 +15,21 @@ INT32_MAX = 2**31 - 1
 Count = Annotated[int, Field(le=INT32_MAX)]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Seed = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+
+# The request fields that bound a reply's output tokens, first the one that wins: chat's
+# max_completion_tokens over its deprecated max_tokens (completions' only one), the Responses API's
+# max_output_tokens, and OPEA's max_new_tokens (the microservice renames it to max_tokens).
+OUTPUT_TOKEN_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens", "max_new_tokens")
+
+
+def output_token_limit(body: Mapping[str, Any]) -> int | None:
+    """The output-token bound a raw request body asks for (the first of ``OUTPUT_TOKEN_LIMITS`` that
+    is a positive integer), or None."""
+    for name in OUTPUT_TOKEN_LIMITS:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 class StrictRequest(BaseModel):

@@ -7,6 +7,8 @@ the server bounds: ``genmesh.protocol.server.http_server``), an error event and 
 upstream fails. Not imported by the wire models (``genmesh.protocol``).
 """
 
+from genmesh.protocol.sse import DONE_EVENT, error_event  # the one SSE framing, re-exported for relaying hops
+
 from .client import (
     RelayClient,
     UpstreamAborted,
@@ -15,7 +17,7 @@ from .client import (
     UpstreamProtocolError,
     UpstreamResponse,
 )
-from .stream import DONE_EVENT, Failures, Outcome, StreamEnd, error_event, relay_stream, relay_unary, split_events
+from .stream import Failures, Outcome, StreamEnd, relay_stream, relay_unary, split_events
 
 __all__ = [
     "DONE_EVENT",

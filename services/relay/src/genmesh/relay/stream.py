@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError
+from genmesh.protocol.sse import DONE_EVENT, error_event
 
 from .client import UpstreamError, UpstreamResponse
 
@@ -43,13 +43,6 @@ _MAX_EVENT = 1024 * 1024  # past this without an event's end, it is not SSE we u
 _MAX_UNARY_SCAN = 4 * 1024 * 1024  # a unary reply up to this is parsed whole for its usage
 _USAGE_TAIL = 64 * 1024  # past it, usage is read from this many last bytes (OpenAI bodies end with it)
 _USAGE_TRIES = 8  # closing braces tried as the end of the usage object (its details nest one level)
-
-
-def error_event(err: OpenAIError) -> bytes:
-    return ServerSentEvent(data=orjson.dumps(err.body()).decode(), sep="\n").encode()
-
-
-DONE_EVENT = ServerSentEvent(data="[DONE]", sep="\n").encode()
 
 
 def split_events(chunk: bytes) -> list[bytes]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..config import RoutingConfig
-from ..upstreams import Pool
+from ..routing.config import RoutingConfig
+from ..routing.upstreams import Pool
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -9,12 +9,12 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
-from ..config import RoutingConfig
-from ..lua_scripts import Scripts
-from ..queue import Admission
-from ..redis_keys import KeySpace
+from ..admission.queue import Admission
+from ..redis.keys import KeySpace
+from ..redis.scripts import Scripts
+from ..routing.config import RoutingConfig
+from ..routing.upstreams import Pool
 from ..settings import GatewaySettings
-from ..upstreams import Pool
 from .activity import Activity
 
 

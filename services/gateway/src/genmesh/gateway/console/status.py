@@ -6,7 +6,7 @@ open, every replica publishes its own activity (``activity.py``) each interval, 
 serving the console reads the shared picture from Redis: every live replica's activity, the queues
 by priority, the slot leases per upstream, the API keys' windows, and the charts' history, to which
 it appends one sample unless another replica already did in this interval (``SAMPLE`` in
-``lua_scripts.py``). The engines' metrics are read over HTTP. Viewers get the last snapshot, so a
+``redis/scripts.py``). The engines' metrics are read over HTTP. Viewers get the last snapshot, so a
 hundred open consoles cost what one does. Redis away: the snapshot says so (``redis.ok`` false) and
 keeps what this replica knows.
 """
@@ -24,9 +24,9 @@ import aiohttp
 import orjson
 from redis.exceptions import RedisError
 
-from ..auth import ApiKey
-from ..redis_keys import CONSOLE_HISTORY_SERIES
-from ..store import text
+from ..admission.auth import ApiKey
+from ..redis.client import text
+from ..redis.keys import CONSOLE_HISTORY_SERIES
 from . import engine_metrics
 from .sections import model_rows, percentile, upstream_rows
 from .sources import BoardSources

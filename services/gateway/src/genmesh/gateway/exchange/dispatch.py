@@ -16,11 +16,11 @@ from typing import Any
 from genmesh.protocol import invalid_request, model_not_found
 from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
-from ..config import ModelRoute
+from ..admission.tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
+from ..redis.client import RedisUnavailable
 from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
+from ..routing.config import ModelRoute
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
 from .errors import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
@@ -87,7 +87,7 @@ async def connect(
     while True:
         try:
             idx = await st.admission.acquire(ticket, exclude, front)
-        except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
+        except (QueueFull, QueueTimeout, NoUpstream, RedisUnavailable) as exc:
             raise admission_error(exc, route.retry_after_s) from exc
         up = st.pool.upstreams(route)[idx]
         sent_at = time.monotonic()

@@ -6,11 +6,11 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
+from ..admission.tickets import NoUpstream, QueueFull, QueueTimeout
+from ..redis.client import RedisUnavailable
 from ..replies import too_many_requests, with_retry_after
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import NoUpstream, QueueFull, QueueTimeout
 
 
 class ClientGone(Exception):
@@ -25,7 +25,7 @@ def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
     elif isinstance(exc, NoUpstream):
         err = service_unavailable(str(exc), code="no_healthy_upstream")
         retry_after_s = exc.retry_after_s or retry_after_s
-    elif isinstance(exc, StoreUnavailable):
+    elif isinstance(exc, RedisUnavailable):
         err = service_unavailable(f"{exc}; try again shortly", code="queue_store_unavailable")
     else:
         raise exc
@@ -35,7 +35,7 @@ def admission_error(exc: Exception, retry_after_s: int) -> OpenAIError:
 def store_unavailable(st: GatewayState, exc: BaseException, store: str = "queue store") -> OpenAIError:
     """Redis away (``exc``): counted, and a 503 with Retry-After, code ``queue_store_unavailable``."""
     st.metrics.redis_errors.inc()
-    return admission_error(StoreUnavailable(f"{store} unavailable: {type(exc).__name__}"), 1)
+    return admission_error(RedisUnavailable(f"{store} unavailable: {type(exc).__name__}"), 1)
 
 
 async def authenticate(st: GatewayState, authorization: str | None, required: bool | None = None) -> ApiKey:

@@ -2,7 +2,7 @@
 a slot lease (maybe after waiting in Redis), the upstream (a connect failure is retried on another
 upstream: ``dispatch.py``), the relay, release and metering (``metering.py``). ``routes/completions.py`` serves
 clients' requests with it, ``routes/responses.py`` extends it, and the batch runner
-(``batch/line.py``) serves each batch line with it from inside the gateway (``Exchange.call``).
+(``runner/line.py``) serves each batch line with it from inside the gateway (``Exchange.call``).
 
 One watcher task per request reads the ASGI ``receive`` channel; when the client goes it cancels
 the request's task, wherever it is (queued, connecting, relaying), and the clean-up releases the
@@ -27,17 +27,17 @@ from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.tracing import request_attributes, trace_headers, tracing
 from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
 
-from .. import failover
-from ..affinity import prefix_of
-from ..audio_usage import check_input_audio, meter_audio
-from ..auth import ApiKey, resolve_priority
-from ..config import ModelRoute
+from ..admission.auth import ApiKey, resolve_priority
+from ..admission.tickets import Ticket
+from ..redis.client import RedisUnavailable
 from ..replies import bad_gateway, prepare_body, response_headers
+from ..routing import failover
+from ..routing.affinity import prefix_of
+from ..routing.config import ModelRoute
+from ..routing.upstreams import Upstream
 from ..state import GatewayState
-from ..store import StoreUnavailable
-from ..tickets import Ticket
-from ..upstreams import Upstream
 from . import metering
+from .audio import check_input_audio, meter_audio
 from .body import read_body
 from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate
@@ -83,12 +83,14 @@ class Exchange:
                 self.traced = {}
 
     def end_trace(self) -> None:
-        """The gathered attributes onto the span, before it ends (none once it has: a request cut off
-        finishes after its span)."""
-        if self.span is not None and self.traced:
-            if getattr(self.span, "end_time", None) is None:
-                self.span.set_attributes(self.traced)
-            self.traced.clear()
+        """Its gathered attributes onto its span (``metering.end_trace``)."""
+        metering.end_trace(self.span, self.traced)
+
+    def ended(self) -> metering.Ended:
+        """What its metering needs of it, at its end."""
+        return metering.Ended(
+            self.path, self.started, self.first_output, self.request, self.charge_once, self.span, self.traced
+        )
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -120,7 +122,7 @@ class Exchange:
             began = time.monotonic()
             try:
                 key = await st.admission.store.within(began + budget_s, authenticate(st, authorization))
-            except StoreUnavailable as exc:
+            except RedisUnavailable as exc:
                 raise admission_error(exc, 1) from exc
             budget_s -= time.monotonic() - began
             raw = await read_body(self.receive, self.max_body)
@@ -224,7 +226,7 @@ class Exchange:
         started = time.monotonic()
         try:
             await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
-        except StoreUnavailable as exc:
+        except RedisUnavailable as exc:
             raise admission_error(exc, 1) from exc
         self.limits_done = time.monotonic()
         if self.traced is not None:  # the key's limits: an attribute, not a span of its own (spans cost CPU)
@@ -388,6 +390,6 @@ class Exchange:
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
     ) -> None:
         await self._give_back(key, ticket)
-        await metering.record(self, key, ticket, resp, out, upstream, completed=completed)
+        await metering.record(self.st, self.ended(), key, ticket, resp, out, upstream, completed=completed)
         if completed and (out.audio_seconds or out.speech_characters):  # a spoken chat turn's usage said them
             await meter_audio(self.st, key, out.audio_seconds, out.speech_characters)

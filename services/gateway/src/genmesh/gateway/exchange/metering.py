@@ -5,11 +5,12 @@ span's attributes, one log line) and the tokens it is charged (the key's TPM win
 Every reply is charged, whatever its size: its own ``usage`` when the relay read it (a unary
 reply of any size: ``genmesh.relay.relay_unary``), else an estimate (``estimate``), so a reply the
 upstream produced is never free. Fail closed: the prompt as its request's bytes over
-``BYTES_PER_TOKEN``, the completion as the request's ``max_tokens`` (or ``max_completion_tokens`` /
-``max_output_tokens``), else as the reply's bytes over ``BYTES_PER_TOKEN`` (none for embeddings).
-A refusal (4xx/5xx) without usage is charged nothing, as OpenAI bills none. A batch line is
-charged once per line (``ChargeOnce``): the first of its runs to end with a reply is charged, one
-that ran twice (its lease lapsed) or was preempted is not charged again.
+``BYTES_PER_TOKEN``, the completion as the request's output-token bound (``max_completion_tokens``,
+``max_tokens``, ...: ``genmesh.protocol.common.OUTPUT_TOKEN_LIMITS``), else as the reply's bytes
+over ``BYTES_PER_TOKEN`` (none for embeddings). A refusal (4xx/5xx) without usage is charged
+nothing, as OpenAI bills none. A batch line is charged once per line (``ChargeOnce``): the first of
+its runs to end with a reply is charged, one that ran twice (its lease lapsed) or was preempted is
+not charged again.
 """
 
 from __future__ import annotations
@@ -18,23 +19,23 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Span, StatusCode
 
+from genmesh.protocol.common import output_token_limit
 from genmesh.protocol.server.tracing import usage_attributes
 from genmesh.relay import Outcome, UpstreamResponse
 
-from ..auth import ApiKey
-from ..tickets import Ticket
-
-if TYPE_CHECKING:
-    from .exchange import Exchange
+from ..admission.auth import ApiKey
+from ..admission.ratelimit import Limiter
+from ..admission.tickets import Ticket
+from ..console.activity import Activity
+from ..metrics import GatewayMetrics
 
 log = logging.getLogger("genmesh.gateway.http")
 
 BYTES_PER_TOKEN = 4  # a token is about four bytes of English text or JSON (OpenAI's rule of thumb)
-_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,40 @@ class Request:
 
     @classmethod
     def of(cls, raw: bytes, body: dict[str, Any], embeddings: bool) -> Request:
-        limit = next((body[f] for f in _LIMIT_FIELDS if isinstance(body.get(f), int) and body[f] > 0), None)
-        return cls(len(raw), limit, embeddings)
+        return cls(len(raw), output_token_limit(body), embeddings)
+
+
+class Meters(Protocol):
+    """Where an exchange's end is recorded (the gateway's state satisfies it)."""
+
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+    @property
+    def activity(self) -> Activity: ...
+    @property
+    def limiter(self) -> Limiter: ...
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What ``record`` needs of an exchange: its path and times, its charge's inputs and its trace."""
+
+    path: str
+    started: float
+    first_output: float | None  # a stream's first relayed chunk
+    request: Request | None  # None: it never got on its way
+    charge_once: ChargeOnce | None  # a batch line
+    span: Span | None
+    traced: dict[str, Any] | None  # the span's attributes gathered so far (None: not traced)
+
+
+def end_trace(span: Span | None, traced: dict[str, Any] | None) -> None:
+    """The gathered attributes onto the span, before it ends (none once it has: a request cut off
+    finishes after its span)."""
+    if span is not None and traced:
+        if getattr(span, "end_time", None) is None:
+            span.set_attributes(traced)
+        traced.clear()
 
 
 def estimate(request: Request, out: Outcome) -> tuple[int, int]:
@@ -79,10 +112,9 @@ def tokens_to_charge(request: Request, out: Outcome, status: int) -> tuple[int, 
     return 0, 0
 
 
-def _observe_latency(ex: Exchange, model: str, out: Outcome) -> None:
+def _observe_latency(metrics: GatewayMetrics, ex: Ended, model: str, out: Outcome) -> None:
     """TTFT, inter-token latency and end-to-end latency of a successful reply, as the client saw them."""
     now = time.monotonic()
-    metrics = ex.st.metrics
     metrics.e2e.labels(model).observe(now - ex.started)
     if out.first_token_at is not None:
         metrics.ttft.labels(model).observe(out.first_token_at - ex.started)
@@ -91,10 +123,17 @@ def _observe_latency(ex: Exchange, model: str, out: Outcome) -> None:
 
 
 async def record(
-    ex: Exchange, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
+    st: Meters,
+    ex: Ended,
+    key: ApiKey,
+    ticket: Ticket,
+    resp: UpstreamResponse,
+    out: Outcome,
+    upstream: str,
+    *,
+    completed: bool,
 ) -> None:
-    """The end of ``ex``'s exchange: its status, latencies and tokens (the slot is given back first)."""
-    st = ex.st
+    """The end of the exchange ``ex``: its status, latencies and tokens (the slot is given back first)."""
     route = ticket.route
     if not completed:
         status = "504" if out.error == "reply timeout" else "499"
@@ -104,7 +143,7 @@ async def record(
     ttft = None if ex.first_output is None else ex.first_output - ex.started
     st.activity.finished(route.name, int(status), out.completion_tokens, ticket.waited_s(), ttft)
     if status == "200":
-        _observe_latency(ex, route.name, out)
+        _observe_latency(st.metrics, ex, route.name, out)
     prompt, completion = (0, 0) if ex.request is None else tokens_to_charge(ex.request, out, resp.status)
     if ex.traced is not None:
         attrs = ex.traced
@@ -113,7 +152,7 @@ async def record(
         if out.first_token_at is not None:
             attrs["genmesh.time_to_first_token_s"] = out.first_token_at - ex.started
         if not completed:  # spawned: the span may have ended already (then this is not seen)
-            ex.end_trace()
+            end_trace(ex.span, ex.traced)
         if out.error is not None and ex.span is not None:
             ex.span.set_status(StatusCode.ERROR, out.error)
     if prompt or completion:

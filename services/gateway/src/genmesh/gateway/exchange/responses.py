@@ -21,12 +21,13 @@ from typing import Any
 import orjson
 
 from genmesh.protocol import OpenAIError, invalid_request, now
-from genmesh.protocol.response_objects import ErrorEvent, ResponseErrorDetail, ResponseLifecycleEvent, ResponseObject
+from genmesh.protocol.response_objects import ResponseObject
+from genmesh.protocol.sse import response_failed
 from genmesh.relay import split_events
 
-from ..auth import ApiKey
-from ..responses_store import input_items, too_large
-from ..store import StoreUnavailable
+from ..admission.auth import ApiKey
+from ..redis.client import RedisUnavailable
+from ..storage.responses import input_items, too_large
 from .errors import store_unavailable
 from .exchange import Exchange
 
@@ -77,7 +78,7 @@ class ResponsesExchange(Exchange):
         if self.store:  # refused before it runs, not after: the key holds its quota of stored responses
             try:
                 full = await self.st.quotas.responses_full(self.owner)
-            except StoreUnavailable as exc:
+            except RedisUnavailable as exc:
                 raise store_unavailable(self.st, exc, "response store") from exc
             if full is not None:
                 raise full
@@ -176,17 +177,9 @@ class ResponsesExchange(Exchange):
         except (ValueError, KeyError, TypeError):
             detail = {"message": "the upstream stream failed", "code": "bad_gateway"}
         message = str(detail.get("message") or "the upstream stream failed")
-        error = ErrorEvent(sequence_number=self.sequence + 1, code=detail.get("code"), message=message)
+        code = detail.get("code")
+        err = OpenAIError(message, status=502, type="upstream_error", code=code if isinstance(code, str) else None)
         response = ResponseObject(
-            id=self.response_id,
-            created_at=now(),
-            status="failed",
-            model="",
-            error=ResponseErrorDetail(code="server_error", message=message),
-            previous_response_id=self.previous_id,
+            id=self.response_id, created_at=now(), status="failed", model="", previous_response_id=self.previous_id
         )
-        failed = ResponseLifecycleEvent(type="response.failed", sequence_number=self.sequence + 2, response=response)
-        return b"".join(
-            b"event: " + ev.type.encode() + b"\ndata: " + ev.model_dump_json().encode() + b"\n\n"
-            for ev in (error, failed)
-        )
+        return response_failed(self.sequence + 1, response, err)

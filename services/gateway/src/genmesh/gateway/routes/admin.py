@@ -1,5 +1,5 @@
 """Admin endpoints (admin key required): create, list and revoke API keys; read a key's usage; list and
-purge what a key or a tenant stores (files, batches, stored responses: ``batch/purge.py``)."""
+purge what a key or a tenant stores (files, batches, stored responses: ``storage/purge.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.asgi import CheckedRoute
 
-from ..auth import check_admin
+from ..admission.auth import check_admin
 from ..exchange.errors import admission_error, store_unavailable
-from ..store import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from .common import gateway
 
 router = APIRouter(prefix="/admin", route_class=CheckedRoute)
@@ -42,7 +42,7 @@ async def _stored(request: Request, call: Awaitable[T]) -> T:
         return await call
     except (RedisError, OSError) as exc:
         raise store_unavailable(gateway(request), exc, "key store") from exc
-    except StoreUnavailable as exc:  # counted already
+    except RedisUnavailable as exc:  # counted already
         raise admission_error(exc, 1) from exc
 
 

@@ -19,12 +19,12 @@ from genmesh.protocol.server.audio_form import audio_form
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.relay import Outcome, UpstreamResponse
 
-from ..audio_usage import meter_audio
-from ..auth import ApiKey
-from ..config import ModelRoute
+from ..admission.auth import ApiKey
+from ..admission.tickets import Ticket
+from ..exchange.audio import meter_audio
 from ..exchange.exchange import Exchange
+from ..routing.config import ModelRoute
 from ..state import GatewayState
-from ..tickets import Ticket
 from . import completions
 
 log = logging.getLogger("genmesh.gateway.audio")

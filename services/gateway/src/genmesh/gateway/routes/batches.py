@@ -11,17 +11,13 @@ from genmesh.protocol.batches import BATCH_ENDPOINTS, BatchCreateRequest
 from genmesh.protocol.errors import quote
 from genmesh.protocol.server.asgi import CheckedRoute
 
-from .common import gateway
+from .common import gateway, json_reply
 from .files import caller, stored
 
 router = APIRouter(route_class=CheckedRoute)
 WINDOWS = ("24h",)
 OUTPUT_TTL_MIN_S, OUTPUT_TTL_MAX_S = 3600, 30 * 24 * 3600  # OpenAI's bounds of output_expires_after.seconds
 MAX_METADATA = 16  # pairs, each key at most 64 characters and each value at most 512 (OpenAI's limits)
-
-
-def _json(body: str | bytes) -> Response:
-    return Response(body, media_type="application/json")
 
 
 def _check(req: BatchCreateRequest) -> None:
@@ -84,13 +80,13 @@ async def create(req: BatchCreateRequest, request: Request) -> Response:
                 output_ttl_s=req.output_expires_after["seconds"] if req.output_expires_after else None,
             )
         )
-    return _json(batch.model_dump_json())
+    return json_reply(batch.model_dump_json())
 
 
 @router.get("/v1/batches/{batch_id}")
 async def retrieve(batch_id: str, request: Request) -> Response:
     key = await caller(request)
-    return _json((await stored(gateway(request).batches.get(key.key_id, batch_id))).model_dump_json())
+    return json_reply((await stored(gateway(request).batches.get(key.key_id, batch_id))).model_dump_json())
 
 
 @router.get("/v1/batches")
@@ -100,10 +96,10 @@ async def list_batches(
     after: str | None = Query(default=None, max_length=200),
 ) -> Response:
     key = await caller(request)
-    return _json((await stored(gateway(request).batches.page(key.key_id, limit, after))).model_dump_json())
+    return json_reply((await stored(gateway(request).batches.page(key.key_id, limit, after))).model_dump_json())
 
 
 @router.post("/v1/batches/{batch_id}/cancel")
 async def cancel(batch_id: str, request: Request) -> Response:
     key = await caller(request)
-    return _json((await stored(gateway(request).batches.cancel(key.key_id, batch_id))).model_dump_json())
+    return json_reply((await stored(gateway(request).batches.cancel(key.key_id, batch_id))).model_dump_json())

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError
 
-from ..auth import check_admin
+from ..admission.auth import check_admin
 from ..console import session
 from .common import gateway
 

@@ -15,10 +15,10 @@ from starlette.formparsers import MultiPartException
 from genmesh.protocol import OpenAIError, file_too_large, invalid_request
 from genmesh.protocol.batches import FileDeleted
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error, authenticate
-from ..store import StoreUnavailable
-from .common import gateway
+from ..redis.client import RedisUnavailable
+from .common import gateway, json_reply
 
 router = APIRouter()
 T = TypeVar("T")
@@ -29,16 +29,12 @@ async def stored(call: Awaitable[T]) -> T:
     """A file or batch store call; Redis away is a 503 with Retry-After."""
     try:
         return await call
-    except StoreUnavailable as exc:
+    except RedisUnavailable as exc:
         raise admission_error(exc, 1) from exc
 
 
 async def caller(request: Request) -> ApiKey:
     return await authenticate(gateway(request), request.headers.get("authorization"))
-
-
-def _json(body: str | bytes, status: int = 200) -> Response:
-    return Response(body, status_code=status, media_type="application/json")
 
 
 @router.post("/v1/files")
@@ -71,7 +67,7 @@ async def upload(request: Request) -> Response:
             obj = await stored(st.files.upload(key.key_id, name, purpose, size, upload.read))
     finally:
         await form.close()
-    return _json(obj.model_dump_json())
+    return json_reply(obj.model_dump_json())
 
 
 async def _measure(upload: UploadFile) -> int:
@@ -87,13 +83,13 @@ async def list_files(
 ) -> Response:
     key = await caller(request)
     page = await stored(gateway(request).files.page(key.key_id, purpose, limit, after))
-    return _json(page.model_dump_json())
+    return json_reply(page.model_dump_json())
 
 
 @router.get("/v1/files/{file_id}")
 async def retrieve(file_id: str, request: Request) -> Response:
     key = await caller(request)
-    return _json((await stored(gateway(request).files.get(key.key_id, file_id))).model_dump_json())
+    return json_reply((await stored(gateway(request).files.get(key.key_id, file_id))).model_dump_json())
 
 
 @router.get("/v1/files/{file_id}/content")
@@ -111,4 +107,4 @@ async def content(file_id: str, request: Request) -> Response:
 async def delete(file_id: str, request: Request) -> Response:
     key = await caller(request)
     await stored(gateway(request).files.delete(key.key_id, file_id))
-    return _json(FileDeleted(id=file_id).model_dump_json())
+    return json_reply(FileDeleted(id=file_id).model_dump_json())

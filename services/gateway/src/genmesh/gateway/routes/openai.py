@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from genmesh.protocol import ModelCard, ModelList
 
 from ..exchange.errors import authenticate
-from .common import gateway
+from .common import gateway, json_reply
 
 router = APIRouter()
 
@@ -21,4 +21,4 @@ async def models(request: Request) -> Response:
     st = gateway(request)
     await authenticate(st, request.headers.get("authorization"))
     cards = ModelList(data=[ModelCard(id=name, kind=route.kind) for name, route in st.config.models.items()])
-    return Response(cards.model_dump_json(), media_type="application/json")
+    return json_reply(cards.model_dump_json())

@@ -12,11 +12,11 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol.response_objects import DeletedResponse, InputItemList
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error
-from ..responses_store import not_found
-from ..store import StoreUnavailable
-from .common import gateway
+from ..redis.client import RedisUnavailable
+from ..storage.responses import not_found
+from .common import gateway, json_reply
 
 router = APIRouter()
 
@@ -27,25 +27,21 @@ async def _caller(request: Request) -> ApiKey:
         return await st.keys.authenticate(request.headers.get("authorization"), st.auth_required)
     except (RedisError, OSError) as exc:
         st.metrics.redis_errors.inc()
-        raise admission_error(StoreUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
-
-
-def _json(body: bytes | str) -> Response:
-    return Response(body, media_type="application/json")
+        raise admission_error(RedisUnavailable(f"queue store unavailable: {type(exc).__name__}"), 1) from exc
 
 
 @router.get("/v1/responses/{response_id}")
 async def retrieve(response_id: str, request: Request) -> Response:
     key = await _caller(request)
     stored = await gateway(request).responses.load(response_id, key.key_id)
-    return _json(orjson.dumps(stored.response))
+    return json_reply(orjson.dumps(stored.response))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete(response_id: str, request: Request) -> Response:
     key = await _caller(request)
     await gateway(request).responses.delete(response_id, key.key_id)
-    return _json(DeletedResponse(id=response_id).model_dump_json())
+    return json_reply(DeletedResponse(id=response_id).model_dump_json())
 
 
 @router.get("/v1/responses/{response_id}/input_items")
@@ -74,4 +70,4 @@ async def input_items(
         last_id=page[-1].get("id") if page else None,
         has_more=len(items) > limit,
     )
-    return _json(body.model_dump_json())
+    return json_reply(body.model_dump_json())

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
-from ..store import StoreUnavailable
+from ..redis.client import RedisUnavailable
 from .common import gateway
 
 router = APIRouter()
@@ -32,7 +32,7 @@ async def ready(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     st = gateway(request)
     m = st.metrics
-    with contextlib.suppress(RedisError, OSError, StoreUnavailable):
+    with contextlib.suppress(RedisError, OSError, RedisUnavailable):
         for (model, prio), depth in (await st.admission.depths()).items():
             m.queue_depth.labels(model, str(prio)).set(depth)
         for (model, up), n in (await st.admission.in_flight()).items():

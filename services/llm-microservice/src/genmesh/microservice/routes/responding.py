@@ -26,8 +26,8 @@ from genmesh.protocol import OpenAIError, normalise_upstream_error
 from genmesh.protocol.server.asgi import body_limits, unless_disconnected
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.streaming import EventStream
-from genmesh.protocol.server.tracing import current, end_span, span, start_span, usage_attributes
-from genmesh.relay import Failures, Outcome, StreamEnd, UpstreamResponse, relay_stream
+from genmesh.protocol.server.tracing import current, end_span, start_span, usage_attributes
+from genmesh.relay import Failures, Outcome, StreamEnd, UpstreamResponse, relay_stream, relay_unary
 
 from ..metrics import MicroserviceMetrics
 from ..normalise import EngineCall
@@ -65,7 +65,7 @@ def _error_json(reply: Reply) -> Response:
         return Response(
             json.dumps(err.body()),
             status_code=err.status,
-            headers=relayed_headers(reply),
+            headers=relayed_headers(reply.headers),
             media_type="application/json",
         )
     err = OpenAIError(
@@ -77,24 +77,37 @@ def _error_json(reply: Reply) -> Response:
     return Response(json.dumps(err.body()), status_code=err.status, media_type="application/json")
 
 
-async def relay_unary(
+async def relay_call_unary(
     request: Request, upstream: Upstream, method: str, path: str, body: Any = None, as_is: bool = False
 ) -> Response:
-    """One engine request, its whole reply relayed with its status (errors included), within the
-    request deadline. ``as_is``: an error reply keeps the engine's own shape (KServe's ``{"error": ...}``)
-    instead of becoming OpenAI's."""
-    deadline_s = state_of(request).settings.request_timeout_s
+    """One engine request, its reply relayed with its status as it comes, through the shared relay
+    (``genmesh.relay.relay_unary``: one read in hand at a time, never the whole reply); an engine
+    error reply becomes OpenAI error JSON (``as_is``: it keeps the engine's own shape, KServe's
+    ``{"error": ...}``). The request deadline bounds it all: a reply not begun in time is a 504, one
+    cut off after it began ends short (as the gateway relays it)."""
+    st = state_of(request)
+    deadline_s = st.settings.request_timeout_s
+    started = time.monotonic()
+    relaying = start_span("microservice.relay", {"url.full": upstream.endpoint + path}, CLIENT)
     try:
         async with asyncio.timeout(deadline_s):
-            with span("microservice.relay", {"url.full": upstream.endpoint + path}, CLIENT):
-                reply = await unless_disconnected(
-                    request, upstream.fetch(upstream.open(method, path, request_id(request), body))
-                )
-    except TimeoutError as exc:
-        raise deadline_error("total", deadline_s) from exc
-    if reply.status >= 400 and not as_is:
-        return _error_json(reply)
-    return Response(reply.body, status_code=reply.status, headers=relayed_headers(reply))
+            with current(relaying):
+                response = await unless_disconnected(request, upstream.open(method, path, request_id(request), body))
+            refusal = await upstream.read(response) if response.status >= 400 else None
+    except BaseException as exc:
+        end_span(relaying, error=type(exc).__name__)
+        if isinstance(exc, TimeoutError):
+            raise deadline_error("total", deadline_s) from exc
+        raise
+    if refusal is not None:
+        end_span(relaying, {"http.response.status_code": refusal.status})
+        if as_is:
+            return Response(refusal.body, status_code=refusal.status, headers=relayed_headers(refusal.headers))
+        return _error_json(refusal)
+    reply, out = UpstreamResponse(response), Outcome()
+    chunks = relay_unary(reply, out, total_deadline=started + deadline_s)
+    observed = _observed(chunks, reply, out, st.metrics, request.url.path, 0.0, relaying)
+    return EventStream(observed, relayed_headers(response.headers), status=response.status)
 
 
 def deadline_error(which: str, seconds: float) -> OpenAIError:
@@ -125,7 +138,7 @@ def _failures(st: MicroserviceState) -> Failures:
 async def relay_call(request: Request, call: EngineCall, end: StreamEnd | None = None) -> Response:
     st = state_of(request)
     if not call.stream:
-        return await relay_unary(request, st.upstream, "POST", call.path, call.body)
+        return await relay_call_unary(request, st.upstream, "POST", call.path, call.body)
     started = time.monotonic()
     relaying = start_span("microservice.relay", {"url.full": st.upstream.endpoint + call.path}, CLIENT)
     try:

@@ -12,15 +12,10 @@ import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError, now
-from genmesh.protocol.response_objects import (
-    ErrorEvent,
-    ResponseErrorDetail,
-    ResponseLifecycleEvent,
-    ResponseObject,
-)
+from genmesh.protocol.response_objects import ResponseObject
+from genmesh.protocol.sse import response_failed
 from genmesh.relay import StreamEnd
 
 from ..normalise import normalise_responses
@@ -51,18 +46,8 @@ class ResponsesEnd(StreamEnd):
         return super().ended(event)
 
     def failure(self, err: OpenAIError) -> bytes:
-        error = ErrorEvent(sequence_number=self.sequence + 1, code=err.code, message=err.message)
-        response = ResponseObject(
-            id=self.response_id,
-            created_at=now(),
-            status="failed",
-            model=self.model,
-            error=ResponseErrorDetail(code="server_error", message=err.message),
-        )
-        failed = ResponseLifecycleEvent(type="response.failed", sequence_number=self.sequence + 2, response=response)
-        return b"".join(
-            ServerSentEvent(data=ev.model_dump_json(), event=ev.type, sep="\n").encode() for ev in (error, failed)
-        )
+        response = ResponseObject(id=self.response_id, created_at=now(), status="failed", model=self.model)
+        return response_failed(self.sequence + 1, response, err)
 
 
 @router.post("/v1/responses", response_model=None)

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .responding import relay_unary, state_of
+from .responding import relay_call_unary, state_of
 
 router = APIRouter()
 
@@ -41,7 +41,7 @@ async def ready(request: Request) -> JSONResponse:
 @router.get("/v3/models", response_model=None, include_in_schema=False)
 @router.get("/v3/v1/models", response_model=None, include_in_schema=False)
 async def models(request: Request) -> Response:
-    return await relay_unary(request, state_of(request).upstream, "GET", "/v1/models")
+    return await relay_call_unary(request, state_of(request).upstream, "GET", "/v1/models")
 
 
 @router.get("/v2/health/live")
@@ -65,7 +65,7 @@ async def v2_ready(request: Request) -> JSONResponse:
 @router.get("/v2/models/{name}/versions/{version}/ready", response_model=None)
 async def v2_model(request: Request) -> Response:
     """A model's KServe v2 readiness or metadata: the engine's answer, relayed as it is."""
-    return await relay_unary(request, state_of(request).upstream, "GET", request.url.path, as_is=True)
+    return await relay_call_unary(request, state_of(request).upstream, "GET", request.url.path, as_is=True)
 
 
 @router.get("/metrics")

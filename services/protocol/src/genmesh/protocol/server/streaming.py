@@ -1,4 +1,4 @@
-"""A streamed reply (SSE) with one ASGI call per chunk: its body goes around the middleware.
+"""A streamed reply (SSE, or a relayed body) with one ASGI call per chunk: its body goes around the middleware.
 
 Every message a response sends passes each ASGI middleware's ``send`` wrapper: the request id,
 tracing, the microservice's access log, and Starlette's two error handlers, a Python call each.
@@ -26,13 +26,16 @@ BODY_SEND = "genmesh.body_send"  # scope key: where a streamed body's messages g
 
 
 class EventStream(Response):
-    """``chunks`` as the body of a 200 reply, each chunk one ASGI message (one socket write)."""
+    """``chunks`` as the body of a reply (``status``: 200; an SSE stream unless ``headers`` name
+    another content type), each chunk one ASGI message (one socket write)."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncIterator[bytes], headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, chunks: AsyncIterator[bytes], headers: Mapping[str, str] | None = None, status: int = 200
+    ) -> None:
         self.chunks = chunks
-        self.status_code = 200
+        self.status_code = status
         self.background = None
         self.init_headers(headers)
 

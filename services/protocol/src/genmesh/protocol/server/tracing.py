@@ -40,6 +40,7 @@ from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from ..common import output_token_limit
 from .limits import TracingLimits
 
 log = logging.getLogger("genmesh.tracing")
@@ -171,8 +172,8 @@ def request_attributes(path: str, body: Mapping[str, Any], model: str | None = N
     name = model if model is not None else body.get("model")
     if isinstance(name, str):
         attrs["gen_ai.request.model"] = name
-    limit = body.get("max_completion_tokens", body.get("max_tokens", body.get("max_output_tokens")))
-    if isinstance(limit, int) and not isinstance(limit, bool):
+    limit = output_token_limit(body)
+    if limit is not None:
         attrs["gen_ai.request.max_tokens"] = limit
     temperature = body.get("temperature")
     if isinstance(temperature, int | float) and not isinstance(temperature, bool):

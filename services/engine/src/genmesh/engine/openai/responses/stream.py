@@ -14,25 +14,23 @@ import time
 from collections.abc import AsyncIterator
 
 from pydantic import BaseModel
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError, internal_error
 from genmesh.protocol.response_objects import (
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
     ContentPartEvent,
-    ErrorEvent,
     OutputFunctionCall,
     OutputItem,
     OutputItemEvent,
     OutputMessage,
     OutputTextPart,
-    ResponseErrorDetail,
     ResponseLifecycleEvent,
     ResponseObject,
     TextDeltaEvent,
     TextDoneEvent,
 )
+from genmesh.protocol.sse import event, response_failed
 
 from ...client.generation import Delta, Event, Finished
 from .. import tools
@@ -41,9 +39,9 @@ from .output import finished, item_id, message, split
 log = logging.getLogger("genmesh.engine.http")
 
 
-def encode(event: BaseModel, kind: str) -> bytes:
+def encode(model: BaseModel, kind: str) -> bytes:
     """One SSE event, named by its type (``event: response.created``) as OpenAI sends it."""
-    return ServerSentEvent(data=event.model_dump_json(), event=kind, sep="\n").encode()
+    return event(model.model_dump_json(), kind)
 
 
 class ResponseEvents:
@@ -172,8 +170,6 @@ class ResponseEvents:
         return out
 
     def failed(self, err: OpenAIError) -> list[bytes]:
-        error = ErrorEvent(sequence_number=self.next_seq(), code=err.code, message=err.message, param=err.param)
-        code = "server_error" if err.status >= 500 else "invalid_prompt"
-        detail = ResponseErrorDetail(code=code, message=err.message)
-        response = self.base.model_copy(update={"status": "failed", "error": detail, "output": self.output})
-        return [encode(error, "error"), self.lifecycle("response.failed", response)]
+        sequence = self.next_seq()
+        self.next_seq()  # response.failed's, after the error event's
+        return [response_failed(sequence, self.base.model_copy(update={"output": self.output}), err)]

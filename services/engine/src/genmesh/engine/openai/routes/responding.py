@@ -11,11 +11,11 @@ from typing import Any, Protocol, TypeVar
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import OpenAIError, internal_error
 from genmesh.protocol.server.asgi import unless_disconnected
 from genmesh.protocol.server.streaming import EventStream
+from genmesh.protocol.sse import DONE_EVENT, error_event, event
 
 from ...client.generation import Collected, Event, Generation
 from ..loaded_model import EngineState
@@ -49,16 +49,6 @@ def arrival_time() -> float:
     return time.perf_counter()
 
 
-def event(data: str) -> bytes:
-    """One SSE event, framed by sse-starlette (``data: ...`` and a blank line)."""
-    return ServerSentEvent(data=data, sep="\n").encode()
-
-
-def error_event(err: OpenAIError) -> bytes:
-    return event(err.to_response().model_dump_json())
-
-
-DONE = event("[DONE]")
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -110,7 +100,7 @@ async def guarded(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
     except Exception as exc:
         log.exception("stream failed")
         yield error_event(internal_error(f"stream failed: {type(exc).__name__}"))
-    yield DONE
+    yield DONE_EVENT
 
 
 def json_reply(body: BaseModel) -> Response:

@@ -31,12 +31,13 @@ from genmesh.protocol.audio import (
 from genmesh.protocol.server.asgi import unless_disconnected
 from genmesh.protocol.server.audio_form import audio_form
 from genmesh.protocol.server.streaming import EventStream
+from genmesh.protocol.sse import error_event, event
 
 from ...audio.decode import WHISPER_RATE, decode
 from ...audio.whisper import Ask, Transcript, WhisperModel
 from ...audio.worker import AudioWorker
 from ..audio_models import AudioModels
-from .responding import SSE_HEADERS, add_api_route, error_event, event, registry
+from .responding import SSE_HEADERS, add_api_route, registry
 
 log = logging.getLogger("genmesh.engine.audio")
 router = APIRouter()  # a multipart body: not CheckedRoute, which decodes JSON

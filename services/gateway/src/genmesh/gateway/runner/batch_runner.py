@@ -5,7 +5,7 @@ Each pass over the active batches (every ``batch_poll_interval_s``, or at once w
 a batch whose end is decided gets its files written (``BatchStore.finish``, any replica); a
 cancelled one whose running lines have ended is closed; one past its window is closed as
 expired; the others lend lines while this replica runs fewer than ``batch_concurrency``, in
-``turns.py``'s order (tenants, then their batches, round robin; only batches of models it routes).
+``fair_scheduler.py``'s order (tenants, then their batches, round robin; only batches of models it routes).
 A line refused for its key's RPM, TPM or concurrency goes back to its batch at once, with its
 runner and batch slots, and its tenant sits out until the refusal's Retry-After.
 
@@ -44,16 +44,16 @@ import orjson
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import TERMINAL_BATCH_STATUSES
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
 from ..exchange.dispatch import route_of
 from ..exchange.metering import ChargeOnce
+from ..redis.client import RedisUnavailable, text
 from ..state import GatewayState
-from ..store import StoreUnavailable, text
-from .batches import BatchStore, output_line
-from .files import FENCE_TTL_MS
+from ..storage.batch_validation import served_model
+from ..storage.batches import BatchStore, output_line
+from ..storage.files import FENCE_TTL_MS
+from .fair_scheduler import FairScheduler, key_limited, served_elsewhere, serves
 from .line import Outcome, send_line
-from .turns import Turns, key_limited, served_elsewhere, serves
-from .validation import served_model
 
 log = logging.getLogger("genmesh.gateway.batch")
 
@@ -88,7 +88,7 @@ class BatchRunner:
         self.status: dict[tuple[str, str], str] = {}  # batch -> status, as of the last pass
         self.wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.turns = Turns()
+        self.scheduler = FairScheduler()
         st.admission.grants.on_preempt = self.preempt
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class BatchRunner:
             while True:
                 try:
                     await self.tick()
-                except (StoreUnavailable, OSError) as exc:
+                except (RedisUnavailable, OSError) as exc:
                     log.warning("batch runner: Redis unavailable (%s); retrying", exc)
                 except Exception:
                     log.exception("batch runner pass failed")
@@ -153,7 +153,7 @@ class BatchRunner:
 
     async def _lend(self, batches: list[tuple[str, str]]) -> None:
         """Claim lines, one per tenant in turn (each tenant's batches in turn), while this replica has room."""
-        turns = self.turns.order(batches)
+        turns = self.scheduler.order(batches)
         while turns and len(self.running) < self.settings.batch_concurrency:
             owner, ids = turns.pop(0)
             while ids:
@@ -162,7 +162,7 @@ class BatchRunner:
                 kind = text(res[0])
                 if kind == "ok":
                     self._start(owner, batch_id, int(res[1]), bytes(res[2] or b""))
-                    self.turns.lent(owner, batch_id)
+                    self.scheduler.lent(owner, batch_id)
                     turns.append((owner, [*ids, batch_id]))  # this tenant's next turn: its next batch
                     break
                 if kind == "empty" and int(res[1]) == 0:
@@ -222,7 +222,7 @@ class BatchRunner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.batches.give_back(line.owner, line.batch_id, line.idx))
             raise
-        except StoreUnavailable as exc:  # its lease lapses and the line runs again once Redis is back
+        except RedisUnavailable as exc:  # its lease lapses and the line runs again once Redis is back
             log.warning("batch %s line %d: Redis unavailable (%s)", line.batch_id, line.idx, exc)
             return
         except Exception:  # not given back at once: the lease lapses first, so a failing line never spins
@@ -260,7 +260,7 @@ class BatchRunner:
             if outcome is None:  # preempted: it runs again from the start
                 return None
             if outcome.wait and key_limited(outcome):  # give the runner and batch slots back while it waits
-                self.turns.sit_out(line.owner, outcome.retry_after_s)
+                self.scheduler.sit_out(line.owner, outcome.retry_after_s)
                 return None
             if outcome.wait or (outcome.transient and attempts + 1 < self.settings.batch_max_attempts):
                 attempts += 0 if outcome.wait else 1
@@ -318,7 +318,7 @@ class BatchRunner:
                     line.owner, line.batch_id, line.idx, kind, out, line.model
                 )
                 break
-            except StoreUnavailable:
+            except RedisUnavailable:
                 if time.monotonic() > deadline:
                     log.warning("batch %s line %d: result not recorded (Redis away)", line.batch_id, line.idx)
                     return
@@ -327,14 +327,14 @@ class BatchRunner:
             outcome = "completed" if kind == "o" else "failed"
             self.st.metrics.batch_lines.labels(line.model, outcome).inc()
         if pending == 0 and running == 0:
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 await self._close(line.owner, line.batch_id, "completed")
 
     async def _key(self, owner: str) -> ApiKey | None:
         try:
             return await self.st.keys.by_id(owner)
         except OSError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            raise RedisUnavailable(str(exc)) from exc
 
     # -- the model's batch slots -------------------------------------------------------------------
 
@@ -357,7 +357,7 @@ class BatchRunner:
                 if took:
                     line.has_slot = True
                     return True
-            except StoreUnavailable:
+            except RedisUnavailable:
                 pass
             if not self._in_progress(line):
                 return False
@@ -388,10 +388,10 @@ class BatchRunner:
             if line.has_slot and line.route is not None:
                 by_model.setdefault(line.route, []).append(line.slot)
         for (owner, batch_id), indexes in by_batch.items():
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 await self.batches.renew(owner, batch_id, indexes)
         ttl_ms = int(self.settings.batch_lease_ttl_s * 1000)
         for name, slots in by_model.items():
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 key = self.st.admission.keys[name].batch
                 await self.batches.store.call(self.st.scripts.renew_batch_slots(keys=[key], args=[ttl_ms, *slots]))

@@ -10,9 +10,9 @@ from typing import Any
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.errors import quote
 
-from ..redis_keys import KeySpace
+from ..redis.client import text
+from ..redis.keys import KeySpace
 from ..settings import GatewaySettings
-from ..store import text
 
 
 def room_keys(keyspace: KeySpace, owner: str) -> list[str]:

@@ -8,7 +8,7 @@ owner's hash slot (``KeySpace.file``), so saving and deleting are single Lua scr
 key's lookup finds nothing: a 404, never someone else's file. Each lives ``files_ttl_s``.
 
 A file is written chunk by chunk (``ChunkWriter``, ``lua/append_chunk.lua``) after its quota is
-reserved (``quotas.py``) and becomes visible at once when done (``lua/save_file.lua``); it is read
+reserved (``admission/quotas.py``) and becomes visible at once when done (``lua/save_file.lua``); it is read
 chunk by chunk (``FileStore.chunks``), so neither holds more than a chunk or two in memory.
 """
 
@@ -26,9 +26,9 @@ from redis.exceptions import RedisError
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import FileList, FileObject
 
-from ..quotas import Quotas, released
+from ..admission.quotas import Quotas, released
+from ..redis.client import RedisClient, RedisUnavailable, start_after, text
 from ..settings import GatewaySettings
-from ..store import Store, StoreUnavailable, start_after, text
 
 
 def file_not_found(file_id: str, param: str | None = None) -> OpenAIError:
@@ -57,7 +57,7 @@ class ChunkWriter:
     most one chunk plus the piece being written; fenced by ``fence`` = ``token`` when given."""
 
     def __init__(
-        self, store: Store, data_key: str, chunk_bytes: int, ttl_ms: int, fence: str = "", token: str = ""
+        self, store: RedisClient, data_key: str, chunk_bytes: int, ttl_ms: int, fence: str = "", token: str = ""
     ) -> None:
         self.store = store
         self.data_key = data_key
@@ -112,7 +112,7 @@ class LineCount:
 
 
 class FileStore:
-    def __init__(self, store: Store, settings: GatewaySettings, quotas: Quotas) -> None:
+    def __init__(self, store: RedisClient, settings: GatewaySettings, quotas: Quotas) -> None:
         self.store = store
         self.keyspace = store.keyspace
         self.settings = settings
@@ -258,4 +258,4 @@ class FileStore:
                 return list(await pipe.execute())
         except (RedisError, OSError) as exc:
             self.store.metrics.redis_errors.inc()
-            raise StoreUnavailable(f"file store unavailable: {type(exc).__name__}") from exc
+            raise RedisUnavailable(f"file store unavailable: {type(exc).__name__}") from exc

@@ -8,7 +8,7 @@ request's state from Redis in case a message was lost (listener reconnecting, Re
 Leases and queue heartbeats of this process's requests are renewed every lease/3; a killed
 gateway's leases expire and any replica's sweep hands them on. When Redis loses the state (a
 restart without persistence) the scripts start a new epoch, and this gateway re-registers the
-leases of its running requests before it admits another (``lua_scripts.py``).
+leases of its running requests before it admits another (``redis/scripts.py``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .config import ModelRoute, RoutingConfig
+from ..redis.client import RedisClient, RedisUnavailable, text
+from ..redis.keys import ModelKeys
+from ..routing.config import ModelRoute, RoutingConfig
+from ..routing.upstreams import Pool
+from ..settings import GatewaySettings
 from .grants import RECHECK, GrantListener
-from .redis_keys import ModelKeys
-from .settings import GatewaySettings
-from .store import Store, StoreUnavailable, text
 from .tickets import BATCH_CLASS, BATCH_PRIORITY, NoUpstream, QueueFull, QueueTimeout, Ticket
-from .upstreams import Pool
 
 log = logging.getLogger("genmesh.gateway.queue")
 
@@ -39,7 +39,7 @@ log = logging.getLogger("genmesh.gateway.queue")
 class Admission:
     def __init__(
         self,
-        store: Store,
+        store: RedisClient,
         config: RoutingConfig,
         settings: GatewaySettings,
         pool: Pool,
@@ -113,7 +113,7 @@ class Admission:
                 granted = await self._wait(ticket, deadline, exclude)
                 if prefix_keys := self._prefix_keys(ticket):  # granted from the queue: remember it too
                     args = [granted + 1, int(route.affinity_ttl_s * 1000)]
-                    with contextlib.suppress(StoreUnavailable):
+                    with contextlib.suppress(RedisUnavailable):
                         await self.store.call(self.store.scripts.remember(keys=prefix_keys, args=args))
         except BaseException:
             self._release_soon(ticket)  # not waited for: with Redis away it would wait its own timeout
@@ -147,7 +147,7 @@ class Admission:
                 break
             await self._resync(route, text(res[1]))  # a new epoch: our running requests count first
         else:
-            raise StoreUnavailable("queue state keeps being reset; try again shortly")
+            raise RedisUnavailable("queue state keeps being reset; try again shortly")
         if code == 1:
             self.grants.forget(ticket.id)
             ticket.affinity = text(res[2]) if len(res) > 2 else ""
@@ -191,7 +191,7 @@ class Admission:
                 return int(state[2:]) - 1
             if state == "":  # lost (Redis restarted or our heartbeat lapsed): queue again, in front
                 log.info("request %s lost its queue entry; re-admitting", ticket.id)
-                with contextlib.suppress(StoreUnavailable):
+                with contextlib.suppress(RedisUnavailable):
                     granted = await self._admit(ticket, exclude, front=True)
                     if granted is not None:
                         return granted
@@ -204,7 +204,7 @@ class Admission:
             got = await self._run(
                 self.store.scripts.preempt_batch, route, ticket.id, extra_keys=[self.keys[route.name].batch]
             )
-        except StoreUnavailable:
+        except RedisUnavailable:
             return
         if got:
             self.store.metrics.batch_preemptions.labels(route.name).inc()
@@ -246,7 +246,7 @@ class Admission:
                 ids, done = batch
                 try:
                     await self._run(self.store.scripts.release, route, *ids)
-                except StoreUnavailable:
+                except RedisUnavailable:
                     log.warning("release of %d request(s) failed: Redis down; their leases expire", len(ids))
                 finally:
                     if not done.done():
@@ -272,7 +272,7 @@ class Admission:
 
     async def renew_once(self) -> None:
         for name in self._tracked:
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 await self._renew(name)
 
     async def _renew(self, name: str) -> None:
@@ -311,7 +311,7 @@ class Admission:
 
     async def _reclaim_later(self, route: ModelRoute, delay_s: float) -> None:
         await asyncio.sleep(delay_s + 0.01)
-        with contextlib.suppress(StoreUnavailable):
+        with contextlib.suppress(RedisUnavailable):
             await self._run(self.store.scripts.reclaim, route)
 
     async def reclaim_forever(self) -> None:
@@ -321,7 +321,7 @@ class Admission:
 
     async def reclaim_once(self) -> None:
         for route in self.config.models.values():
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(RedisUnavailable):
                 await self._run(self.store.scripts.reclaim, route)
 
     async def depths(self) -> dict[tuple[str, int], int]:

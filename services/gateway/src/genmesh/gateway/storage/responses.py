@@ -23,10 +23,10 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError, service_unavailable
 
-from .metrics import GatewayMetrics
-from .quotas import Quotas
-from .redis_keys import KeySpace
-from .store import StoreUnavailable
+from ..admission.quotas import Quotas
+from ..metrics import GatewayMetrics
+from ..redis.client import RedisUnavailable
+from ..redis.keys import KeySpace
 
 log = logging.getLogger("genmesh.gateway.responses")
 
@@ -142,7 +142,7 @@ class ResponseStore:
         if self.quotas is not None:
             try:
                 await self.quotas.reserve_response(owner, response_id, len(record))
-            except StoreUnavailable as exc:
+            except RedisUnavailable as exc:
                 raise self._unavailable(exc) from exc
         try:
             await self._save(keys=[key], args=[owner, record, self.ttl_ms])
@@ -159,5 +159,5 @@ class ResponseStore:
         if self.quotas is not None:
             try:
                 await self.quotas.release_response(owner, response_id)
-            except StoreUnavailable:  # the entry lapses with the response's TTL
+            except RedisUnavailable:  # the entry lapses with the response's TTL
                 log.warning("stored response %s deleted; its quota entry lapses with its TTL", response_id)

@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from genmesh.protocol.common import OUTPUT_TOKEN_LIMITS
+from genmesh.protocol.sse import event as sse_event
 from genmesh.relay import DONE_EVENT, Outcome, split_events
 
 _ERROR = b'data: {"error"'
@@ -103,7 +105,7 @@ class Continuation:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             _shift(usage, self.before)
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return sse_event(orjson.dumps(chunk).decode())
 
     def ended_early(self, failure: bytes) -> bool:
         """The leg ended without its last event: a failure (``failure`` is what to say) unless the
@@ -134,7 +136,7 @@ class Continuation:
                 body["messages"] = str(body["messages"]) + so_far
             else:
                 body["prompt"] = str(body["prompt"]) + so_far
-            for limit in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
+            for limit in OUTPUT_TOKEN_LIMITS:
                 if isinstance(body.get(limit), int):
                     body[limit] = max(1, body[limit] - self.tokens)
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .config import ModelRoute
+from ..routing.config import ModelRoute
 
 BATCH_PRIORITY = -1  # batch lines: below every interactive priority (0-9)
 BATCH_CLASS = "b"  # their queue class, sorted after the interactive classes "0".."9"

@@ -183,7 +183,7 @@ class KeySpace:
     def served_models(self) -> str:
         """ZSET model -> expiry ms: the models some live replica routes, each renewed by every replica
         that routes it at each runner pass (TTL a minute); a batch runner lends a batch only where
-        its models are routed (``batch/turns.py``)."""
+        its models are routed (``runner/fair_scheduler.py``)."""
         return f"{self.prefix}:models:served"
 
     def api_key_index(self) -> str:

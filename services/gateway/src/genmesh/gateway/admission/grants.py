@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .metrics import GatewayMetrics
+from ..metrics import GatewayMetrics
 
 log = logging.getLogger("genmesh.gateway.queue")
 RECHECK = -1  # a future resolved with this means "read your state from Redis now"

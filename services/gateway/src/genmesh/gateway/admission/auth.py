@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 
 from genmesh.protocol import OpenAIError
 
-from .redis_keys import API_KEY_TTL_S, REVOKED_TOMBSTONE_TTL_S, KeySpace
+from ..redis.keys import API_KEY_TTL_S, REVOKED_TOMBSTONE_TTL_S, KeySpace
 
 PRIORITY_NAMES = {"lowest": 0, "low": 2, "normal": 5, "high": 7, "highest": 9}
 

@@ -22,13 +22,13 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import root_span, set_status
 
-from ..auth import ApiKey
+from ..admission.auth import ApiKey
+from ..admission.tickets import BATCH_PRIORITY
 from ..exchange.exchange import Exchange
 from ..exchange.metering import ChargeOnce
 from ..exchange.responses import PATH as RESPONSES_PATH
 from ..exchange.responses import ResponsesExchange
 from ..state import GatewayState
-from ..tickets import BATCH_PRIORITY
 
 # refusals that say "not now" (the key's limits, the queue, Redis, no upstream yet): the line waits
 WAIT_STATUSES = frozenset({429, 503})

@@ -15,10 +15,10 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError
 
+from ..redis.client import RedisClient, text
+from ..redis.keys import USAGE_TTL_S
+from ..replies import too_many_requests, with_retry_after
 from .auth import ApiKey
-from .redis_keys import USAGE_TTL_S
-from .replies import too_many_requests, with_retry_after
-from .store import Store, text
 
 _LIMIT_MESSAGES = {
     "rpm": "requests per minute",
@@ -33,7 +33,7 @@ def rate_limited(kind: str, retry_after: int) -> OpenAIError:
 
 
 class Limiter:
-    def __init__(self, store: Store, lease_ttl_s: float) -> None:
+    def __init__(self, store: RedisClient, lease_ttl_s: float) -> None:
         self.store = store
         self.redis = store.redis
         self.keyspace = store.keyspace

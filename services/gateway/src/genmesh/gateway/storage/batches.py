@@ -32,14 +32,14 @@ from genmesh.protocol.batches import (
     FileObject,
 )
 
-from ..config import RoutingConfig
-from ..redis_keys import BatchKeys
+from ..admission.batch_capacity import no_room, room_args, room_keys
+from ..redis.client import RedisClient, RedisUnavailable, start_after, text
+from ..redis.keys import BatchKeys
+from ..routing.config import RoutingConfig
 from ..settings import GatewaySettings
-from ..store import Store, StoreUnavailable, start_after, text
+from .batch_output import ordered_results, quota_line
+from .batch_validation import LineRules, check, requests, served_model
 from .files import Fenced, FileStore
-from .output import ordered_results, quota_line
-from .room import no_room, room_args, room_keys
-from .validation import LineRules, check, requests, served_model
 
 ACTIVE_GRACE_S = 600  # a batch counts as in progress at most this long past its window (its end, unnoticed)
 LOAD_CHUNK = 1000  # lines per Redis round trip while a batch's lines are copied in
@@ -90,7 +90,7 @@ def output_file_id(batch_id: str, kind: str) -> str:
 
 class BatchStore:
     def __init__(
-        self, store: Store, files: FileStore, settings: GatewaySettings, config: RoutingConfig | None = None
+        self, store: RedisClient, files: FileStore, settings: GatewaySettings, config: RoutingConfig | None = None
     ) -> None:
         self.store = store
         # the served models (none for the keys CLI, which only purges: it creates no batch)
@@ -214,7 +214,7 @@ class BatchStore:
                         await pipe.execute()
                 except (RedisError, OSError) as exc:
                     self.store.metrics.redis_errors.inc()
-                    raise StoreUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
+                    raise RedisUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
                 chunk = {}
             if idx == len(custom_ids) - 1:
                 break
@@ -233,7 +233,7 @@ class BatchStore:
                 metas = [decode(m) for m in await pipe.execute()]
         except (RedisError, OSError) as exc:
             self.store.metrics.redis_errors.inc()
-            raise StoreUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
+            raise RedisUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
         data = [to_batch(m) for m in metas if m.get("id") and m.get("status")]
         return BatchList(
             data=data,
@@ -282,7 +282,7 @@ class BatchStore:
     async def done(self, owner: str, batch_id: str, idx: int, kind: str, line: bytes, model: str) -> list[int]:
         """Write a line's result once. A result over ``batch_output_line_max_bytes`` becomes an error line;
         one past the batch's ``batch_output_max_bytes`` closes the batch 'failed' (``lua/line_done.lua``);
-        with Redis at its budget the line is not written (``StoreUnavailable``: its lease lapses and it
+        with Redis at its budget the line is not written (``RedisUnavailable``: its lease lapses and it
         runs again later)."""
         keys = self.keys(owner, batch_id)
         cap = self.settings.batch_output_line_max_bytes
@@ -293,7 +293,7 @@ class BatchStore:
         try:
             await self.files.quotas.budget(len(line))
         except OpenAIError as exc:
-            raise StoreUnavailable(exc.message) from exc
+            raise RedisUnavailable(exc.message) from exc
         limit = self.settings.batch_output_max_bytes
         errors = orjson.dumps(
             [

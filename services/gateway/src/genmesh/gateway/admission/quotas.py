@@ -25,8 +25,8 @@ from typing import Any
 
 from genmesh.protocol import OpenAIError
 
-from .settings import GatewaySettings
-from .store import Store, text
+from ..redis.client import RedisClient, text
+from ..settings import GatewaySettings
 
 BUDGET_CACHE_S = 1.0  # Redis' INFO memory is read at most this often per replica
 
@@ -50,7 +50,7 @@ def storage_full(message: str, retry_after_s: int = 60) -> OpenAIError:
 
 
 class Quotas:
-    def __init__(self, store: Store, settings: GatewaySettings) -> None:
+    def __init__(self, store: RedisClient, settings: GatewaySettings) -> None:
         self.store = store
         self.settings = settings
         self.ttl_ms = int(settings.files_ttl_s * 1000)

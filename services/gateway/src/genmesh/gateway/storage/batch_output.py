@@ -12,14 +12,14 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol.batches import BatchOutputLine
 
-from ..redis_keys import BatchKeys
-from ..store import Store, StoreUnavailable, text
+from ..redis.client import RedisClient, RedisUnavailable, text
+from ..redis.keys import BatchKeys
 
 LOAD_CHUNK = 1000  # lines whose result lengths are read in one round trip
 
 
 async def ordered_results(
-    store: Store, keys: BatchKeys, total: int, expired: bool, limit: int
+    store: RedisClient, keys: BatchKeys, total: int, expired: bool, limit: int
 ) -> AsyncIterator[tuple[str, bytes]]:
     """Each line's result in line order (``expired``: lines without one get an expired line),
     fetched about a chunk at a time (lengths first), never the whole output at once."""
@@ -51,7 +51,7 @@ async def ordered_results(
                 yield "e", expired_line(text(expired_ids.get(idx) or b""))
 
 
-async def _lengths(store: Store, results: str, idxs: list[int]) -> list[int]:
+async def _lengths(store: RedisClient, results: str, idxs: list[int]) -> list[int]:
     try:
         async with store.redis.pipeline(transaction=False) as pipe:
             for idx in idxs:
@@ -59,7 +59,7 @@ async def _lengths(store: Store, results: str, idxs: list[int]) -> list[int]:
             return [int(n) for n in await pipe.execute()]
     except (RedisError, OSError) as exc:
         store.metrics.redis_errors.inc()
-        raise StoreUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
+        raise RedisUnavailable(f"batch store unavailable: {type(exc).__name__}") from exc
 
 
 def quota_line(custom_id: str, quota: str, value: int, size: int) -> bytes:

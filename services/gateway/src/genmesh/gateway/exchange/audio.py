@@ -12,9 +12,9 @@ from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError
 
-from .auth import ApiKey
-from .redis_keys import USAGE_TTL_S
-from .state import GatewayState
+from ..admission.auth import ApiKey
+from ..redis.keys import USAGE_TTL_S
+from ..state import GatewayState
 
 
 async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters: int) -> None:

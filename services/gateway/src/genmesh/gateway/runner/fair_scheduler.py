@@ -1,5 +1,5 @@
-"""Whose lines the batch runner lends next: round robin across tenants (API keys), then across each
-tenant's batches; a tenant whose key refused a line (RPM, TPM, concurrency) sits out until the
+"""The batch runner's fair scheduler, whose lines it lends next: round robin across tenants (API keys),
+then across each tenant's batches; a tenant whose key refused a line (RPM, TPM, concurrency) sits out until the
 refusal's Retry-After; and a batch is lent only by replicas that route its models.
 
 Which replica lends which batch: every replica names the models it routes in Redis
@@ -15,14 +15,14 @@ import time
 
 import orjson
 
-from ..config import RoutingConfig
-from ..store import Store, text
+from ..redis.client import RedisClient, text
+from ..routing.config import RoutingConfig
 from .line import Outcome
 
 MAX_COOL_S = 60.0  # longest a rate-limited key's batches lend nothing (an RPM/TPM window)
 
 
-class Turns:
+class FairScheduler:
     def __init__(self) -> None:
         self.last_owner = ""  # the tenant a line was last lent for
         self.last_batch: dict[str, str] = {}  # per tenant, the batch a line was last lent from
@@ -80,7 +80,7 @@ def key_limited(outcome: Outcome) -> bool:
     return isinstance(code, str) and code.startswith("rate_limit_exceeded_")
 
 
-async def served_elsewhere(store: Store, mine: set[str], poll_interval_s: float) -> set[str]:
+async def served_elsewhere(store: RedisClient, mine: set[str], poll_interval_s: float) -> set[str]:
     """Name the models this replica routes (``mine``, for a few poll intervals); those other replicas route."""
     key, redis = store.keyspace.served_models(), store.redis
     now_ms = int(time.time() * 1000)

@@ -2,7 +2,7 @@
 
 Health is this gateway's own view (probes, request failures, and progress); it decides which
 upstreams this gateway offers to the admission scripts. The least-in-flight pick itself happens in
-Redis (``lua_scripts.py``), across all replicas.
+Redis (``redis/scripts.py``), across all replicas.
 
 Progress: an upstream can pass its health probe while generating nothing (a hung engine whose
 ``/health`` has not noticed yet). So the gateway watches the streams it relays: when an upstream
@@ -40,8 +40,8 @@ from typing import Literal
 
 import httpx
 
+from ..settings import GatewaySettings
 from .config import ModelRoute, RoutingConfig, UpstreamConfig
-from .settings import GatewaySettings
 
 log = logging.getLogger("genmesh.gateway.upstreams")
 

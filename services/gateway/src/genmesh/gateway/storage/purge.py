@@ -19,16 +19,16 @@ from typing import Any
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.batches import FileObject
 
-from ..responses_store import ResponseStore
-from ..store import text
+from ..redis.client import text
 from .batches import BatchStore, decode
 from .files import FileStore
+from .responses import ResponseStore
 
 SCAN_COUNT = 1000  # keys per SCAN step while stored responses are looked for
 
 
 @dataclass
-class KeyStorage:
+class KeyHoldings:
     """One key's stored things: counts, and up to ``limit`` of each."""
 
     files: list[FileObject] = field(default_factory=list)
@@ -47,7 +47,9 @@ class KeyStorage:
         }
 
 
-class Storage:
+class Holdings:
+    """What each key holds across the stores (files, batches, stored responses): listed and purged."""
+
     def __init__(self, files: FileStore, batches: BatchStore, responses: ResponseStore) -> None:
         self.files = files
         self.batches = batches
@@ -55,8 +57,8 @@ class Storage:
         self.store = batches.store
         self.keyspace = batches.keyspace
 
-    async def of(self, owner: str, limit: int) -> KeyStorage:
-        out = KeyStorage()
+    async def of(self, owner: str, limit: int) -> KeyHoldings:
+        out = KeyHoldings()
         redis = self.store.redis
         for file_id in await self._ids(self.keyspace.files(owner)):
             raw = await self.store.call(redis.hget(self.keyspace.file(owner, file_id)[0], "object"))

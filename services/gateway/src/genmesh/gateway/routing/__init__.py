@@ -1,0 +1,1 @@
+"""Where a request goes: the routing config, the upstream pools and their circuits, affinity and failover."""

@@ -1,0 +1,1 @@
+"""What the gateway keeps for a key: files, batches and their output, stored responses, and their purge."""
