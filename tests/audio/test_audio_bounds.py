@@ -25,13 +25,13 @@ from eval_whisper_fidelity import words
 from support.audio import MAX_DURATION_S, WHISPER_NAME
 from support.audio_bombs import flac_claiming, ogg_claiming, silence, wav_claiming
 from support.servers import MODEL_NAME, Server
-from support.unharmed import unharmed
+from support.unharmed import chat, unharmed
 
 pytestmark = pytest.mark.timeout(300)
 
-# What decoding may add to the engine's peak: blocks of 2 MiB and a 16 kHz mono output (40 s: 2.5 MiB),
-# with room for Whisper's own buffers. Decoding the 40 s bomb whole, as before issue 54, took 246 MiB of
-# float32 samples, and its downmix 31 MiB more.
+# What decoding may add to the engine's peak: blocks of 2 MiB and a 16 kHz mono output (40 s: 2.4 MiB),
+# with room for Whisper's own buffers. Decoding the 40 s part whole, as before issue 54, held 234 MiB of
+# float32 samples and 29 MiB of downmix (264 MiB peak under tracemalloc; the block decoder 6.7 MiB).
 RSS_BOUND = 150 * 2**20
 HI_RATE, CHANNELS = 192_000, 8
 CLAIM_S = 29 * 60  # the issue's bomb: 192 kHz x 8 channels x 29 minutes, 11 GB of float32
@@ -70,7 +70,7 @@ def test_files_that_claim_too_much_are_400s_naming_file(audio_engine: Server) ->
         assert len(data) < 100_000  # small files; the claim is what counts
         info = soundfile.info(io.BytesIO(data))
         assert (info.samplerate, info.channels, info.frames) == (HI_RATE, CHANNELS, HI_RATE * CLAIM_S)
-    with unharmed(audio_engine, MODEL_NAME, RSS_BOUND):
+    with unharmed(audio_engine, RSS_BOUND, *chat(MODEL_NAME)):
         for name, data in (("bomb.flac", flac), ("bomb.ogg", ogg)):
             message = _refused(transcribe(url, name, data), "file", "audio_too_long")
             assert f"{MAX_DURATION_S} s" in message
@@ -96,7 +96,7 @@ def test_a_spoken_chat_s_parts_share_one_duration_budget_and_decode_in_bounded_m
         for d in (first, second)
     ]
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": parts}], "max_tokens": 4}
-    with unharmed(audio_engine, MODEL_NAME, RSS_BOUND):
+    with unharmed(audio_engine, RSS_BOUND, *chat(MODEL_NAME)):
         r = httpx.post(audio_engine.url + "/v1/chat/completions", json=body, timeout=120)
     message = _refused(r, "messages[0].content[1].input_audio.data", "audio_too_long")
     assert f"limit of {MAX_DURATION_S} s together (40.0 s before this one)" in message
