@@ -54,6 +54,19 @@ def transcribe(url: str, name: str, data: bytes, **fields: Any) -> httpx.Respons
     )
 
 
+def spoken(url: str, text: str) -> bytes:
+    """``text`` spoken by the engine's voice: the clip these tests copy. The voice's VITS inference now and
+    then fails (OpenVINO's Range node overflows on a sampled duration: a 500, seen in about one sentence
+    in twenty here, in the voice alone too); the clip is only this test's input, so up to three tries."""
+    body = {"model": "piper-joe", "voice": "alloy", "input": text, "response_format": "wav"}
+    for _ in range(3):
+        r = httpx.post(url + "/v1/audio/speech", json=body, timeout=120)
+        if r.status_code != 500:
+            break
+    assert r.status_code == 200, r.text
+    return r.content
+
+
 def _refused(r: httpx.Response, param: str, code: str) -> str:
     assert r.status_code == 400, r.text
     error = r.json()["error"]
@@ -105,11 +118,7 @@ def test_a_spoken_chat_s_parts_share_one_duration_budget_and_decode_in_bounded_m
 def test_eight_channels_and_192_khz_transcribe_as_the_mono_16_khz_copy(audio_engine: Server) -> None:
     url = audio_engine.url
     text = "The children played football in the park after school."
-    wav = httpx.post(
-        url + "/v1/audio/speech",
-        json={"model": "piper-joe", "voice": "alloy", "input": text, "response_format": "wav"},
-        timeout=120,
-    ).content
+    wav = spoken(url, text)
     voice, rate = soundfile.read(io.BytesIO(wav), dtype="float32")
     mono16 = soxr.resample(voice, rate, 16_000)
     hi = soxr.resample(voice, rate, HI_RATE)
