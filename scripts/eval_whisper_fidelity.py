@@ -81,7 +81,7 @@ def engine_half(whisper_ir: Path, voice_onnx: Path, recorded: list[Path], clips:
     transcribe them as the engine does: the synthesised ones made by the voice, the recorded ones read."""
     import soundfile
 
-    from genmesh.engine.audio.decode import decode
+    from genmesh.engine.audio.decode import AudioLimits, decode
     from genmesh.engine.audio.voice import PiperVoice
     from genmesh.engine.audio.whisper import Ask, WhisperModel
 
@@ -97,7 +97,7 @@ def engine_half(whisper_ir: Path, voice_onnx: Path, recorded: list[Path], clips:
         (clips / group).mkdir()
         texts[group] = []
         for i, data in enumerate(files):
-            audio = decode(data, max_duration_s=60.0)
+            audio = decode(data, AudioLimits(max_duration_s=60.0, max_sample_rate=192_000, max_channels=8))
             np.save(clips / group / f"{i:02d}.npy", audio)
             texts[group].append(model.transcribe(audio, Ask(), threading.Event()).text)
     return texts

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
+import tracemalloc
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile
+import soxr
 
-from genmesh.engine.audio.decode import WHISPER_RATE, decode
+from genmesh.engine.audio.decode import WHISPER_RATE, AudioLimits, decode
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.audio import TranscriptionRequest, TranscriptionSegment, srt, timestamp, vtt
+from support.audio_bombs import flac_claiming, ogg_claiming, silence
 from support.polling import until
 from support.servers import ROOT
 
@@ -70,20 +75,77 @@ def test_subtitles() -> None:
     assert vtt(segs).startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHi.\n")
 
 
+LIMITS = AudioLimits(max_duration_s=60, max_sample_rate=192_000, max_channels=8)
+
+
 def test_decoder_resamples_to_16k_mono_and_names_file_on_bad_bytes() -> None:
     stereo = np.stack([np.sin(np.arange(44100) / 10), np.zeros(44100)], axis=1).astype(np.float32)
     out = io.BytesIO()
     soundfile.write(out, stereo, 44100, format="FLAC")
-    mono = decode(out.getvalue(), max_duration_s=60)
+    mono = decode(out.getvalue(), LIMITS)
     assert mono.dtype == np.float32
     assert abs(mono.shape[0] - WHISPER_RATE) < 10
     for data in (b"", b"RIFF....WAVEfmt ", b"\x00" * 1000):
         with pytest.raises(OpenAIError) as err:
-            decode(data, max_duration_s=60)
+            decode(data, LIMITS)
         assert err.value.param == "file"
     with pytest.raises(OpenAIError) as err:
-        decode(out.getvalue(), max_duration_s=0.5)
+        decode(out.getvalue(), replace(LIMITS, max_duration_s=0.5))
     assert err.value.code == "audio_too_long"
+
+
+def test_decoding_in_blocks_is_the_whole_file_s_downmix_and_resampling() -> None:
+    """Eight different channels at 48 kHz, over several blocks: the blocks' output is the one-shot
+    downmix and resampling of the whole file (soxr's streaming resampler is the one-shot one, cut)."""
+    rate, seconds = 48_000, 4.5
+    t = np.arange(int(rate * seconds)) / rate
+    channels = np.stack([np.sin(2 * np.pi * (200 + 50 * c) * t) / (c + 1) for c in range(8)], axis=1)
+    out = io.BytesIO()
+    soundfile.write(out, channels.astype(np.float32), rate, format="WAV", subtype="FLOAT")
+    got = decode(out.getvalue(), LIMITS)
+    want = soxr.resample(channels.astype(np.float32).mean(axis=1), rate, WHISPER_RATE)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() < 1e-4
+
+
+def test_a_bomb_within_the_limits_is_decoded_in_bounded_memory() -> None:
+    """10 s at 192 kHz x 8 channels is 61 MB of float32 samples; decoded a block at a time, the peak
+    of what numpy holds is the 16 kHz mono output (0.6 MB) and a few 2 MiB blocks."""
+    bomb = silence("FLAC", "PCM_16", 192_000, 8, 10)
+    tracemalloc.start()
+    try:
+        mono = decode(bomb, LIMITS)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert mono.shape == (10 * WHISPER_RATE,)
+    assert peak < 12 * 2**20, f"{peak / 2**20:.1f} MiB"
+
+
+def test_what_a_header_claims_is_checked_before_decoding() -> None:
+    flac = silence("FLAC", "PCM_16", 192_000, 8, 0.5)
+    cases = [
+        (flac_claiming(flac, 192_000 * 29 * 60), LIMITS, "audio_too_long"),
+        (flac_claiming(flac, 0), LIMITS, "invalid_file"),  # no length: libsndfile cannot read it in blocks
+        (ogg_claiming(silence("OGG", "VORBIS", 16_000, 1, 20), 16_000 * 29 * 60), LIMITS, "audio_too_long"),
+        (flac, replace(LIMITS, max_sample_rate=96_000), "audio_sample_rate_too_high"),
+        (flac, replace(LIMITS, max_channels=2), "audio_too_many_channels"),
+        (silence("WAV", "PCM_16", 16_000, 16, 0.1), LIMITS, "audio_too_many_channels"),
+    ]
+    for data, limits, code in cases:
+        with pytest.raises(OpenAIError) as err:
+            decode(data, limits)
+        assert (err.value.status, err.value.param, err.value.code) == (400, "file", code)
+
+
+def test_a_set_stop_flag_ends_decoding_between_blocks() -> None:
+    from genmesh.engine.audio.worker import Stopped
+
+    bomb = silence("FLAC", "PCM_16", 192_000, 8, 2)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Stopped):
+        decode(bomb, LIMITS, stop)
 
 
 def test_aac_is_adts_aac_lc_that_decodes_to_the_samples_length() -> None:

@@ -26,7 +26,8 @@ from support.gateway_helpers import launch_gateway, model_config, private_redis
 from support.hostile import start_microservice
 from support.polling import wait_until
 from support.rerank import CHUNK_LENGTH, CROSS_DOCS, DOCUMENTS, LONG, QUERY, make_cross_encoder, reference
-from support.servers import EMBEDDING_MODEL, MODEL_NAME, start_repository_engine
+from support.servers import EMBEDDING_MODEL, MODEL_NAME, Server, start_repository_engine
+from support.unharmed import unharmed
 
 SCORER = "minilm"
 CROSS = "cross"
@@ -35,8 +36,8 @@ MAX_DOCUMENTS = 8
 
 
 @pytest.fixture(scope="module")
-def rerank_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, str, Path]]:
-    """(the mesh, the engine's URL, the cross-encoder folder)."""
+def rerank_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    """(the engine serving the repository, the cross-encoder folder)."""
     root = tmp_path_factory.mktemp("rerank-repo")
     folder = make_cross_encoder(root / CROSS)
     (root / SCORER).symlink_to(EMBEDDING_MODEL)
@@ -48,6 +49,17 @@ def rerank_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh
     config.write_text(json.dumps({"mediapipe_config_list": entries}))
     logs = tmp_path_factory.mktemp("rerank-logs")
     engine = start_repository_engine(config, logs, "--rerank-max-documents", str(MAX_DOCUMENTS))
+    yield engine, folder
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def rerank_mesh(
+    rerank_engine: tuple[Server, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Mesh, str, Path]]:
+    """(the mesh, the engine's URL, the cross-encoder folder)."""
+    engine, folder = rerank_engine
+    logs = tmp_path_factory.mktemp("rerank-mesh-logs")
     redis_gen = private_redis(tmp_path_factory)
     redis_server = next(redis_gen)
     ms = start_microservice(logs, engine.url)
@@ -63,7 +75,6 @@ def rerank_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh
     yield Mesh(gw, ms, redis_server), engine.url, folder
     gw.stop()
     ms.stop()
-    engine.stop()
     next(redis_gen, None)
 
 
@@ -211,3 +222,25 @@ def test_rerank_tokens_are_metered_and_rate_limited_per_key(rerank_mesh: tuple[M
     refused = _post(mesh.gateway.url + "/v1/score", auth, {"model": CROSS, "text_1": QUERY, "text_2": "a"})
     assert refused.status_code == 429, refused.text
     assert refused.headers["retry-after"]
+
+
+def test_a_rerank_whose_pairs_can_never_fit_the_batch_queue_is_a_400_naming_documents(
+    rerank_mesh: tuple[Mesh, str, Path], rerank_engine: tuple[Server, Path]
+) -> None:
+    """A 508-token query leaves one document token per 512-token pair: 8 documents of 1,125 tokens make
+    9,000 query+chunk pairs (the issue's ~500-token query and 1,000 documents of ~80 tokens, in the 8
+    documents this engine admits). That is within max_allowed_chunks (10,000) but past the batch
+    queue's 8,192: a request that can never fit, the client's error, not a 503 of a busy queue. It is
+    refused before any pair runs, at every hop; the engine is unharmed and a small rerank sent alongside is answered."""
+    mesh, engine_url, _ = rerank_mesh
+    engine, _ = rerank_engine
+    body = {"model": CROSS, "query": "deep " * 508, "documents": ["model " * 1125] * MAX_DOCUMENTS}
+    small = {"model": CROSS, "query": QUERY, "documents": DOCUMENTS}  # the same model, on the same batcher
+    # the bound leaves room for the cross-encoder's first inferences when this test runs alone (~100 MiB)
+    with unharmed(engine, 200 * 2**20, "/v1/rerank", small):
+        for hop, (url, headers) in _hops(mesh, engine_url).items():
+            r = _post(url + "/v1/rerank", headers, body)
+            assert r.status_code == 400, (hop, r.text)
+            error = r.json()["error"]
+            assert error["param"] == "documents", (hop, error)
+            assert "make 9000 query+chunk pairs, more than 8192" in error["message"], (hop, error)

@@ -259,7 +259,21 @@ class EngineSettings(ServiceSettings):
         default=25 * 1000 * 1000, ge=1024, description="largest audio file a transcription may upload (OpenAI: 25 MB)"
     )
     audio_max_duration_s: float = Field(
-        default=1800.0, gt=0, description="longest audio a transcription may hold, in seconds"
+        default=1800.0,
+        gt=0,
+        description="longest audio a transcription (or all the input_audio parts of one chat request) may hold, "
+        "in seconds",
+    )
+    audio_max_sample_rate: int = Field(
+        default=192_000,
+        ge=16_000,
+        description="highest sample rate an uploaded audio file may have, in Hz (past it: 400 naming the file)",
+    )
+    audio_max_channels: int = Field(
+        default=8,
+        ge=1,
+        le=255,
+        description="most channels an uploaded audio file may have (past it: 400 naming the file)",
     )
     audio_upload_timeout_s: float = Field(
         default=60.0, gt=0, description="time for a transcription's upload to arrive once the headers are in"

@@ -3,7 +3,8 @@ inputs (and ``max_batch_tokens`` padded tokens), waiting at most ``max_wait_s`` 
 fill. Inputs of similar length go together (the queue is served longest-waiting first, the batch
 filled with the pending inputs closest in length). One batch runs at a time on a worker thread
 (OpenVINO's infer releases the GIL; one batch uses every core). The queue is bounded: past
-``max_queued`` inputs a request is refused with 503 and Retry-After. A failed batch fails only its
+``max_queued`` inputs a request is refused with 503 and Retry-After (one that could never fit is the
+client's error: ``check_fits``). A failed batch fails only its
 own requests; a request whose client left is dropped before it runs."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from genmesh.protocol import service_unavailable
+from genmesh.protocol import invalid_request, service_unavailable
 
 log = logging.getLogger("genmesh.engine.embeddings.batcher")
 
@@ -71,6 +72,16 @@ class Batcher(Generic[T]):
         for item in self._pending:
             item.future.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def check_fits(self, count: int, param: str) -> None:
+        """A 400 naming ``param`` when ``count`` inputs are more than the queue can ever hold: such a
+        request is the client's error (a queue that is merely busy answers 503 in ``embed``)."""
+        if count > self.max_queued:
+            raise invalid_request(
+                f"the request makes {count} inputs of {param}, more than the batch queue holds ({self.max_queued}, "
+                "--embedding-max-queued-inputs); send fewer",
+                param=param,
+            )
 
     async def embed(self, inputs: list[T]) -> np.ndarray:
         """One vector per input, in order."""

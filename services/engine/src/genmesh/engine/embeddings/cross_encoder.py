@@ -6,7 +6,8 @@ pooler (``tanh(dense(h[CLS]))``) and the classifier; the score is the sigmoid of
 sentence-transformers and OVMS give it. Long documents are chunked as OVMS's rerank calculator
 does: each document's tokens in windows of what the model takes beside the query and the special
 tokens, each window scored as ``[CLS] query [SEP] window [SEP]``, the document's score its best
-window's; at most ``max_allowed_chunks`` pairs per request. Pairs of concurrent requests are
+window's; at most ``max_allowed_chunks`` pairs per request (and no more than the batcher's queue
+holds: past either, a 400 naming ``documents``). Pairs of concurrent requests are
 batched together (``batcher``)."""
 
 from __future__ import annotations
@@ -110,10 +111,17 @@ class CrossEncoderModel:
         result = self._request.infer({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
         return np.array(result[0], dtype=np.float32, copy=True)
 
+    def windows(self, query: list[int], doc: list[int]) -> int:
+        """How many pairs ``pairs`` makes of them."""
+        return len(self._starts(query, doc))
+
+    def _starts(self, query: list[int], doc: list[int]) -> range:
+        return range(0, max(len(doc), 1), self.max_length - len(query) - 3)
+
     def pairs(self, query: list[int], doc: list[int]) -> list[Pair]:
         """The pairs one document runs as: the query beside each window of the document (OVMS's chunks)."""
         window = self.max_length - len(query) - 3
-        starts = range(0, max(len(doc), 1), window)
+        starts = self._starts(query, doc)
         head = [self.cls, *query, self.sep]
         out = []
         for start in starts:
@@ -139,18 +147,25 @@ class CrossEncoderModel:
                 param="query",
                 code="context_length_exceeded",
             )
+        # counted before any pair is made; a request whose pairs the batcher's queue can never hold is the
+        # client's error, not a busy server's
+        most, bound = min(
+            (self.options.max_allowed_chunks, "max_allowed_chunks"),
+            (self.batcher.max_queued, "the batch queue's capacity, --embedding-max-queued-inputs"),
+        )
+        count = sum(self.windows(by_text[q], ids) for q, ids in zip(queries, doc_ids, strict=True))
+        if count > most:
+            raise invalid_request(
+                f"the documents make {count} query+chunk pairs, more than {most} ({bound}); "
+                "send fewer or shorter documents",
+                param="documents",
+            )
         pairs: list[Pair] = []
         owner: list[int] = []
         for i, (query, ids) in enumerate(zip(queries, doc_ids, strict=True)):
             mine = self.pairs(by_text[query], ids)
             pairs += mine
             owner += [i] * len(mine)
-            if len(pairs) > self.options.max_allowed_chunks:
-                raise invalid_request(
-                    f"the documents make more than {self.options.max_allowed_chunks} query+chunk pairs "
-                    "(max_allowed_chunks); send fewer or shorter documents",
-                    param="documents",
-                )
         logits = (await self.batcher.embed(pairs))[:, 0].astype(np.float64)
         chunk_scores = 1.0 / (1.0 + np.exp(-logits))
         best = np.full(len(docs), -np.inf)

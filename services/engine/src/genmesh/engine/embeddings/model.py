@@ -76,6 +76,7 @@ class EmbeddingModel:
             raise invalid_request(
                 f"input holds {len(inputs)} items, more than the limit of {self.options.max_inputs}", param="input"
             )
+        self.batcher.check_fits(len(inputs), "input")
         if isinstance(inputs[0], str):
             texts: list[str] = inputs
             ids = await asyncio.to_thread(self.tokenizer.encode, texts, add_special_tokens)
@@ -95,6 +96,7 @@ class EmbeddingModel:
         embedding model). ``max_doc_tokens``: cut documents to that many tokens; else the model's
         ``truncate`` option, else a document past the model's maximum is a 400 naming it."""
         texts = list(dict.fromkeys(queries))
+        self.batcher.check_fits(len(texts) + len(docs), "documents")
         ids = await asyncio.to_thread(self.tokenizer.encode, texts + docs, True)
         query_ids, doc_ids = ids[: len(texts)], ids[len(texts) :]
         limit = self.tokenizer.max_length

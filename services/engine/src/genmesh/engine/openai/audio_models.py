@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from genmesh.protocol import invalid_request, model_not_found
 from genmesh.protocol.audio import OPENAI_VOICES
 
+from ..audio.decode import AudioLimits
 from ..audio.voice import PiperVoice
 from ..audio.whisper import WhisperModel
 from ..audio.worker import AudioWorker
@@ -76,6 +77,12 @@ class AudioModels:
 
     def __contains__(self, name: object) -> bool:
         return any(m.name == name for m in self.served())
+
+    @property
+    def limits(self) -> AudioLimits:
+        """What an uploaded audio file may claim (``audio/decode.py`` checks it before decoding)."""
+        s = self.settings
+        return AudioLimits(s.audio_max_duration_s, s.audio_max_sample_rate, s.audio_max_channels)
 
     def voices(self) -> list[str]:
         """The voice names /v1/audio/speech accepts: the served voice's own, and OpenAI's (each maps to it)."""

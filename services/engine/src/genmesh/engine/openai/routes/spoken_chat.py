@@ -11,12 +11,11 @@ which is where the gateway meters them (a stream's header goes out before anythi
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
 import threading
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from fastapi import Request
@@ -133,23 +132,32 @@ def _speaker(body: ChatCompletionRequest, request: Request) -> Speaker | None:
     return Speaker(voice, worker, fmt)
 
 
-async def _transcribe(request: Request, part: InputAudioPart, where: str) -> Transcript:
+async def _transcribe(request: Request, part: InputAudioPart, where: str, heard_s: float) -> Transcript:
+    """One ``input_audio`` part, decoded and transcribed on Whisper's worker; ``heard_s``: the seconds of
+    the request's parts before it (all of them share one ``audio_max_duration_s``)."""
     audio = audio_models(request)
     if audio.whisper is None:
         raise invalid_request("this server serves no transcription model for 'input_audio'", param=where)
     settings = audio.settings
     _, model, worker = audio.transcriber(None)
     raw = input_audio_bytes(part, where, settings.audio_max_bytes)
-    try:
-        samples = await asyncio.to_thread(decode, raw, settings.audio_max_duration_s)
-    except OpenAIError as err:  # decode names the transcription endpoint's 'file'
-        err.param = f"{where}.input_audio.data"
-        raise
+    total = settings.audio_max_duration_s
+    limits = replace(audio.limits, max_duration_s=total - heard_s)
 
     def job(stop: threading.Event) -> Transcript:
-        return model.transcribe(samples, Ask(), stop)
+        return model.transcribe(decode(raw, limits, stop), Ask(), stop)
 
-    return await unless_disconnected(request, worker.run(job))
+    try:
+        return await unless_disconnected(request, worker.run(job))
+    except OpenAIError as err:  # decode names the transcription endpoint's 'file'
+        if err.param == "file":
+            err.param = f"{where}.input_audio.data"
+            if err.code == "audio_too_long":
+                err.message = (
+                    f"the request's input_audio parts are longer than this server's limit of {total:g} s "
+                    f"together ({heard_s:.1f} s before this one)"
+                )
+        raise
 
 
 async def prepare(body: ChatCompletionRequest, request: Request) -> SpokenTurn:
@@ -164,7 +172,7 @@ async def prepare(body: ChatCompletionRequest, request: Request) -> SpokenTurn:
         parts: list[Any] = []
         for j, part in enumerate(message.content):
             if isinstance(part, InputAudioPart):
-                heard = await _transcribe(request, part, f"messages[{i}].content[{j}]")
+                heard = await _transcribe(request, part, f"messages[{i}].content[{j}]", seconds)
                 seconds += heard.duration
                 part = TextPart(type="text", text=(" " if j else "") + heard.text)
             parts.append(part)

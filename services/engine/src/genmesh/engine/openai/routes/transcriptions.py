@@ -150,14 +150,15 @@ async def transcriptions(request: Request) -> Response:
     _, model, worker = audio.transcriber(body.model)
     if not model.multilingual and body.language not in (None, "en"):
         raise invalid_request(f"this model transcribes English only, not '{body.language}'", param="language")
-    samples = await asyncio.to_thread(decode, data, settings.audio_max_duration_s)
+    limits = audio.limits
     ask = _ask(body)
-    if body.stream:
+    if body.stream:  # decoded first (the reply's header says the seconds), on the worker, then streamed
+        samples = await unless_disconnected(request, worker.run(lambda stop: decode(data, limits, stop)))
         seconds = f"{samples.shape[0] / WHISPER_RATE:.3f}"
         return EventStream(streamed(model, worker, samples, ask), {**SSE_HEADERS, SECONDS_HEADER: seconds})
 
-    def job(stop: threading.Event) -> Transcript:
-        return model.transcribe(samples, ask, stop)
+    def job(stop: threading.Event) -> Transcript:  # decoding too runs on the worker, within its deadline
+        return model.transcribe(decode(data, limits, stop), ask, stop)
 
     transcript = await unless_disconnected(request, worker.run(job))
     return formatted(transcript, body, body.language or "english")

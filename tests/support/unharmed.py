@@ -1,0 +1,62 @@
+"""Bad input harms nothing (issue 54): while a test's block runs, good requests (a chat, or whatever the
+server serves) go to the same server, and afterwards each was answered 200, the process is the same
+one, healthy, and its peak RSS grew by less than a bound."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from support.servers import Server
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident memory so far (``VmHWM``), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+@contextmanager
+def unharmed(server: Server, rss_bound: int, path: str, body: dict[str, Any]) -> Iterator[None]:
+    """Run the block while ``body`` is POSTed to ``server``'s ``path`` again and again; then: each was
+    answered 200 (at least one), the process is the same one, still healthy, and its peak RSS grew
+    by less than ``rss_bound`` bytes."""
+    pid = server.proc.pid
+    before = peak_rss(pid)
+    done = threading.Event()
+    statuses: list[int] = []
+
+    def good() -> None:
+        with httpx.Client(timeout=120) as client:
+            while True:  # at least one, sent while the block runs
+                statuses.append(client.post(server.url + path, json=body).status_code)
+                if done.is_set():
+                    return
+
+    with ThreadPoolExecutor(1) as pool:
+        goods = pool.submit(good)
+        try:
+            yield
+        finally:
+            done.set()
+            goods.result(timeout=180)
+    assert statuses, "no request was sent alongside"
+    assert set(statuses) == {200}, statuses
+    assert server.proc.poll() is None, f"the engine's API process ({pid}) exited: it would have been restarted"
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+    grew = peak_rss(pid) - before
+    print(f"engine peak RSS grew by {grew / 2**20:.1f} MiB (bound {rss_bound / 2**20:.0f} MiB)")
+    assert grew < rss_bound, f"the engine's peak RSS grew by {grew / 2**20:.0f} MiB"
+
+
+def chat(model: str) -> tuple[str, dict[str, Any]]:
+    """A short chat request: ``unharmed``'s ``path`` and ``body``."""
+    return "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
