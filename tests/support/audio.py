@@ -59,7 +59,10 @@ def wer(reference: str, hypothesis: str) -> float:
 
 # A spoken chat turn (issue 43 item 4): a question the mesh's own voice speaks, sent as input_audio.
 QUESTION = "What is the capital of France?"
-SPOKEN = {"modalities": ["text", "audio"], "temperature": 0, "max_tokens": 24}
+# The answer is held to English sentences (guided_choice): the 135M's own greedy answer depends on the CPU's
+# arithmetic (bf16 on Zen 4 answered "L'Étoile, la Marseur, la France"), and English Whisper must hear it back.
+ANSWERS = ["The capital of France is Paris.", "Paris is the capital of France.", "I do not know the capital of France."]
+SPOKEN = {"modalities": ["text", "audio"], "temperature": 0, "max_tokens": 24, "extra_body": {"guided_choice": ANSWERS}}
 
 
 def spoken_turn(client: openai.OpenAI, voice: str) -> tuple[Any, float]:

@@ -57,7 +57,11 @@ class PiperVoice:
         self.espeak = shutil.which("espeak-ng")
         if self.espeak is None:
             raise RuntimeError("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
-        self._compiled = ov.Core().compile_model(str(onnx), device, dict(plugin_config or {}))
+        # f32 unless the graph says otherwise: OpenVINO's CPU default is bf16 where the CPU has AVX-512 BF16
+        # or AMX (Zen 4, Sapphire Rapids), and VITS's duration predictor then overflows now and then (a
+        # "Range" node fails: ~1 sentence in 20 answered 500 on Zen 4); the voice is small, f32 costs little.
+        config = {"INFERENCE_PRECISION_HINT": "f32", **dict(plugin_config or {})}
+        self._compiled = ov.Core().compile_model(str(onnx), device, config)
 
     @property
     def rate(self) -> int:
