@@ -147,7 +147,7 @@ lint: $(STAMP)
 	@echo "==> mypy"
 	$(BIN)/mypy services/protocol/src services/relay/src services/engine/src scripts/bench/src scripts/eval/src services/llm-microservice/src services/gateway/src \
 		scripts/export/src scripts/launch_mesh.py scripts/mesh_supervision.py scripts/vllm_cpu_convert.py scripts/eval_whisper_fidelity.py scripts/eval_reference_check.py scripts/spec_sampling_probe.py
-	@echo "==> lint-imports (the engine's layering: contracts in pyproject.toml)"
+	@echo "==> lint-imports (the engine's and the gateway's layers: contracts in pyproject.toml)"
 	$(BIN)/lint-imports
 
 test-only: $(STAMP) model redis tools $(EXPORT_STAMP)
