@@ -23,7 +23,20 @@ from .batch.runner import BatchRunner
 from .config import RoutingConfig
 from .exchange import responses
 from .exchange.errors import authenticate
-from .routes import admin, aliases, audio, batches, completions, console, files, openai, stored_responses, system
+from .exchange.native import NativeExchange
+from .routes import (
+    admin,
+    aliases,
+    audio,
+    batches,
+    completions,
+    console,
+    files,
+    native,
+    openai,
+    stored_responses,
+    system,
+)
 from .settings import GatewaySettings
 from .state import GatewayState
 
@@ -54,6 +67,9 @@ class GatewayApp:
                 return
             if path == responses.PATH and scope["method"] == "POST":
                 await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)
+                return
+            if path in native.PATHS and scope["method"] == "POST":
+                await completions.serve(self.api.state.gateway, scope, receive, send, NativeExchange)
                 return
             if path == console.STATUS_PATH and scope["method"] == "GET":
                 await console.serve_status(self.api.state.gateway, scope, receive, send)
@@ -104,6 +120,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         state_lifespan("gateway", lambda: start_gateway(settings, config)),
         [
             openai.router,
+            native.router,
             stored_responses.router,
             files.router,
             batches.router,

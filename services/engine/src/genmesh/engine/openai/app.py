@@ -11,7 +11,20 @@ from ..models.ovms_config import Repository
 from ..settings import EngineSettings
 from .audio_models import AudioModels
 from .registry import ModelRegistry
-from .routes import chat, completions, embeddings, rerank, responses, speech, system, tokenize, transcriptions
+from .routes import (
+    chat,
+    completions,
+    embeddings,
+    native,
+    rerank,
+    responses,
+    speech,
+    system,
+    tei,
+    tgi,
+    tokenize,
+    transcriptions,
+)
 
 
 def create_app(settings: EngineSettings, repository: Repository, switch: ShutdownSwitch | None = None) -> FastAPI:
@@ -45,6 +58,10 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
             system.router,
             embeddings.router,
             rerank.router,
+            rerank.rerank_router,
+            tei.router,
+            tgi.router,
+            native.router,
             transcriptions.router,
             speech.router,
         ],

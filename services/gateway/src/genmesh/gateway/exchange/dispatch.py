@@ -40,8 +40,10 @@ _USE = {
 }
 
 
-def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
-    kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
+def route_of(st: GatewayState, body: dict[str, Any], path: str, kind: str | None = None) -> ModelRoute:
+    """The model's route (``kind``: the endpoint's kind where its path does not say it: TEI's and TGI's)."""
+    if kind is None:
+        kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
     model = body.get("model")
     route = st.config.route(model) if isinstance(model, str) else None
     if route is not None:

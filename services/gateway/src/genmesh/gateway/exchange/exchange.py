@@ -100,14 +100,18 @@ class Exchange:
                     self.span.set_status(StatusCode.ERROR)
         await self._send(message)
 
+    def error_reply(self, err: OpenAIError) -> tuple[int, bytes]:
+        """A refusal's status and body (subclasses: another API's error shape)."""
+        return err.status, orjson.dumps(err.body())
+
     async def send_error(self, err: OpenAIError) -> None:
         if self.response_started:
             return
-        body = orjson.dumps(err.body())
+        status, body = self.error_reply(err)
         headers = [_JSON, (b"content-length", b"%d" % len(body)), self.rid_header]
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
         self.finished = True
-        await self.send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
     async def run(self, authorization: str | None, priority_header: str | None) -> None:

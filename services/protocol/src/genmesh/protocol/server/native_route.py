@@ -1,0 +1,37 @@
+"""``NativeRoute``: a route of TEI's or TGI's API, whose errors, from the body's check to the
+engine's refusal, come out as ``{"error", "error_type"}`` with TEI's and TGI's statuses
+(``native_errors``), never as OpenAI's error object."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from ..errors import OpenAIError
+from ..native_errors import native_status_and_body, native_validation_error
+from .asgi import CheckedRoute
+
+
+def native_response(err: OpenAIError) -> JSONResponse:
+    status, body = native_status_and_body(err)
+    return JSONResponse(body, status_code=status, headers=err.headers)
+
+
+class NativeRoute(CheckedRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def native(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (RequestValidationError, ValidationError) as exc:
+                return native_response(native_validation_error(exc))
+            except OpenAIError as err:
+                return native_response(err)
+
+        return native

@@ -1,0 +1,165 @@
+"""TEI's and TGI's native APIs at every hop (engine, microservice, gateway with an API key), driven
+by their real clients: ``huggingface_hub.InferenceClient`` (``feature_extraction``,
+``text_generation`` plain and streamed with ``details``) and ``tei-client``; rerank with TEI's body
+over plain HTTP (no client of TEI's rerank reads an embedding model's ``/info``). One session mesh
+(``embeddings_mesh``: the engine serving the chat model and all-MiniLM-L6-v2) serves them all.
+
+Vectors equal ``/v1/embeddings``' (cosine 1.000000), rerank scores ``/v1/rerank``'s, greedy
+``/generate`` text greedy ``/v1/completions``'; bad input gets TEI's or TGI's 4xx and error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tei_client
+from huggingface_hub import InferenceClient
+
+from support.embeddings_mesh import Mesh
+from support.servers import EMBEDDING_NAME, MODEL_NAME
+
+HOPS = ("engine", "microservice", "gateway")
+TEXTS = ["The cat sat on the mat.", "Paris is the capital of France.", "Deep learning uses neural networks."]
+QUERY = "Which city is the capital of France?"
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def hops(embedding_engine_url: str, embeddings_mesh: Mesh) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each hop's URL and the headers it needs (the gateway: a key of its own)."""
+    secret, _ = embeddings_mesh.key()
+    auth = {"Authorization": f"Bearer {secret}"}
+    return {
+        "engine": (embedding_engine_url, {}),
+        "microservice": (embeddings_mesh.microservice.url, {}),
+        "gateway": (embeddings_mesh.gateway.url, auth),
+    }
+
+
+def post(hop: tuple[str, dict[str, str]], path: str, body: Any) -> httpx.Response:
+    url, headers = hop
+    return httpx.post(url + path, json=body, headers=headers, timeout=60)
+
+
+def cosine(a: Any, b: Any) -> float:
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+
+@pytest.fixture(scope="module")
+def reference(hops: dict[str, tuple[str, dict[str, str]]]) -> dict[str, Any]:
+    """What the OpenAI endpoints answer at the engine: the vectors, the scores, the greedy text."""
+    engine = hops["engine"]
+    vectors = post(engine, "/v1/embeddings", {"model": EMBEDDING_NAME, "input": TEXTS}).json()["data"]
+    ranked = post(engine, "/v1/rerank", {"model": EMBEDDING_NAME, "query": QUERY, "documents": TEXTS}).json()
+    completion = post(
+        engine, "/v1/completions", {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 12, "temperature": 0}
+    ).json()
+    return {
+        "vectors": [d["embedding"] for d in vectors],
+        "scores": {r["index"]: r["relevance_score"] for r in ranked["results"]},
+        "text": completion["choices"][0]["text"],
+    }
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_feature_extraction_and_tei_client(name: str, hops: Any, reference: dict[str, Any]) -> None:
+    url, headers = hops[name]
+    client = InferenceClient(base_url=url, headers=headers)
+    for text, expected in zip(TEXTS, reference["vectors"], strict=True):
+        got = client.feature_extraction(text)
+        assert got.shape == (1, len(expected))
+        assert round(cosine(got[0], expected), 6) == 1.0
+    tei = tei_client.HttpClient(url, headers=headers, timeout=60)
+    assert tei.info().server_model_type == tei_client.ModelType.Embedding
+    vectors = tei.embed(TEXTS)
+    assert [round(cosine(v, e), 6) for v, e in zip(vectors, reference["vectors"], strict=True)] == [1.0] * 3
+    raw = post(hops[name], "/embed", {"inputs": TEXTS[0], "normalize": False, "truncate": True})
+    assert raw.status_code == 200
+    assert round(cosine(raw.json()[0], reference["vectors"][0]), 6) == 1.0
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_tei_rerank(name: str, hops: Any, reference: dict[str, Any]) -> None:
+    r = post(hops[name], "/rerank", {"query": QUERY, "texts": TEXTS, "return_text": True})
+    assert r.status_code == 200, r.text
+    ranks = r.json()
+    assert [x["score"] for x in ranks] == sorted((x["score"] for x in ranks), reverse=True)
+    assert {x["index"]: x["score"] for x in ranks} == pytest.approx(reference["scores"], abs=1e-6)
+    assert all(x["text"] == TEXTS[x["index"]] for x in ranks)
+    assert "text" not in post(hops[name], "/rerank", {"query": QUERY, "texts": TEXTS}).json()[0]
+    # Cohere's body on the same path still answers Cohere's shape
+    cohere = post(hops[name], "/rerank", {"model": EMBEDDING_NAME, "query": QUERY, "documents": TEXTS})
+    assert cohere.status_code == 200
+    assert "results" in cohere.json()
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_text_generation(name: str, hops: Any, reference: dict[str, Any]) -> None:
+    url, headers = hops[name]
+    client = InferenceClient(base_url=url, headers=headers)
+    assert client.text_generation(PROMPT, max_new_tokens=12) == reference["text"]
+    out = client.text_generation(PROMPT, max_new_tokens=12, details=True)
+    assert out.generated_text == reference["text"]
+    assert out.details is not None
+    assert out.details.generated_tokens == len(out.details.tokens) > 0
+    assert all(t.logprob is not None and t.logprob <= 0 for t in out.details.tokens)
+    assert out.details.finish_reason in ("length", "eos_token")
+    events = list(client.text_generation(PROMPT, max_new_tokens=12, stream=True, details=True))
+    assert "".join(e.token.text for e in events) == reference["text"]
+    assert events[-1].generated_text == reference["text"]
+    assert events[-1].details is not None
+    assert all(e.generated_text is None for e in events[:-1])
+    native = post(hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 12}})
+    assert native.status_code == 200
+    assert native.json() == {"generated_text": reference["text"]}
+    full = post(
+        hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 12, "return_full_text": True}}
+    )
+    assert full.json()["generated_text"] == PROMPT + reference["text"]
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_info(name: str, hops: Any) -> None:
+    url, headers = hops[name]
+    info = httpx.get(url + "/info", headers=headers, timeout=10).json()
+    assert info["model_id"] == MODEL_NAME
+    assert info["max_total_tokens"] >= info["max_input_tokens"] > 0
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["max_input_length"] > 0
+
+
+LONG = "word " * 2000
+BAD: list[tuple[str, Any, int, str]] = [
+    ("/embed", {"inputs": 5}, 422, "validation"),
+    ("/embed", {"inputs": "x", "normalize": "yes"}, 422, "validation"),
+    ("/embed", {"inputs": "x", "truncate": 1}, 422, "validation"),
+    ("/embed", {"inputs": ""}, 400, "empty"),
+    ("/embed", {"inputs": []}, 400, "empty"),
+    ("/embed", {"inputs": ["x"] * 2049}, 413, "validation"),
+    ("/embed", {"inputs": LONG}, 413, "validation"),
+    ("/rerank", {"query": QUERY, "texts": []}, 400, "empty"),
+    ("/rerank", {"query": QUERY, "texts": "one"}, 422, "validation"),
+    ("/rerank", {"query": 3, "texts": ["a"]}, 422, "validation"),
+    ("/rerank", {"query": QUERY, "texts": ["a"], "raw_scores": "no"}, 422, "validation"),
+    ("/rerank", {"query": QUERY, "texts": ["a"] * 1001}, 413, "validation"),
+    ("/rerank", {"query": QUERY, "texts": [LONG]}, 413, "validation"),
+    ("/generate", {"inputs": 1}, 422, "validation"),
+    ("/generate", {"inputs": ""}, 422, "validation"),
+    ("/generate", {"inputs": "x", "parameters": {"max_new_tokens": "5"}}, 422, "validation"),
+    ("/generate", {"inputs": "x", "parameters": {"temperature": 0}}, 422, "validation"),
+    ("/generate", {"inputs": "x", "parameters": {"top_p": 1.0}}, 422, "validation"),
+    ("/generate", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}}, 422, "validation"),
+    ("/generate", {"inputs": LONG * 5, "parameters": {"max_new_tokens": 4}}, 422, "validation"),
+    ("/generate_stream", {"inputs": "x", "parameters": {"decoder_input_details": True}}, 422, "validation"),
+]
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_bad_input_gets_the_native_4xx(name: str, hops: Any) -> None:
+    for path, body, status, kind in BAD:
+        r = post(hops[name], path, body)
+        assert (r.status_code, r.json().get("error_type")) == (status, kind), (path, r.text)
+        assert isinstance(r.json()["error"], str)
