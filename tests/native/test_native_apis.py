@@ -17,7 +17,8 @@ import pytest
 import tei_client
 from huggingface_hub import InferenceClient
 
-from support.embeddings_mesh import Mesh
+from support.embeddings_mesh import ADMIN, Mesh
+from support.polling import wait_until
 from support.servers import EMBEDDING_NAME, MODEL_NAME
 
 HOPS = ("engine", "microservice", "gateway")
@@ -55,7 +56,7 @@ def reference(hops: dict[str, tuple[str, dict[str, str]]]) -> dict[str, Any]:
     vectors = post(engine, "/v1/embeddings", {"model": EMBEDDING_NAME, "input": TEXTS}).json()["data"]
     ranked = post(engine, "/v1/rerank", {"model": EMBEDDING_NAME, "query": QUERY, "documents": TEXTS}).json()
     completion = post(
-        engine, "/v1/completions", {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 12, "temperature": 0}
+        engine, "/v1/completions", {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 8, "temperature": 0}
     ).json()
     return {
         "vectors": [d["embedding"] for d in vectors],
@@ -76,6 +77,9 @@ def test_feature_extraction_and_tei_client(name: str, hops: Any, reference: dict
     assert tei.info().server_model_type == tei_client.ModelType.Embedding
     vectors = tei.embed(TEXTS)
     assert [round(cosine(v, e), 6) for v, e in zip(vectors, reference["vectors"], strict=True)] == [1.0] * 3
+    similar = client.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
+    expected = [cosine(reference["vectors"][0], v) for v in reference["vectors"][1:]]
+    assert similar == pytest.approx(expected, abs=1e-5)
     raw = post(hops[name], "/embed", {"inputs": TEXTS[0], "normalize": False, "truncate": True})
     assert raw.status_code == 200
     assert round(cosine(raw.json()[0], reference["vectors"][0]), 6) == 1.0
@@ -100,23 +104,23 @@ def test_tei_rerank(name: str, hops: Any, reference: dict[str, Any]) -> None:
 def test_text_generation(name: str, hops: Any, reference: dict[str, Any]) -> None:
     url, headers = hops[name]
     client = InferenceClient(base_url=url, headers=headers)
-    assert client.text_generation(PROMPT, max_new_tokens=12) == reference["text"]
-    out = client.text_generation(PROMPT, max_new_tokens=12, details=True)
+    assert client.text_generation(PROMPT, max_new_tokens=8) == reference["text"]
+    out = client.text_generation(PROMPT, max_new_tokens=8, details=True)
     assert out.generated_text == reference["text"]
     assert out.details is not None
     assert out.details.generated_tokens == len(out.details.tokens) > 0
     assert all(t.logprob is not None and t.logprob <= 0 for t in out.details.tokens)
     assert out.details.finish_reason in ("length", "eos_token")
-    events = list(client.text_generation(PROMPT, max_new_tokens=12, stream=True, details=True))
+    events = list(client.text_generation(PROMPT, max_new_tokens=8, stream=True, details=True))
     assert "".join(e.token.text for e in events) == reference["text"]
     assert events[-1].generated_text == reference["text"]
     assert events[-1].details is not None
     assert all(e.generated_text is None for e in events[:-1])
-    native = post(hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 12}})
+    native = post(hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
     assert native.status_code == 200
     assert native.json() == {"generated_text": reference["text"]}
     full = post(
-        hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 12, "return_full_text": True}}
+        hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8, "return_full_text": True}}
     )
     assert full.json()["generated_text"] == PROMPT + reference["text"]
 
@@ -163,3 +167,42 @@ def test_bad_input_gets_the_native_4xx(name: str, hops: Any) -> None:
         r = post(hops[name], path, body)
         assert (r.status_code, r.json().get("error_type")) == (status, kind), (path, r.text)
         assert isinstance(r.json()["error"], str)
+
+
+def aborted(engine_url: str) -> float:
+    """Completions the engine ended because their client left (its finished-requests counter)."""
+    text = httpx.get(engine_url + "/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("genmesh_engine_requests_total{") and 'finish_reason="cancelled"' in line
+    )
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_a_stream_left_early_is_aborted_at_the_engine(name: str, hops: Any) -> None:
+    url, headers = hops[name]
+    before = aborted(hops["engine"][0])
+    body = {"inputs": "1, 2, 3, 4, 5, 6, 7, 8,", "parameters": {"max_new_tokens": 4000}}
+    with httpx.stream("POST", url + "/generate_stream", json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data:")).startswith('data: {"index":1,')
+    wait_until(lambda: aborted(hops["engine"][0]) > before, 30, what="the engine aborts the stream")
+
+
+def test_the_gateway_meters_and_refuses_natively(embeddings_mesh: Mesh) -> None:
+    """Tokens charged from TEI's and TGI's usage headers (not an estimate), and a refusal in TEI's shape."""
+    secret, key_id = embeddings_mesh.key()
+    gw = (embeddings_mesh.gateway.url, {"Authorization": f"Bearer {secret}"})
+    embedded = post(gw, "/embed", {"inputs": TEXTS})
+    generated = post(gw, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 5}})
+    prompt_tokens = int(embedded.headers["x-compute-tokens"]) + int(generated.headers["x-prompt-tokens"])
+    usage = httpx.get(f"{embeddings_mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=5).json()
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (
+        prompt_tokens,
+        int(generated.headers["x-generated-tokens"]),
+    )
+    refused = httpx.post(embeddings_mesh.gateway.url + "/embed", json={"inputs": "x"}, timeout=5)
+    assert refused.status_code == 401
+    assert set(refused.json()) == {"error", "error_type"}

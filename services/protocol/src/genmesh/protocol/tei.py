@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .common import INT32_MAX, TokenId
 
 TEI_EMBED_PATH = "/embed"
+TEI_SIMILARITY_PATH = "/similarity"
 TEI_RERANK_PATH = "/rerank"  # shared with Jina's and vLLM's /rerank: told apart by ``texts`` vs ``documents``
 INFO_PATH = "/info"
 COMPAT_PATH = "/"  # TEI's and TGI's route by the body (``native_kind``)
@@ -43,6 +44,25 @@ class TeiEmbedRequest(NativeRequest):
         if value and isinstance(value[0], int):
             return [value]
         return value  # type: ignore[return-value]
+
+
+class TeiSimilarityInputs(NativeRequest):
+    source_sentence: str
+    sentences: list[str]
+
+
+class TeiSimilarityRequest(NativeRequest):
+    """TEI's ``/similarity`` (and ``InferenceClient.sentence_similarity``'s ``POST /``): the cosine of
+    ``source_sentence`` with each of ``sentences``."""
+
+    inputs: TeiSimilarityInputs
+    truncate: bool | None = None
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+def is_similarity(body: Any) -> bool:
+    return isinstance(body, dict) and isinstance(body.get("inputs"), dict)
 
 
 class TeiRerankRequest(NativeRequest):

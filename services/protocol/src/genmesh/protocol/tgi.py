@@ -48,8 +48,11 @@ class TgiGenerateRequest(NativeRequest):
 
 
 def is_tgi_request(body: Any) -> bool:
-    """A ``POST /`` body for TGI (its clients always send ``parameters`` or ``stream``), not TEI's."""
-    return isinstance(body, dict) and ("parameters" in body or "stream" in body)
+    """A ``POST /`` body for TGI (its clients always send ``parameters`` or ``stream``), not TEI's
+    (``InferenceClient.sentence_similarity`` sends ``parameters`` too, with ``inputs`` an object)."""
+    if not isinstance(body, dict) or isinstance(body.get("inputs"), dict):
+        return False
+    return "parameters" in body or "stream" in body
 
 
 FinishReason = Literal["length", "eos_token", "stop_sequence"]

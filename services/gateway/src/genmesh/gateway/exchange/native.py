@@ -1,6 +1,7 @@
-"""``NativeExchange``: TEI's ``/embed`` and TGI's ``/generate``, ``/generate_stream`` and ``POST /``
-through the gateway, queued, limited and metered as ``/v1/embeddings`` and ``/v1/completions`` are,
-on the embedding or the chat model's slots (neither body names a model: the one model of the kind).
+"""``NativeExchange``: TEI's ``/embed`` and ``/similarity``, TGI's ``/generate`` and
+``/generate_stream``, and their ``POST /``, through the gateway: queued, limited and metered as
+``/v1/embeddings`` and ``/v1/completions`` are, on the embedding or the chat model's slots (neither
+body names a model: the one model of the kind).
 
 The body is relayed untouched (no ``stream_options``: TGI has none); refusals are TEI's and TGI's
 ``{"error", "error_type"}``. Their replies carry no ``usage``: the tokens are the engine's headers
@@ -15,7 +16,7 @@ import orjson
 
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.native_errors import native_status_and_body
-from genmesh.protocol.tei import COMPAT_PATH, TEI_EMBED_PATH
+from genmesh.protocol.tei import COMPAT_PATH, TEI_EMBED_PATH, TEI_SIMILARITY_PATH
 from genmesh.protocol.tgi import DEFAULT_MAX_NEW_TOKENS, TGI_STREAM_PATH, is_tgi_request
 from genmesh.relay import Outcome, UpstreamResponse
 
@@ -33,7 +34,9 @@ def _int(value: bytes | None) -> int | None:
 
 class NativeExchange(Exchange):
     def _embeds(self, body: dict[str, Any]) -> bool:
-        return self.path == TEI_EMBED_PATH or (self.path == COMPAT_PATH and not is_tgi_request(body))
+        if self.path == COMPAT_PATH:
+            return not is_tgi_request(body)
+        return self.path in (TEI_EMBED_PATH, TEI_SIMILARITY_PATH)
 
     def streams(self, body: dict[str, Any]) -> bool:
         return self.path == TGI_STREAM_PATH or (

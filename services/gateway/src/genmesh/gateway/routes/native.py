@@ -1,4 +1,4 @@
-"""TEI's and TGI's native API at the gateway: ``POST /embed``, ``/generate``, ``/generate_stream``
+"""TEI's and TGI's native API at the gateway: ``POST /embed``, ``/similarity``, ``/generate``, ``/generate_stream``
 and ``/`` go the hot path (``NativeExchange``), TEI's ``/rerank`` body goes as rerank's others do
 (``aliases.py``), and ``GET /info`` (any valid key) is the chat model's upstream's (the engine's
 merged TGI and TEI fields), else the first model's."""
@@ -9,13 +9,13 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TEI_EMBED_PATH
+from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TEI_EMBED_PATH, TEI_SIMILARITY_PATH
 from genmesh.protocol.tgi import TGI_GENERATE_PATH, TGI_STREAM_PATH
 
 from ..exchange.errors import authenticate
 from .common import gateway
 
-PATHS = frozenset((TEI_EMBED_PATH, TGI_GENERATE_PATH, TGI_STREAM_PATH, COMPAT_PATH))
+PATHS = frozenset((TEI_EMBED_PATH, TEI_SIMILARITY_PATH, TGI_GENERATE_PATH, TGI_STREAM_PATH, COMPAT_PATH))
 INFO_TIMEOUT_S = 10.0
 router = APIRouter()
 

@@ -1,5 +1,5 @@
 """TEI's and TGI's native API, relayed to the engine as sent (the engine checks it): ``/embed``,
-``/generate``, ``/generate_stream``, ``POST /`` and ``GET /info``; TEI's ``/rerank`` body comes
+``/similarity``, ``/generate``, ``/generate_stream``, ``POST /`` and ``GET /info``; TEI's ``/rerank`` body comes
 through ``relaying.py`` (``normalise_rerank`` lets it by). Errors, the engine's and this hop's own,
 are TEI's and TGI's ``{"error", "error_type"}`` (``NativeRoute``)."""
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from genmesh.protocol.server.native_route import NativeRoute
-from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TEI_EMBED_PATH
+from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TEI_EMBED_PATH, TEI_SIMILARITY_PATH
 from genmesh.protocol.tgi import TGI_GENERATE_PATH, TGI_STREAM_PATH, is_tgi_request
 from genmesh.relay.native import TgiStreamEnd
 
@@ -29,6 +29,10 @@ async def embed(request: Request) -> Response:
     return await _relay(request, TEI_EMBED_PATH)
 
 
+async def similarity(request: Request) -> Response:
+    return await _relay(request, TEI_SIMILARITY_PATH)
+
+
 async def generate(request: Request) -> Response:
     return await _relay(request, TGI_GENERATE_PATH)
 
@@ -46,6 +50,7 @@ async def info(request: Request) -> Response:
 
 
 router.add_api_route(TEI_EMBED_PATH, embed, methods=["POST"], response_model=None)
+router.add_api_route(TEI_SIMILARITY_PATH, similarity, methods=["POST"], response_model=None)
 router.add_api_route(TGI_GENERATE_PATH, generate, methods=["POST"], response_model=None)
 router.add_api_route(TGI_STREAM_PATH, generate_stream, methods=["POST"], response_model=None)
 router.add_api_route(COMPAT_PATH, compat, methods=["POST"], response_model=None)

@@ -5,7 +5,8 @@
 cross-encoder (``model_type``, ``max_input_length``, ``max_client_batch_size``), so each family's
 clients find what they read. ``model_id`` names the chat model, or the embedding model when the
 engine serves no chat model. ``POST /`` is TGI's when the body has ``parameters`` or ``stream``
-(what TGI's clients send), else TEI's ``/embed`` (what ``InferenceClient.feature_extraction`` sends)."""
+(what TGI's clients send), TEI's ``/similarity`` when ``inputs`` is an object
+(``InferenceClient.sentence_similarity``), else TEI's ``/embed`` (``feature_extraction``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from genmesh.protocol.server.native_route import NativeRoute
-from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TeiClassifierType, TeiEmbeddingType
+from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TeiClassifierType, TeiEmbeddingType, is_similarity
 from genmesh.protocol.tgi import NativeInfo, is_tgi_request
 
 from ...embeddings.cross_encoder import CrossEncoderModel
@@ -65,8 +66,11 @@ async def info(request: Request) -> Response:
 
 
 async def compat(request: Request) -> Response:
-    if is_tgi_request(await request.json()):
+    body = await request.json()
+    if is_tgi_request(body):
         return await tgi.compat(request)
+    if is_similarity(body):
+        return await tei.similarity(request)
     return await tei.embed(request)
 
 

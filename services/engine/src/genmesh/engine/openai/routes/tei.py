@@ -21,7 +21,14 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.native_errors import native, native_validation_error
 from genmesh.protocol.server.asgi import unless_disconnected
 from genmesh.protocol.server.native_route import NativeRoute, native_response
-from genmesh.protocol.tei import TEI_EMBED_PATH, TeiEmbedRequest, TeiRank, TeiRerankRequest
+from genmesh.protocol.tei import (
+    TEI_EMBED_PATH,
+    TEI_SIMILARITY_PATH,
+    TeiEmbedRequest,
+    TeiRank,
+    TeiRerankRequest,
+    TeiSimilarityRequest,
+)
 
 from ...embeddings.cross_encoder import CrossEncoderModel
 from ...embeddings.model import EmbeddingModel
@@ -71,12 +78,17 @@ async def _encoded(model: EmbeddingModel, body: TeiEmbedRequest) -> list[list[in
     return [_cut(seq, limit, left) for seq in ids]
 
 
-async def embed(request: Request) -> Response:
-    body = TeiEmbedRequest.model_validate(await request.json())
+def _embedder(request: Request, prompt_name: str | None) -> EmbeddingModel:
     models = registry(request)
     model = models.embeddings.serving(None, list(models.models))
-    if body.prompt_name is not None:
+    if prompt_name is not None:
         raise native("`prompt_name` cannot be set: the model has no prompts", 413, "validation")
+    return model
+
+
+async def embed(request: Request) -> Response:
+    body = TeiEmbedRequest.model_validate(await request.json())
+    model = _embedder(request, body.prompt_name)
     if body.dimensions is not None and body.dimensions != model.checkpoint.dimensions:
         raise native(f"`dimensions` must be {model.checkpoint.dimensions} for this model", 400, "validation")
     ids = await _encoded(model, body)
@@ -85,6 +97,19 @@ async def embed(request: Request) -> Response:
     if body.normalize:  # idempotent on a model that normalises already
         vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return _json(vectors.tolist(), done.prompt_tokens)
+
+
+async def similarity(request: Request) -> Response:
+    """The cosine of the source sentence's vector with each sentence's, the vectors as ``/embed`` makes them."""
+    body = TeiSimilarityRequest.model_validate(await request.json())
+    model = _embedder(request, body.prompt_name)
+    texts = [body.inputs.source_sentence, *body.inputs.sentences]
+    asked = TeiEmbedRequest(inputs=texts, truncate=body.truncate, truncation_direction=body.truncation_direction)
+    ids = await _encoded(model, asked)
+    done = await unless_disconnected(request, model.embed(ids, None, True))
+    v = done.vectors.astype(np.float64)
+    v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    return _json((v[1:] @ v[0]).tolist(), done.prompt_tokens)
 
 
 def _json(value: Any, tokens: int) -> Response:
@@ -140,3 +165,4 @@ async def rerank(request: Request, raw: Any) -> Response:
 
 
 router.add_api_route(TEI_EMBED_PATH, embed, methods=["POST"], response_model=None)
+router.add_api_route(TEI_SIMILARITY_PATH, similarity, methods=["POST"], response_model=None)
