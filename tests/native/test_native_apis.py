@@ -167,6 +167,10 @@ def test_bad_input_gets_the_native_4xx(name: str, hops: Any) -> None:
         r = post(hops[name], path, body)
         assert (r.status_code, r.json().get("error_type")) == (status, kind), (path, r.text)
         assert isinstance(r.json()["error"], str)
+    url, headers = hops[name]
+    for path in ("/embed", "/generate"):
+        r = httpx.post(url + path, content=b'{"inputs": ', headers={**headers, "content-type": "application/json"})
+        assert (r.status_code, r.json()["error_type"]) == (400, "validation")
 
 
 def aborted(engine_url: str) -> float:

@@ -14,9 +14,9 @@ from .tei import NativeRequest, TeiClassifierType, TeiEmbeddingType
 
 TGI_GENERATE_PATH = "/generate"
 TGI_STREAM_PATH = "/generate_stream"
-# Without ``max_new_tokens``: TGI 1.x's default (a model that never stops stops here).
+# Without ``max_new_tokens``: TGI 1.x's default (the engine's --tgi-default-max-new-tokens; the
+# gateway's estimate of a stream's completion when the request gives none).
 DEFAULT_MAX_NEW_TOKENS = 100
-MAX_STOP_SEQUENCES = 4  # TGI's --max-stop-sequences default
 
 
 class TgiParameters(NativeRequest):
@@ -112,7 +112,7 @@ class NativeInfo(BaseModel):
     model_pipeline_tag: str | None = None
     max_concurrent_requests: int
     max_best_of: int = 1
-    max_stop_sequences: int = MAX_STOP_SEQUENCES
+    max_stop_sequences: int = 4
     max_input_tokens: int | None = None
     max_total_tokens: int | None = None
     validation_workers: int = 1

@@ -58,6 +58,7 @@ async def info(request: Request) -> Response:
             "max_concurrent_requests": st.settings.max_num_seqs,
             "max_input_tokens": prompt_limit(st),
             "max_total_tokens": st.source.context_length,
+            "max_stop_sequences": st.settings.tgi_max_stop_sequences,
         }
     fields.setdefault("model_id", next(iter(models.models), "none"))
     fields.setdefault("max_concurrent_requests", 1)

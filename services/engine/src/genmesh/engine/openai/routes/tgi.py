@@ -23,8 +23,6 @@ from genmesh.protocol.native_errors import native, native_status_and_body
 from genmesh.protocol.server.asgi import unless_disconnected
 from genmesh.protocol.server.native_route import NativeRoute
 from genmesh.protocol.tgi import (
-    DEFAULT_MAX_NEW_TOKENS,
-    MAX_STOP_SEQUENCES,
     TGI_GENERATE_PATH,
     TGI_STREAM_PATH,
     FinishReason,
@@ -49,7 +47,7 @@ from .responding import arrival_time, engine, log, sse
 router = APIRouter(route_class=NativeRoute)
 
 
-def _check(body: TgiGenerateRequest, stream: bool) -> None:
+def _check(body: TgiGenerateRequest, stream: bool, max_stop: int) -> None:
     """TGI's own checks, with its messages (422 ``validation``)."""
     p = body.parameters
 
@@ -68,8 +66,8 @@ def _check(body: TgiGenerateRequest, stream: bool) -> None:
         raise bad("`top_k` must be strictly positive")
     if p.max_new_tokens is not None and p.max_new_tokens <= 0:
         raise bad("`max_new_tokens` must be strictly positive")
-    if len(p.stop) > MAX_STOP_SEQUENCES:
-        raise bad(f"`stop` supports up to {MAX_STOP_SEQUENCES} stop sequences. Given: {len(p.stop)}")
+    if len(p.stop) > max_stop:
+        raise bad(f"`stop` supports up to {max_stop} stop sequences. Given: {len(p.stop)}")
     if stream and p.decoder_input_details:
         raise bad("`decoder_input_details` == true is not supported when streaming tokens")
     for name, used in (
@@ -83,13 +81,13 @@ def _check(body: TgiGenerateRequest, stream: bool) -> None:
             raise bad(f"`{name}` is not supported by this server")
 
 
-def _completion(body: TgiGenerateRequest, stream: bool) -> CompletionRequest:
+def _completion(body: TgiGenerateRequest, stream: bool, default_max: int) -> CompletionRequest:
     p = body.parameters
     sampling = p.do_sample or any(v is not None for v in (p.temperature, p.top_k, p.top_p))
     return CompletionRequest.model_validate(
         {
             "prompt": body.inputs,
-            "max_tokens": p.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+            "max_tokens": p.max_new_tokens or default_max,
             "temperature": (1.0 if p.temperature is None else p.temperature) if sampling else 0.0,
             "top_p": p.top_p,
             "top_k": p.top_k,
@@ -133,9 +131,9 @@ class _Tokens:
 async def _prepare(request: Request, stream: bool) -> tuple[EngineState, TgiGenerateRequest, list[int], float]:
     arrival = arrival_time()
     body = TgiGenerateRequest.model_validate(await request.json())
-    _check(body, stream)
     st = engine(request, None)
-    req = _completion(body, stream)
+    _check(body, stream, st.settings.tgi_max_stop_sequences)
+    req = _completion(body, stream, st.settings.tgi_default_max_new_tokens)
     admit(st, req, "completions")
     ids = await st.tokenizer.completion_ids(req, prompt_limit(st))
     if body.parameters.truncate is not None and len(ids) > body.parameters.truncate:
@@ -157,7 +155,7 @@ async def _generated(
     request: Request, st: EngineState, body: TgiGenerateRequest, ids: list[int], arrival: float
 ) -> tuple[TgiGenerateResponse, int]:
     """The reply, and the tokens generated (TGI's ``x-generated-tokens``, what the gateway meters)."""
-    req = _completion(body, False)
+    req = _completion(body, False, st.settings.tgi_default_max_new_tokens)
     scoring = ScoringPlan.of(req, len(ids))
     gens = submit(st, req, "completions", ids, Limit(req.max_tokens, "max_new_tokens", "inputs"), None, arrival)
     results, prompts = await unless_disconnected(request, scored_results(st, ids, scoring, gens))
@@ -183,7 +181,7 @@ async def generate_stream(request: Request) -> Response:
 
 
 def _stream(st: EngineState, body: TgiGenerateRequest, ids: list[int], arrival: float) -> Response:
-    req = _completion(body, True)
+    req = _completion(body, True, st.settings.tgi_default_max_new_tokens)
     scoring = ScoringPlan.of(req, len(ids))
     gens = submit(st, req, "completions", ids, Limit(req.max_tokens, "max_new_tokens", "inputs"), None, arrival)
     tokens = _Tokens(st)
