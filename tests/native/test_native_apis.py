@@ -168,9 +168,10 @@ def test_bad_input_gets_the_native_4xx(name: str, hops: Any) -> None:
         assert (r.status_code, r.json().get("error_type")) == (status, kind), (path, r.text)
         assert isinstance(r.json()["error"], str)
     url, headers = hops[name]
-    for path in ("/embed", "/generate"):
-        r = httpx.post(url + path, content=b'{"inputs": ', headers={**headers, "content-type": "application/json"})
-        assert (r.status_code, r.json()["error_type"]) == (400, "validation")
+    for path in ("/embed", "/generate", "/"):
+        for raw in (b'{"inputs": ', b""):
+            r = httpx.post(url + path, content=raw, headers={**headers, "content-type": "application/json"})
+            assert (r.status_code, r.json()["error_type"]) == (400, "validation"), (path, raw, r.text)
 
 
 def aborted(engine_url: str) -> float:

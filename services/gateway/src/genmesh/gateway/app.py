@@ -17,6 +17,7 @@ from genmesh.protocol import (
 )
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
+from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 
 from .auth import check_admin
 from .batch.runner import BatchRunner
@@ -112,6 +113,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         completions.EMBEDDINGS_PATH: EmbeddingRequest,
         aliases.RERANK_PATH: RerankRequest,
         aliases.SCORE_PATH: ScoreRequest,
+        **NATIVE_REQUEST_MODELS,
     }
     return service_app(
         "genmesh gateway",

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 from starlette.middleware import Middleware
 
 from genmesh.protocol.server.app import package_version, service_app, state_lifespan
+from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 
 from .metrics import MicroserviceMetrics
 from .normalise import REQUEST_MODELS
@@ -25,6 +26,6 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
         settings.http_limits(),
         state_lifespan("microservice", lambda: MicroserviceState.start(settings, app_version, metrics)),
         [relaying.router, responses.router, system.router, audio.router, native.router],
-        REQUEST_MODELS,
+        REQUEST_MODELS | NATIVE_REQUEST_MODELS,
         middleware=[Middleware(ObserveMiddleware, metrics=metrics)],  # the request id is known when it runs
     )

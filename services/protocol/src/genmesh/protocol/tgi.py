@@ -10,7 +10,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from .common import INT32_MAX, Seed
-from .tei import NativeRequest, TeiClassifierType, TeiEmbeddingType
+from .tei import (
+    TEI_EMBED_PATH,
+    TEI_SIMILARITY_PATH,
+    NativeRequest,
+    TeiClassifierType,
+    TeiEmbeddingType,
+    TeiEmbedRequest,
+    TeiSimilarityRequest,
+)
 
 TGI_GENERATE_PATH = "/generate"
 TGI_STREAM_PATH = "/generate_stream"
@@ -132,3 +140,12 @@ class NativeInfo(BaseModel):
     version: str
     sha: str | None = None
     docker_label: str | None = None
+
+
+# The bodies of the native routes, for each hop's OpenAPI document (``service_app``'s ``documented``).
+NATIVE_REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    TEI_EMBED_PATH: TeiEmbedRequest,
+    TEI_SIMILARITY_PATH: TeiSimilarityRequest,
+    TGI_GENERATE_PATH: TgiGenerateRequest,
+    TGI_STREAM_PATH: TgiGenerateRequest,
+}

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from genmesh.protocol.server.app import package_version, service_app, state_lifespan
 from genmesh.protocol.server.asgi import ShutdownSwitch
+from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 
 from ..models.ovms_config import Repository
 from ..settings import EngineSettings
@@ -65,6 +66,7 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
             transcriptions.router,
             speech.router,
         ],
+        NATIVE_REQUEST_MODELS,
     )
     app.state.versions = {"version": engine_version, "openvino_genai": package_version("openvino-genai", "unknown")}
     return app

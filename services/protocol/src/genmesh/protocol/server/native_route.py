@@ -12,9 +12,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from ..errors import OpenAIError
+from ..errors import OpenAIError, invalid_request
 from ..native_errors import native_status_and_body, native_validation_error
 from .asgi import CheckedRoute
+
+
+async def native_body(request: Request) -> dict[str, Any]:
+    """The body ``CheckedRoute`` decoded (a JSON object); an empty one is a 400 as a broken one is."""
+    if not await request.body():
+        raise invalid_request("The request body must be a JSON object", code="invalid_json")
+    body: dict[str, Any] = await request.json()
+    return body
 
 
 def native_response(err: OpenAIError) -> JSONResponse:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from genmesh.protocol.server.native_route import NativeRoute
+from genmesh.protocol.server.native_route import NativeRoute, native_body
 from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TeiClassifierType, TeiEmbeddingType, is_similarity
 from genmesh.protocol.tgi import NativeInfo, is_tgi_request
 
@@ -67,7 +67,7 @@ async def info(request: Request) -> Response:
 
 
 async def compat(request: Request) -> Response:
-    body = await request.json()
+    body = await native_body(request)
     if is_tgi_request(body):
         return await tgi.compat(request)
     if is_similarity(body):

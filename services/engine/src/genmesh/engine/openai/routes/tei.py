@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from genmesh.protocol import OpenAIError
 from genmesh.protocol.native_errors import native, native_validation_error
 from genmesh.protocol.server.asgi import unless_disconnected
-from genmesh.protocol.server.native_route import NativeRoute, native_response
+from genmesh.protocol.server.native_route import NativeRoute, native_body, native_response
 from genmesh.protocol.tei import (
     TEI_EMBED_PATH,
     TEI_SIMILARITY_PATH,
@@ -87,7 +87,7 @@ def _embedder(request: Request, prompt_name: str | None) -> EmbeddingModel:
 
 
 async def embed(request: Request) -> Response:
-    body = TeiEmbedRequest.model_validate(await request.json())
+    body = TeiEmbedRequest.model_validate(await native_body(request))
     model = _embedder(request, body.prompt_name)
     if body.dimensions is not None and body.dimensions != model.checkpoint.dimensions:
         raise native(f"`dimensions` must be {model.checkpoint.dimensions} for this model", 400, "validation")
@@ -101,7 +101,7 @@ async def embed(request: Request) -> Response:
 
 async def similarity(request: Request) -> Response:
     """The cosine of the source sentence's vector with each sentence's, the vectors as ``/embed`` makes them."""
-    body = TeiSimilarityRequest.model_validate(await request.json())
+    body = TeiSimilarityRequest.model_validate(await native_body(request))
     model = _embedder(request, body.prompt_name)
     texts = [body.inputs.source_sentence, *body.inputs.sentences]
     asked = TeiEmbedRequest(inputs=texts, truncate=body.truncate, truncation_direction=body.truncation_direction)

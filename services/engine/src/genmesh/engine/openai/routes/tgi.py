@@ -21,7 +21,7 @@ from sse_starlette import ServerSentEvent
 from genmesh.protocol import CompletionRequest, OpenAIError, internal_error
 from genmesh.protocol.native_errors import native, native_status_and_body
 from genmesh.protocol.server.asgi import unless_disconnected
-from genmesh.protocol.server.native_route import NativeRoute
+from genmesh.protocol.server.native_route import NativeRoute, native_body
 from genmesh.protocol.tgi import (
     TGI_GENERATE_PATH,
     TGI_STREAM_PATH,
@@ -130,7 +130,7 @@ class _Tokens:
 
 async def _prepare(request: Request, stream: bool) -> tuple[EngineState, TgiGenerateRequest, list[int], float]:
     arrival = arrival_time()
-    body = TgiGenerateRequest.model_validate(await request.json())
+    body = TgiGenerateRequest.model_validate(await native_body(request))
     st = engine(request, None)
     _check(body, stream, st.settings.tgi_max_stop_sequences)
     req = _completion(body, stream, st.settings.tgi_default_max_new_tokens)
@@ -241,7 +241,7 @@ router.add_api_route(TGI_STREAM_PATH, generate_stream, methods=["POST"], respons
 
 async def compat(request: Request) -> Response:
     """TGI's ``POST /``: ``stream`` picks ``/generate_stream``; else ``/generate``'s reply in a list."""
-    if (await request.json()).get("stream") is True:
+    if (await native_body(request)).get("stream") is True:
         return await generate_stream(request)
     st, body, ids, arrival = await _prepare(request, False)
     reply, tokens = await _generated(request, st, body, ids, arrival)
