@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from genmesh.protocol import invalid_request, model_not_found
-from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
+from genmesh.relay import Outcome, StreamEnd, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..config import ModelRoute
 from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
@@ -155,6 +155,7 @@ def relay_from(
     sent_at: float,
     total_deadline: float,
     route: ModelRoute,
+    ending: StreamEnd | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """A streamed response relayed event by event within the route's first-token and total deadlines."""
     return relay_stream(
@@ -164,4 +165,5 @@ def relay_from(
         strip_usage=strip_usage,
         first_token_deadline=sent_at + route.first_token_timeout_s,
         total_deadline=total_deadline,
+        ending=ending,
     )

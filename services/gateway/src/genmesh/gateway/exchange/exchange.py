@@ -25,7 +25,7 @@ from starlette.types import Message, Receive, Send
 from genmesh.protocol import OpenAIError, internal_error
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.tracing import request_attributes, trace_headers, tracing
-from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
+from genmesh.relay import DONE_EVENT, Outcome, StreamEnd, UpstreamResponse, error_event, relay_unary
 
 from .. import failover
 from ..affinity import prefix_of
@@ -259,6 +259,10 @@ class Exchange:
         """The request whose prompt routes it under prefix-affinity (subclasses add stored history)."""
         return body
 
+    def stream_end(self) -> StreamEnd | None:
+        """How a relayed stream ends, and what its failure says (None: chat's and completions')."""
+        return None
+
     def wrap(self, relay: AsyncGenerator[bytes, None], key: ApiKey, status: int) -> AsyncGenerator[bytes, None]:
         """What the client gets of the relayed body (subclasses may rewrite it)."""
         return relay
@@ -284,7 +288,9 @@ class Exchange:
         out = Outcome()
         completed = False
         if stream and resp.status == 200:
-            relay = relay_from(resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route)
+            relay = relay_from(
+                resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route, self.stream_end()
+            )
             if route.mid_stream_failover and failover.eligible(self.path, body):
                 relay = self._failover(relay, ticket, idx, body, out, strip_usage, sent_at + route.request_timeout_s)
         else:

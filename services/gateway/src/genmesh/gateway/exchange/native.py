@@ -18,7 +18,8 @@ from genmesh.protocol import OpenAIError
 from genmesh.protocol.native_errors import native_status_and_body
 from genmesh.protocol.tei import COMPAT_PATH, TEI_EMBED_PATH, TEI_SIMILARITY_PATH
 from genmesh.protocol.tgi import DEFAULT_MAX_NEW_TOKENS, TGI_STREAM_PATH, is_tgi_request
-from genmesh.relay import Outcome, UpstreamResponse
+from genmesh.relay import Outcome, StreamEnd, UpstreamResponse
+from genmesh.relay.native import TgiStreamEnd
 
 from ..auth import ApiKey
 from ..config import ModelRoute
@@ -50,6 +51,9 @@ class NativeExchange(Exchange):
             if err.status == 404:
                 await self.st.limiter.count_refused(key.key_id)
             raise
+
+    def stream_end(self) -> StreamEnd | None:
+        return TgiStreamEnd()  # a failure mid-stream is TGI's error event, with no [DONE]
 
     async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
         self.native_body = body

@@ -44,7 +44,7 @@ def _too_long(err: OpenAIError) -> OpenAIError:
     return err
 
 
-def _cut(ids: list[int], limit: int, left: bool) -> list[int]:
+def truncated(ids: list[int], limit: int, left: bool) -> list[int]:
     """``ids`` within ``limit`` tokens, the first and last (special) tokens kept, as TEI truncates."""
     if len(ids) <= limit:
         return ids
@@ -75,7 +75,7 @@ async def _encoded(model: EmbeddingModel, body: TeiEmbedRequest) -> list[list[in
                 )
         return ids
     left = body.truncation_direction.lower() == "left"
-    return [_cut(seq, limit, left) for seq in ids]
+    return [truncated(seq, limit, left) for seq in ids]
 
 
 def _embedder(request: Request, prompt_name: str | None) -> EmbeddingModel:
