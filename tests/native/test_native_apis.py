@@ -123,6 +123,14 @@ def test_text_generation(name: str, hops: Any, reference: dict[str, Any]) -> Non
         hops[name], "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8, "return_full_text": True}}
     )
     assert full.json()["generated_text"] == PROMPT + reference["text"]
+    scored = post(
+        hops[name],
+        "/generate",
+        {"inputs": PROMPT, "parameters": {"max_new_tokens": 2, "details": True, "decoder_input_details": True}},
+    ).json()["details"]
+    assert scored["prefill"][0]["logprob"] is None
+    assert len(scored["prefill"]) > 1
+    assert all(t["logprob"] <= 0 for t in scored["prefill"][1:])
 
 
 @pytest.mark.parametrize("name", HOPS)

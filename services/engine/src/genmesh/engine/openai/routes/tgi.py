@@ -120,7 +120,7 @@ class _Tokens:
 
     def prefill(self, ids: list[int], scored: list[ScoredToken] | None) -> list[TgiPrefillToken]:
         """The prompt's tokens; the first has no log-probability (nothing came before it)."""
-        lps: list[float | None] = [None, *[s.logprob for s in scored or []][1:]]
+        lps: list[float | None] = [None, *[s.logprob for s in scored or []]]  # scored: positions 1 on
         lps += [None] * (len(ids) - len(lps))
         return [
             TgiPrefillToken(id=i, text=self.tok.token_text(i)[0], logprob=lp)
@@ -145,10 +145,15 @@ async def generate(request: Request) -> Response:
     st, body, ids, arrival = await _prepare(request, False)
     reply, tokens = await _generated(request, st, body, ids, arrival)
     return Response(
-        reply.model_dump_json(exclude_none=True),
+        _dumped(reply),
         media_type="application/json",
         headers={"x-prompt-tokens": str(len(ids)), "x-generated-tokens": str(tokens)},  # TGI's headers
     )
+
+
+def _dumped(reply: TgiGenerateResponse) -> str:
+    """TGI's reply: ``details`` only when asked for; inside it, a null log-probability stays (the prompt's first)."""
+    return reply.model_dump_json(exclude={"details"} if reply.details is None else None)
 
 
 async def _generated(
@@ -246,7 +251,7 @@ async def compat(request: Request) -> Response:
     st, body, ids, arrival = await _prepare(request, False)
     reply, tokens = await _generated(request, st, body, ids, arrival)
     return Response(
-        b"[" + reply.model_dump_json(exclude_none=True).encode() + b"]",
+        b"[" + _dumped(reply).encode() + b"]",
         media_type="application/json",
         headers={"x-prompt-tokens": str(len(ids)), "x-generated-tokens": str(tokens)},
     )
