@@ -152,6 +152,10 @@ class Verdict:
     problem: str | None
 
 
+# TEI's and TGI's routes: their errors are {"error": str, "error_type": str}
+NATIVE_PATHS = frozenset(("/embed", "/similarity", "/generate", "/generate_stream", "/"))
+
+
 def judge(response: httpx.Response) -> Verdict:
     """What is wrong with an answer (None: nothing)."""
     status, body = response.status_code, response.content
@@ -165,7 +169,10 @@ def judge(response: httpx.Response) -> Verdict:
         err = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         return Verdict(status, len(body), f"{status} is not OpenAI error JSON: {body[:300]!r}")
-    if not isinstance(err, dict) or set(err) != {"message", "type", "param", "code"} or not err["message"]:
+    if response.request.url.path in NATIVE_PATHS:  # TEI's and TGI's error shape (docs/native-apis.md)
+        if not (isinstance(err, str) and err and isinstance(json.loads(body).get("error_type"), str)):
+            return Verdict(status, len(body), f"{status} is not TEI/TGI error JSON: {body[:300]!r}")
+    elif not isinstance(err, dict) or set(err) != {"message", "type", "param", "code"} or not err["message"]:
         return Verdict(status, len(body), f"{status} error fields wrong: {body[:300]!r}")
     if status in (429, 503) and "retry-after" not in response.headers:
         return Verdict(status, len(body), f"{status} without Retry-After")

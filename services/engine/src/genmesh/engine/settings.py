@@ -118,6 +118,12 @@ class EngineSettings(ServiceSettings):
     best_of_limit: int = Field(
         default=20, ge=1, description="largest 'best_of' (beam width) or 'n' a request may ask for"
     )
+    tgi_default_max_new_tokens: int = Field(
+        default=100, ge=1, description="TGI's /generate without 'max_new_tokens': at most this many (TGI 1.x's default)"
+    )
+    tgi_max_stop_sequences: int = Field(
+        default=4, ge=0, description="most 'stop' sequences a TGI /generate request may give (TGI's default)"
+    )
     num_kv_blocks: int | None = Field(
         default=None, ge=1, description="KV cache size in blocks instead of GB (fine-grained; overrides --cache-size)"
     )

@@ -17,11 +17,25 @@ from genmesh.protocol import (
 )
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
+from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 
 from .admission.auth import check_admin
 from .exchange import responses
 from .exchange.errors import authenticate
-from .routes import admin, aliases, audio, batches, completions, console, files, openai, stored_responses, system
+from .exchange.native import NativeExchange
+from .routes import (
+    admin,
+    aliases,
+    audio,
+    batches,
+    completions,
+    console,
+    files,
+    native,
+    openai,
+    stored_responses,
+    system,
+)
 from .routing.config import RoutingConfig
 from .runner.batch_runner import BatchRunner
 from .settings import GatewaySettings
@@ -54,6 +68,9 @@ class GatewayApp:
                 return
             if path == responses.PATH and scope["method"] == "POST":
                 await completions.serve(self.api.state.gateway, scope, receive, send, responses.ResponsesExchange)
+                return
+            if path in native.PATHS and scope["method"] == "POST":
+                await completions.serve(self.api.state.gateway, scope, receive, send, NativeExchange)
                 return
             if path == console.STATUS_PATH and scope["method"] == "GET":
                 await console.serve_status(self.api.state.gateway, scope, receive, send)
@@ -96,6 +113,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         completions.EMBEDDINGS_PATH: EmbeddingRequest,
         aliases.RERANK_PATH: RerankRequest,
         aliases.SCORE_PATH: ScoreRequest,
+        **NATIVE_REQUEST_MODELS,
     }
     return service_app(
         "genmesh gateway",
@@ -104,6 +122,7 @@ def create_api(settings: GatewaySettings, config: RoutingConfig) -> FastAPI:
         state_lifespan("gateway", lambda: start_gateway(settings, config)),
         [
             openai.router,
+            native.router,
             stored_responses.router,
             files.router,
             batches.router,

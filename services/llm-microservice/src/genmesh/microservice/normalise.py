@@ -27,6 +27,7 @@ from genmesh.protocol import (
     from_validation_error,
     invalid_request,
 )
+from genmesh.protocol.tei import is_tei_rerank
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -158,7 +159,8 @@ def normalise_rerank(raw: dict[str, Any], default_model: str | None) -> EngineCa
     """Rerank (any of its paths) is relayed as sent to the engine's ``/v1/rerank``, after the shared
     wire model's check; like embeddings, a body without ``model`` keeps none."""
     body = dict(raw)
-    _validate(RerankRequest, body)
+    if not is_tei_rerank(body):  # TEI's body (``texts``): the engine checks it, and answers in TEI's shape
+        _validate(RerankRequest, body)
     return EngineCall(RERANK_PATH, body, False)
 
 

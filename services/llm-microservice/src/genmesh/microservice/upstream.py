@@ -30,7 +30,16 @@ log = logging.getLogger("genmesh.microservice.upstream")
 # Upstream response headers worth handing to our client (Retry-After: when a restarting engine
 # expects to serve again; the audio a spoken chat turn transcribed and the characters it spoke);
 # hop-by-hop and framing headers are ours.
-RELAYED_HEADERS = ("content-type", "retry-after", "x-genmesh-audio-seconds", "x-genmesh-speech-characters")
+# TEI's and TGI's token counts: what the gateway meters their bare replies by
+RELAYED_HEADERS = (
+    "content-type",
+    "retry-after",
+    "x-genmesh-audio-seconds",
+    "x-genmesh-speech-characters",
+    "x-compute-tokens",
+    "x-prompt-tokens",
+    "x-generated-tokens",
+)
 # Idle connections are dropped before uvicorn's (and vLLM's) 5 s keep-alive would close them under
 # us: aiohttp never resends a POST that met a connection the engine had just closed.
 KEEPALIVE_S = 4.0

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from genmesh.protocol.server.app import package_version, service_app, state_lifespan
 from genmesh.protocol.server.asgi import ShutdownSwitch
+from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 
 from ..models.ovms_config import Repository
 from ..settings import EngineSettings
@@ -16,10 +17,13 @@ from .routes import (
     completions,
     embeddings,
     kserve,
+    native,
     rerank,
     responses,
     speech,
     system,
+    tei,
+    tgi,
     tokenize,
     transcriptions,
 )
@@ -58,9 +62,14 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
             kserve.router,
             embeddings.router,
             rerank.router,
+            rerank.rerank_router,
+            tei.router,
+            tgi.router,
+            native.router,
             transcriptions.router,
             speech.router,
         ],
+        NATIVE_REQUEST_MODELS,
     )
     app.state.versions = {"version": engine_version, "openvino_genai": package_version("openvino-genai", "unknown")}
     return app

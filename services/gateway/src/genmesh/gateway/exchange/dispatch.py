@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from genmesh.protocol import invalid_request, model_not_found
-from genmesh.relay import Outcome, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
+from genmesh.relay import Outcome, StreamEnd, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..admission.tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
 from ..redis.client import RedisUnavailable
@@ -40,8 +40,10 @@ _USE = {
 }
 
 
-def route_of(st: GatewayState, body: dict[str, Any], path: str) -> ModelRoute:
-    kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
+def route_of(st: GatewayState, body: dict[str, Any], path: str, kind: str | None = None) -> ModelRoute:
+    """The model's route (``kind``: the endpoint's kind where its path does not say it: TEI's and TGI's)."""
+    if kind is None:
+        kind = "embeddings" if path == EMBEDDINGS_PATH else "rerank" if path in SCORING_PATHS else "chat"
     model = body.get("model")
     route = st.config.route(model) if isinstance(model, str) else None
     if route is not None:
@@ -153,6 +155,7 @@ def relay_from(
     sent_at: float,
     total_deadline: float,
     route: ModelRoute,
+    ending: StreamEnd | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """A streamed response relayed event by event within the route's first-token and total deadlines."""
     return relay_stream(
@@ -162,4 +165,5 @@ def relay_from(
         strip_usage=strip_usage,
         first_token_deadline=sent_at + route.first_token_timeout_s,
         total_deadline=total_deadline,
+        ending=ending,
     )

@@ -25,7 +25,7 @@ from starlette.types import Message, Receive, Send
 from genmesh.protocol import OpenAIError, internal_error
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.tracing import request_attributes, trace_headers, tracing
-from genmesh.relay import DONE_EVENT, Outcome, UpstreamResponse, error_event, relay_unary
+from genmesh.relay import DONE_EVENT, Outcome, StreamEnd, UpstreamResponse, error_event, relay_unary
 
 from ..admission.auth import ApiKey, resolve_priority
 from ..admission.tickets import Ticket
@@ -102,14 +102,18 @@ class Exchange:
                     self.span.set_status(StatusCode.ERROR)
         await self._send(message)
 
+    def error_reply(self, err: OpenAIError) -> tuple[int, bytes]:
+        """A refusal's status and body (subclasses: another API's error shape)."""
+        return err.status, orjson.dumps(err.body())
+
     async def send_error(self, err: OpenAIError) -> None:
         if self.response_started:
             return
-        body = orjson.dumps(err.body())
+        status, body = self.error_reply(err)
         headers = [_JSON, (b"content-length", b"%d" % len(body)), self.rid_header]
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
         self.finished = True
-        await self.send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
     async def run(self, authorization: str | None, priority_header: str | None) -> None:
@@ -257,6 +261,10 @@ class Exchange:
         """The request whose prompt routes it under prefix-affinity (subclasses add stored history)."""
         return body
 
+    def stream_end(self) -> StreamEnd | None:
+        """How a relayed stream ends, and what its failure says (None: chat's and completions')."""
+        return None
+
     def wrap(self, relay: AsyncGenerator[bytes, None], key: ApiKey, status: int) -> AsyncGenerator[bytes, None]:
         """What the client gets of the relayed body (subclasses may rewrite it)."""
         return relay
@@ -282,7 +290,9 @@ class Exchange:
         out = Outcome()
         completed = False
         if stream and resp.status == 200:
-            relay = relay_from(resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route)
+            relay = relay_from(
+                resp, out, strip_usage, sent_at, sent_at + route.request_timeout_s, route, self.stream_end()
+            )
             if route.mid_stream_failover and failover.eligible(self.path, body):
                 relay = self._failover(relay, ticket, idx, body, out, strip_usage, sent_at + route.request_timeout_s)
         else:

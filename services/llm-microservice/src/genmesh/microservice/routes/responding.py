@@ -23,6 +23,7 @@ from fastapi.responses import Response
 from opentelemetry.trace import Span, SpanKind
 
 from genmesh.protocol import OpenAIError, normalise_upstream_error
+from genmesh.protocol.native_errors import is_native_error
 from genmesh.protocol.server.asgi import body_limits, unless_disconnected
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.protocol.server.streaming import EventStream
@@ -61,6 +62,8 @@ def _error_json(reply: Reply) -> Response:
             body = reply.json()
         except ValueError:
             body = None
+        if is_native_error(body):  # TEI's or TGI's error: relayed as it is
+            return Response(reply.body, status_code=reply.status, headers=relayed_headers(reply.headers))
         err = normalise_upstream_error(reply.status, body)
         return Response(
             json.dumps(err.body()),

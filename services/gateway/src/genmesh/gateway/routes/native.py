@@ -1,0 +1,38 @@
+"""TEI's and TGI's native API at the gateway: ``POST /embed``, ``/similarity``, ``/generate``, ``/generate_stream``
+and ``/`` go the hot path (``NativeExchange``), TEI's ``/rerank`` body goes as rerank's others do
+(``aliases.py``), and ``GET /info`` (any valid key) is the chat model's upstream's (the engine's
+merged TGI and TEI fields), else the first model's."""
+
+from __future__ import annotations
+
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from genmesh.protocol.tei import COMPAT_PATH, INFO_PATH, TEI_EMBED_PATH, TEI_SIMILARITY_PATH
+from genmesh.protocol.tgi import TGI_GENERATE_PATH, TGI_STREAM_PATH
+
+from ..exchange.errors import authenticate
+from .common import gateway
+
+PATHS = frozenset((TEI_EMBED_PATH, TEI_SIMILARITY_PATH, TGI_GENERATE_PATH, TGI_STREAM_PATH, COMPAT_PATH))
+INFO_TIMEOUT_S = 10.0
+router = APIRouter()
+
+
+@router.get(INFO_PATH)
+async def info(request: Request) -> Response:
+    st = gateway(request)
+    await authenticate(st, request.headers.get("authorization"))
+    routes = sorted(st.config.models.values(), key=lambda r: r.kind != "chat")
+    for route in routes:
+        for up in st.pool.upstreams(route):
+            if not up.available():
+                continue
+            try:
+                async with httpx.AsyncClient(timeout=INFO_TIMEOUT_S) as client:
+                    reply = await client.get(up.url + INFO_PATH)
+            except httpx.HTTPError:
+                continue
+            return Response(reply.content, status_code=reply.status_code, media_type="application/json")
+    return JSONResponse({"error": "no upstream answered", "error_type": "unhealthy"}, 503, {"Retry-After": "1"})
