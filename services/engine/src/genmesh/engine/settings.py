@@ -21,6 +21,8 @@ from .core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 DQ_GROUP_SIZE = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 PROMPT_LOOKUP = "prompt_lookup"
+CHUNK_PHONEMES = 200  # a speech inference's phonemes at speed 1 (speech_chunk_phonemes)
+MIN_CHUNK_PHONEMES = 16
 FREE = "schema-free JSON (json_object mode, values a schema leaves open)"
 
 
@@ -287,11 +289,22 @@ class EngineSettings(ServiceSettings):
     speech_max_input_chars: int = Field(
         default=4096, ge=1, description="longest 'input' of /v1/audio/speech, in characters (OpenAI: 4096)"
     )
+    speech_chunk_phonemes: int = Field(
+        default=CHUNK_PHONEMES,
+        ge=MIN_CHUNK_PHONEMES,
+        le=600,
+        description="most IPA phonemes (about 1.2 per letter of English) one speech inference takes at speed 1 "
+        "or faster, proportionally fewer when slower: a speech request runs as chunks this size, whatever its "
+        "punctuation, and a stopped one frees the voice within one chunk",
+    )
     audio_max_queued: int = Field(
         default=32, ge=1, description="audio requests waiting or running per audio model; past it 503 + Retry-After"
     )
     audio_timeout_s: float = Field(
-        default=300.0, gt=0, description="an audio request not done this long after it arrived is stopped: 503"
+        default=300.0,
+        gt=0,
+        description="a transcription, or one chunk of a speech request, not done this long (waiting included) "
+        "is stopped: 503",
     )
 
     def http_limits(self) -> HttpLimits:

@@ -1,14 +1,13 @@
 """A Piper voice (VITS, exported to ONNX) on the OpenVINO runtime. Text becomes IPA phonemes through
-Debian's ``espeak-ng`` (the voice's ``espeak.voice``), phonemes become ids through the voice's
-``phoneme_id_map`` as Piper writes them (``^``, each phoneme followed by the pad ``_``, ``$``), and one
-inference per sentence makes float32 samples at the voice's rate."""
+Debian's ``espeak-ng`` (``phonemes.py``: the voice's ``espeak.voice``, one process per request), the
+phonemes are cut into bounded chunks (``chunks``), and each chunk is one inference: its phonemes become
+ids through the voice's ``phoneme_id_map`` as Piper writes them (``^``, each phoneme followed by the pad
+``_``, ``$``), and the inference makes float32 samples at the voice's rate."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import re
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +16,16 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from ..settings import CHUNK_PHONEMES, MIN_CHUNK_PHONEMES
+from .chunking import pieces
+from .phonemes import Phonemizer
+
 BOS, EOS, PAD = "^", "$", "_"
-# A sentence ends at . ! ? (or ; :) followed by space: each is synthesised on its own (streamed one by one).
-_SENTENCE = re.compile(r"(?<=[.!?;:])\s+")
-ESPEAK_TIMEOUT_S = 30.0
+# In float32 unless a graph's plugin_config says otherwise: on a CPU with BF16 (Zen 4, Sapphire Rapids)
+# OpenVINO's default is bfloat16, in which the VITS duration predictor sometimes overflows (the graph's
+# Range node fails: "overflow while converting elements to byte size"; measured on Zen 4: 4 of 12
+# chunks at speed 4 failed in bfloat16, none in float32, at about twice the time).
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 @dataclass(frozen=True)
@@ -46,41 +51,30 @@ class VoiceConfig:
         )
 
 
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+def chunk_limit(chunk_phonemes: int, speed: float) -> int:
+    """The phonemes one inference takes: ``chunk_phonemes`` at speed 1 or faster, fewer when slower (the
+    audio an inference makes, so its time, grows as 1 / speed), and never under ``MIN_CHUNK_PHONEMES``."""
+    return max(MIN_CHUNK_PHONEMES, int(chunk_phonemes * min(1.0, speed)))
 
 
 class PiperVoice:
     def __init__(self, onnx: Path, device: str = "CPU", plugin_config: Mapping[str, Any] | None = None) -> None:
         """``plugin_config``: OpenVINO properties for the device (a graph's ``plugin_config``)."""
         self.config = VoiceConfig.read(onnx.with_name(onnx.name + ".json"))
-        self.espeak = shutil.which("espeak-ng")
-        if self.espeak is None:
-            raise RuntimeError("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
-        # f32 unless the graph says otherwise: OpenVINO's CPU default is bf16 where the CPU has AVX-512 BF16
-        # or AMX (Zen 4, Sapphire Rapids), and VITS's duration predictor then overflows now and then (a
-        # "Range" node fails: ~1 sentence in 20 answered 500 on Zen 4); the voice is small, f32 costs little.
-        config = {"INFERENCE_PRECISION_HINT": "f32", **dict(plugin_config or {})}
-        self._compiled = ov.Core().compile_model(str(onnx), device, config)
+        self.phonemizer = Phonemizer(self.config.espeak_voice)
+        properties = {**F32, **(plugin_config or {})}
+        self._compiled = ov.Core().compile_model(str(onnx), device, properties)
 
     @property
     def rate(self) -> int:
         return self.config.rate
 
-    def phonemes(self, sentence: str) -> str:
-        """IPA phonemes of one sentence: espeak-ng's clauses, joined; the sentence's end mark kept."""
-        assert self.espeak is not None
-        done = subprocess.run(
-            [self.espeak, "-q", "--ipa", "-v", self.config.espeak_voice, "--stdin"],
-            input=sentence.replace("\n", " "),
-            capture_output=True,
-            text=True,
-            timeout=ESPEAK_TIMEOUT_S,
-            check=True,
-        )
-        clauses = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-        end = sentence.rstrip()[-1:] if sentence.rstrip()[-1:] in ".!?" else "."
-        return ", ".join(clauses) + end
+    async def chunks(self, text: str, speed: float, chunk_phonemes: int) -> list[str]:
+        """``text`` as the phonemes of its inferences: its sentences' phonemes (one espeak-ng run), packed
+        into chunks of at most ``chunk_limit`` characters, cut at a sentence's end when one is in reach,
+        else between words, else anywhere."""
+        said = await self.phonemizer.phonemes(text)
+        return pieces(" ".join(said), chunk_limit(chunk_phonemes, speed))
 
     def ids(self, phonemes: str) -> list[int]:
         table = self.config.phoneme_ids
@@ -90,9 +84,10 @@ class PiperVoice:
                 ids += table[ch] + table[PAD]
         return ids + list(table[EOS])
 
-    def synthesise(self, sentence: str, speed: float) -> np.ndarray:
-        """One sentence as float32 samples at ``rate`` (``speed`` > 1 is faster: a shorter length scale)."""
-        ids = self.ids(self.phonemes(sentence))
+    def speak(self, phonemes: str, speed: float) -> np.ndarray:
+        """One chunk's phonemes as float32 samples at ``rate`` (``speed`` > 1 is faster: a shorter length
+        scale). One inference: it runs to its end once begun."""
+        ids = self.ids(phonemes)
         c = self.config
         scales = np.array([c.noise_scale, c.length_scale / speed, c.noise_w], dtype=np.float32)
         out = self._compiled(
@@ -105,3 +100,8 @@ class PiperVoice:
         audio = np.asarray(out[0], dtype=np.float32).reshape(-1)
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         return audio / peak * 0.95 if peak > 1.0 else audio
+
+    def synthesise(self, text: str, speed: float, chunk_phonemes: int = CHUNK_PHONEMES) -> np.ndarray:
+        """``text`` whole, for scripts (not in a running event loop): every chunk, one after another."""
+        chunks = asyncio.run(self.chunks(text, speed, chunk_phonemes))
+        return np.concatenate([self.speak(c, speed) for c in chunks] or [np.zeros(0, dtype=np.float32)])

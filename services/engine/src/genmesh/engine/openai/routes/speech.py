@@ -1,8 +1,10 @@
 """``POST /v1/audio/speech`` (and ``/v3/audio/speech``), as OpenAI defines it: ``input`` spoken by the
 served voice (OpenAI's voice names each map to it) as ``response_format``. WAV and PCM are streamed a
-sentence at a time as each is synthesised (``stream_format: "audio"``; a WAV stream's header says
-"length unknown", as OpenAI's does); FLAC, MP3, Opus and AAC are sent whole. Each sentence is one job on
-the voice's bounded worker, so long inputs take turns with short ones."""
+chunk at a time as each is synthesised (``stream_format: "audio"``; a WAV stream's header says
+"length unknown", as OpenAI's does); FLAC, MP3, Opus and AAC are sent whole. The request is one session
+on the voice's bounded worker (``audio/worker.py``): its phonemes come from one espeak-ng run, and each
+chunk of at most ``speech_chunk_phonemes`` is one job, taken in turn with other requests' chunks, so long
+inputs take turns with short ones and a request that is dropped or times out stops within one chunk."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError, invalid_request
 from genmesh.protocol.audio import SPEECH_MEDIA_TYPES, SpeechRequest
@@ -20,8 +23,9 @@ from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 from genmesh.protocol.server.streaming import EventStream
 
 from ...audio.encode import ENCODED, encode, pcm16, wav_header
-from ...audio.voice import PiperVoice, sentences
-from ...audio.worker import AudioWorker
+from ...audio.phonemes import PhonemesError
+from ...audio.voice import PiperVoice
+from ...audio.worker import AudioWorker, Session
 from .responding import add_api_route
 from .transcriptions import audio_models
 
@@ -31,34 +35,69 @@ CHARACTERS_HEADER = "x-genmesh-speech-characters"
 
 
 class AudioStream(EventStream):
-    """Audio bytes as they are made: each chunk one write, the synthesis stopped if the client leaves."""
+    """Audio bytes as they are made: each chunk one write, the session closed when the reply ends, however
+    it ends (the client leaving stops the synthesis)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes], media_type: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self, chunks: AsyncIterator[bytes], session: Session, media_type: str, headers: dict[str, str]
+    ) -> None:
         self.media_type = media_type
+        self.session = session
         super().__init__(chunks, headers)
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.session.close()
 
-def saying(voice: PiperVoice, sentence: str, speed: float) -> Callable[[threading.Event], np.ndarray]:
+
+def saying(voice: PiperVoice, phonemes: str, speed: float) -> Callable[[threading.Event], np.ndarray]:
     def job(stop: threading.Event) -> np.ndarray:
-        return voice.synthesise(sentence, speed)
+        return voice.speak(phonemes, speed)
 
     return job
 
 
-async def _spoken(
-    voice: PiperVoice, worker: AudioWorker, parts: list[str], speed: float, fmt: str
+async def chunked(voice: PiperVoice, text: str, speed: float, chunk_phonemes: int) -> list[str]:
+    """``text``'s chunks (one espeak-ng run); 400 naming ``input`` when espeak-ng's output cannot be
+    matched to the text."""
+    try:
+        return await voice.chunks(text, speed, chunk_phonemes)
+    except PhonemesError as exc:
+        raise invalid_request(f"'input' could not be turned into phonemes: {exc}", param="input") from None
+
+
+async def samples(voice: PiperVoice, session: Session, chunks: list[str], speed: float) -> AsyncIterator[np.ndarray]:
+    """Each chunk's samples as its inference ends (the next one already queued in the session's lane)."""
+    async for part in session.map(saying(voice, c, speed) for c in chunks):
+        yield part
+
+
+async def _streamed(
+    voice: PiperVoice, session: Session, chunks: list[str], speed: float, fmt: str
 ) -> AsyncIterator[bytes]:
     if fmt == "wav":
         yield wav_header(voice.rate)
-    for sentence in parts:
-        yield pcm16(await worker.run(saying(voice, sentence, speed)))
+    async for part in samples(voice, session, chunks, speed):
+        yield pcm16(part)
 
 
-async def whole_audio(voice: PiperVoice, worker: AudioWorker, parts: list[str], speed: float, fmt: str) -> bytes:
-    chunks = [await worker.run(saying(voice, sentence, speed)) for sentence in parts]
+async def whole_audio(voice: PiperVoice, session: Session, chunks: list[str], speed: float, fmt: str) -> bytes:
+    """Every chunk's samples, with a tenth of a second between chunks, encoded as ``fmt``."""
     pause = np.zeros(voice.rate // 10, dtype=np.float32)
-    samples = np.concatenate([c for chunk in chunks for c in (chunk, pause)] or [np.zeros(0, dtype=np.float32)])
-    return await asyncio.to_thread(encode, samples, voice.rate, fmt)
+    parts = [p async for part in samples(voice, session, chunks, speed) for p in (part, pause)]
+    audio = np.concatenate(parts or [np.zeros(0, dtype=np.float32)])
+    return await asyncio.to_thread(encode, audio, voice.rate, fmt)
+
+
+async def spoken_whole(
+    voice: PiperVoice, worker: AudioWorker, text: str, speed: float, fmt: str, chunk_phonemes: int
+) -> bytes:
+    """``text`` spoken whole as one request on ``worker`` (a spoken chat's answer)."""
+    async with worker.session() as session:
+        chunks = await chunked(voice, text, speed, chunk_phonemes)
+        return await whole_audio(voice, session, chunks, speed, fmt)
 
 
 async def speech(body: SpeechRequest, request: Request) -> Response:
@@ -88,13 +127,24 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
             param="stream_format",
             code="invalid_value",
         )
-    parts = sentences(body.input)
-    if not parts:
+    if not body.input.strip():
         raise invalid_request("'input' holds nothing to say", param="input")
     headers = {CHARACTERS_HEADER: str(len(body.input))}
-    if fmt in STREAMED:
-        return AudioStream(_spoken(voice, worker, parts, body.speed, fmt), SPEECH_MEDIA_TYPES[fmt], headers)
-    data = await unless_disconnected(request, whole_audio(voice, worker, parts, body.speed, fmt))
+    session = worker.open()
+    try:
+        chunks = await unless_disconnected(
+            request, chunked(voice, body.input, body.speed, audio.settings.speech_chunk_phonemes)
+        )
+        if not chunks:
+            raise invalid_request("'input' holds nothing to say", param="input")
+        if fmt in STREAMED:
+            stream = _streamed(voice, session, chunks, body.speed, fmt)
+            return AudioStream(stream, session, SPEECH_MEDIA_TYPES[fmt], headers)
+        data = await unless_disconnected(request, whole_audio(voice, session, chunks, body.speed, fmt))
+    except BaseException:
+        session.close()
+        raise
+    session.close()
     return Response(data, media_type=SPEECH_MEDIA_TYPES[fmt], headers=headers)
 
 

@@ -47,14 +47,14 @@ from genmesh.protocol.spoken import (
 
 from ...audio.decode import decode
 from ...audio.encode import pcm16, wav_header
-from ...audio.voice import PiperVoice, sentences
+from ...audio.voice import PiperVoice
 from ...audio.whisper import Ask, Transcript
 from ...audio.worker import AudioWorker
 from ...client.generation import Event, Generation
 from ..loaded_model import EngineState
 from ..prompt_logprobs import Prompts, ScoringPlan, scored_results, scored_stream
 from .responding import SSE_HEADERS, ReplyWriter, grouped, guarded
-from .speech import CHARACTERS_HEADER, saying, whole_audio
+from .speech import CHARACTERS_HEADER, chunked, samples, spoken_whole
 from .transcriptions import SECONDS_HEADER, audio_models
 
 # The end of a sentence in text still being generated: what precedes it can be spoken already.
@@ -74,6 +74,7 @@ class Speaker:
     voice: PiperVoice
     worker: AudioWorker
     fmt: str  # the request's audio.format
+    chunk_phonemes: int  # --speech-chunk-phonemes
 
 
 @dataclass
@@ -129,7 +130,7 @@ def _speaker(body: ChatCompletionRequest, request: Request) -> Speaker | None:
             code="invalid_value",
         )
     _, voice, worker = audio.speaker(None)
-    return Speaker(voice, worker, fmt)
+    return Speaker(voice, worker, fmt, audio.settings.speech_chunk_phonemes)
 
 
 async def _transcribe(request: Request, part: InputAudioPart, where: str, heard_s: float) -> Transcript:
@@ -205,7 +206,7 @@ async def reply(
         text = message.content or ""
         encoder = _ENCODER_FORMAT[speaker.fmt]
         data = await unless_disconnected(
-            request, whole_audio(speaker.voice, speaker.worker, sentences(text), 1.0, encoder)
+            request, spoken_whole(speaker.voice, speaker.worker, text, 1.0, encoder, speaker.chunk_phonemes)
         )
         message.audio = ChatCompletionAudio(
             id=new_id("audio"), data=base64.b64encode(data).decode("ascii"), expires_at=now(), transcript=text
@@ -272,9 +273,10 @@ class _SpokenChunks:
     async def _say(self, text: str) -> AsyncIterator[ChatCompletionChunk]:
         speaker = self.turn.speaker
         assert speaker is not None
-        for sentence in sentences(text):
-            samples = await speaker.worker.run(saying(speaker.voice, sentence, 1.0))
-            yield self._data(pcm16(samples))
+        async with speaker.worker.session() as session:  # one espeak-ng run, chunks in turn with others'
+            chunks = await chunked(speaker.voice, text, 1.0, speaker.chunk_phonemes)
+            async for part in samples(speaker.voice, session, chunks, 1.0):
+                yield self._data(pcm16(part))
 
     def _data(self, pcm: bytes) -> ChatCompletionChunk:
         speaker = self.turn.speaker
