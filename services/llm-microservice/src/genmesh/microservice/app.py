@@ -10,7 +10,7 @@ from genmesh.protocol.server.app import package_version, service_app, state_life
 from .metrics import MicroserviceMetrics
 from .normalise import REQUEST_MODELS
 from .observe import ObserveMiddleware
-from .routes import audio, relaying, responses, system
+from .routes import audio, opea, relaying, responses, system
 from .settings import MicroserviceSettings
 from .state import MicroserviceState
 
@@ -24,7 +24,7 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
         app_version,
         settings.http_limits(),
         state_lifespan("microservice", lambda: MicroserviceState.start(settings, app_version, metrics)),
-        [relaying.router, responses.router, system.router, audio.router],
+        [opea.router, relaying.router, responses.router, system.router, audio.router],
         REQUEST_MODELS,
         middleware=[Middleware(ObserveMiddleware, metrics=metrics)],  # the request id is known when it runs
     )

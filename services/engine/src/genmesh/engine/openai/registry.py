@@ -104,6 +104,10 @@ class ModelRegistry:
     def all(self) -> list[ServedModel]:
         return list(self.models.values())
 
+    def chat_names(self) -> list[str]:
+        """Every value of ``model`` that names a chat model: its name and its aliases."""
+        return [*self.models, *self._aliases]
+
     async def start(self, wait: bool) -> None:
         """Start every model's load at once. ``wait``: return when all are loaded and raise the
         first failure (single-model mode: a model that cannot load stops the server, as before);

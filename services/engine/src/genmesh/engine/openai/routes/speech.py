@@ -1,7 +1,8 @@
 """``POST /v1/audio/speech`` (and ``/v3/audio/speech``), as OpenAI defines it: ``input`` spoken by the
-served voice (OpenAI's voice names each map to it) as ``response_format``. WAV and PCM are streamed a
-sentence at a time as each is synthesised (``stream_format: "audio"``; a WAV stream's header says
-"length unknown", as OpenAI's does); FLAC, MP3, Opus and AAC are sent whole. Each sentence is one job on
+served voice (OpenAI's voice names each map to it, as do no voice and OPEA's ``default``) as
+``response_format``. WAV and PCM are streamed a sentence at a time as each is synthesised
+(``stream_format: "audio"``; a WAV stream's header says "length unknown", as OpenAI's does); FLAC,
+MP3, Opus and AAC are sent whole. Each sentence is one job on
 the voice's bounded worker, so long inputs take turns with short ones."""
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from .transcriptions import audio_models
 router = APIRouter(route_class=CheckedRoute)
 STREAMED = ("wav", "pcm")
 CHARACTERS_HEADER = "x-genmesh-speech-characters"
+# No voice, or this name (OPEA's AudioSpeechRequest default), is the served voice.
+DEFAULT_VOICE = "default"
 
 
 class AudioStream(EventStream):
@@ -69,9 +72,10 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
             f"'input' is longer than {limit} characters", param="input", code="string_above_max_length"
         )
     _, voice, worker = audio.speaker(body.model)
-    if body.voice_name() not in audio.voices():
+    if body.voice_name() not in ("", DEFAULT_VOICE, *audio.voices()):
         raise invalid_request(
-            f"voice '{body.voice_name()}' is not served; use one of: {', '.join(audio.voices())}",
+            f"voice '{body.voice_name()}' is not served; use one of: {', '.join(audio.voices())} "
+            f"(or none, or '{DEFAULT_VOICE}': the served voice)",
             param="voice",
             code="invalid_value",
         )
