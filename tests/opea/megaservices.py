@@ -203,10 +203,13 @@ async def ask_chatqna(mega: ServiceOrchestrator, question: str, max_tokens: int)
 async def ask_audioqna(mega: ServiceOrchestrator, audio_b64: str, max_tokens: int) -> dict[str, Any]:
     params = LLMParams(max_tokens=max_tokens, stream=False, temperature=0.01)
     result, _graph = await mega.schedule(initial_inputs={"audio": audio_b64}, llm_parameters=params, voice="default")
+    heard, answer, spoken = node(result, "asr"), node(result, "llm"), node(result, "tts")
+    if "tts_result" not in spoken:
+        raise RuntimeError(f"the TTS node answered {spoken} for the LLM's {answer}")
     return {
-        "heard": node(result, "asr")["asr_result"],
-        "answer": node(result, "llm")["choices"][0]["message"]["content"],
-        "spoken_b64": node(result, "tts")["tts_result"],
+        "heard": heard["asr_result"],
+        "answer": answer["choices"][0]["message"]["content"],
+        "spoken_b64": spoken["tts_result"],
     }
 
 

@@ -21,6 +21,10 @@ BOS, EOS, PAD = "^", "$", "_"
 # A sentence ends at . ! ? (or ; :) followed by space: each is synthesised on its own (streamed one by one).
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+")
 ESPEAK_TIMEOUT_S = 30.0
+# VITS samples each phoneme's duration (noise_w); now and then OpenVINO's CPU plugin then fails the graph's
+# Range node ("overflow while converting elements to byte size": measured once in six syntheses of a
+# 20-word sentence on Zen 4, none after). The sentence is synthesised again, a fresh sample, at most this often.
+SYNTH_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -91,13 +95,18 @@ class PiperVoice:
         ids = self.ids(self.phonemes(sentence))
         c = self.config
         scales = np.array([c.noise_scale, c.length_scale / speed, c.noise_w], dtype=np.float32)
-        out = self._compiled(
-            {
-                "input": np.array([ids], dtype=np.int64),
-                "input_lengths": np.array([len(ids)], dtype=np.int64),
-                "scales": scales,
-            }
-        )
+        inputs = {
+            "input": np.array([ids], dtype=np.int64),
+            "input_lengths": np.array([len(ids)], dtype=np.int64),
+            "scales": scales,
+        }
+        for attempt in range(SYNTH_TRIES):
+            try:
+                out = self._compiled(inputs)
+                break
+            except RuntimeError as exc:
+                if "Range" not in str(exc) or attempt == SYNTH_TRIES - 1:
+                    raise
         audio = np.asarray(out[0], dtype=np.float32).reshape(-1)
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         return audio / peak * 0.95 if peak > 1.0 else audio
