@@ -14,7 +14,9 @@ from support.exports import GGUF_NAME, IR_NAME, run_export
 from support.servers import (
     DEFAULT_MODEL,
     EMBEDDING_MODEL,
+    EMBEDDING_NAME,
     EXTERNAL_ENGINE_URL,
+    MODEL_NAME,
     Server,
     start_engine,
     start_repository_engine,
@@ -117,7 +119,11 @@ def embedding_engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     """The real engine serving the default chat model and the real embedding model (all-MiniLM-L6-v2)
     side by side, started once per test session."""
     assert (EMBEDDING_MODEL / "model.safetensors").is_file(), "run 'make model' first (make test does it)"
-    server = start_engine(tmp_path_factory.mktemp("embedding-engine-logs"), "--embedding-model", str(EMBEDDING_MODEL))
+    # each model answers an alias too, as OPEA's clients name them (tgi, tei: test_microservice_opea_shapes.py)
+    names = ["--served-model-name", f"{MODEL_NAME},tgi", "--embedding-model-name", f"{EMBEDDING_NAME},tei"]
+    server = start_engine(
+        tmp_path_factory.mktemp("embedding-engine-logs"), "--embedding-model", str(EMBEDDING_MODEL), *names
+    )
     yield server.url
     server.stop()
 

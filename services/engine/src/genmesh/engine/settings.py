@@ -39,7 +39,9 @@ class EngineSettings(ServiceSettings):
         description="OVMS config.json (model_config_list / mediapipe_config_list): serve every model it lists",
     )
     served_model_name: str | None = Field(
-        default=None, description="name clients use in 'model' (unset: from the path)"
+        default=None,
+        description="name clients use in 'model' (unset: from the path); several, comma-separated, as vLLM's "
+        "flag takes several: the first is the model's name, the others aliases (e.g. 'SmolLM2-135M-Instruct,tgi')",
     )
     port: int = Field(default=8008, ge=1, le=65535, description="HTTP port")
     device: str = Field(default="CPU", description="OpenVINO device: CPU, GPU, GPU.1, ...")
@@ -213,7 +215,9 @@ class EngineSettings(ServiceSettings):
         "at /v1/embeddings beside --model (make model fetches models/all-MiniLM-L6-v2)",
     )
     embedding_model_name: str | None = Field(
-        default=None, description="name clients use for --embedding-model (unset: the folder's name)"
+        default=None,
+        description="name clients use for --embedding-model (unset: the folder's name); several, comma-separated: "
+        "the first is its name, the others aliases (e.g. 'all-MiniLM-L6-v2,tei')",
     )
     embedding_max_batch_size: int = Field(
         default=32, ge=1, le=4096, description="most inputs (of all requests together) in one embeddings batch"
@@ -237,7 +241,9 @@ class EngineSettings(ServiceSettings):
         "to serve at /v1/rerank and /score beside --model",
     )
     rerank_model_name: str | None = Field(
-        default=None, description="name clients use for --rerank-model (unset: the folder's name)"
+        default=None,
+        description="name clients use for --rerank-model (unset: the folder's name); several, comma-separated: "
+        "the first is its name, the others aliases",
     )
     rerank_max_documents: int = Field(
         default=1000, ge=1, description="most documents in one rerank request (most pairs in one /score request)"
@@ -368,3 +374,9 @@ class EngineSettings(ServiceSettings):
 
 def parse_settings(argv: Sequence[str] | None = None) -> EngineSettings:
     return EngineSettings.from_cli(argv)
+
+
+def model_names(value: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """A ``--*-model-name`` value: its name (None: unset) and its aliases (the other comma-separated names)."""
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    return (names[0] if names else None), tuple(names[1:])

@@ -11,7 +11,7 @@ from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 from .metrics import MicroserviceMetrics
 from .normalise import REQUEST_MODELS
 from .observe import ObserveMiddleware
-from .routes import audio, native, relaying, responses, system
+from .routes import audio, native, opea, relaying, responses, system
 from .settings import MicroserviceSettings
 from .state import MicroserviceState
 
@@ -25,7 +25,7 @@ def create_app(settings: MicroserviceSettings) -> FastAPI:
         app_version,
         settings.http_limits(),
         state_lifespan("microservice", lambda: MicroserviceState.start(settings, app_version, metrics)),
-        [relaying.router, responses.router, system.router, audio.router, native.router],
+        [opea.router, relaying.router, responses.router, system.router, audio.router, native.router],
         REQUEST_MODELS | NATIVE_REQUEST_MODELS,
         middleware=[Middleware(ObserveMiddleware, metrics=metrics)],  # the request id is known when it runs
     )

@@ -19,6 +19,7 @@ from genmesh.protocol.server.settings import EnvOnly, Flag, ServiceSettings
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8008"
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
+ASR_PATH = "/v1/asr"  # OPEA's Whisper service: the audio as base64 in JSON
 
 
 class MicroserviceSettings(ServiceSettings):
@@ -41,6 +42,13 @@ class MicroserviceSettings(ServiceSettings):
         validation_alias=AliasChoices("openai_api_key", "OPENAI_API_KEY"),
         description="sent to the engine as 'Authorization: Bearer ...' when set",
     )
+    default_max_tokens: int = Field(
+        default=1024,
+        ge=0,
+        le=2**31 - 1,
+        description="token limit of a chat request that gives none (OPEA's request models: 1024; 0: none, "
+        "generate to the end of the context)",
+    )
     port: int = Field(default=9000, ge=1, le=65535, description="HTTP port")
     connect_timeout_s: float = Field(default=1.0, gt=0, description="seconds to connect to the engine")
     read_timeout_s: float = Field(default=600.0, gt=0, description="seconds of engine silence before giving up")
@@ -59,7 +67,11 @@ class MicroserviceSettings(ServiceSettings):
         """The HTTP limits, with the larger body and time a transcription's upload is allowed."""
         return UploadLimits(
             **super().http_limits().model_dump(),
-            uploads={TRANSCRIPTIONS_PATH: self.audio_max_bytes + 64 * 1024},  # the multipart form around the file
+            # the multipart form around the file; base64 in JSON (4 bytes per 3)
+            uploads={
+                TRANSCRIPTIONS_PATH: self.audio_max_bytes + 64 * 1024,
+                ASR_PATH: self.audio_max_bytes * 4 // 3 + 64 * 1024,
+            },
             upload_timeout_s=self.audio_upload_timeout_s,
         )
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from .common import StrictRequest
 from .errors import from_validation_error, invalid_request
+from .whisper_languages import language_code
 
 # OpenAI's voice names: the SDK requires one of them (or any string); each maps to a served voice.
 OPENAI_VOICES = (
@@ -42,14 +43,17 @@ SPEECH_MEDIA_TYPES: dict[str, str] = {
 class SpeechRequest(StrictRequest):
     model: str | None = None
     input: Annotated[str, Field(min_length=1)]
-    voice: str | dict[str, str]
+    # None: the served voice (OPEA's speech requests may name none; their default is "default")
+    voice: str | dict[str, str] | None = None
     instructions: str | None = None
     response_format: SpeechFormat = "mp3"
     speed: Annotated[float, Field(ge=0.25, le=4.0)] = 1.0
     stream_format: Literal["audio", "sse"] = "audio"
 
     def voice_name(self) -> str:
-        """The voice named: a string, or OpenAI's ``{"id": ...}`` form."""
+        """The voice named: a string, or OpenAI's ``{"id": ...}`` form ("" when none is)."""
+        if self.voice is None:
+            return ""
         return self.voice if isinstance(self.voice, str) else self.voice.get("id", "")
 
 
@@ -66,6 +70,16 @@ class TranscriptionRequest(StrictRequest):
     stream: bool = False
     include: list[Literal["logprobs"]] = Field(default_factory=list)
     chunking_strategy: str | None = None
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _language_name(cls, value: object) -> object:
+        """Whisper's language names (``english``, as OPEA's Whisper service sends) mean their code;
+        ``auto`` (OPEA's default) means none: Whisper detects it."""
+        if not isinstance(value, str):
+            return value
+        code = language_code(value)
+        return None if code == "auto" else code
 
     @classmethod
     def from_form(cls, fields: Iterable[tuple[str, str]]) -> TranscriptionRequest:

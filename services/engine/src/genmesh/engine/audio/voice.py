@@ -26,6 +26,9 @@ BOS, EOS, PAD = "^", "$", "_"
 # Range node fails: "overflow while converting elements to byte size"; measured on Zen 4: 4 of 12
 # chunks at speed 4 failed in bfloat16, none in float32, at about twice the time).
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+# Should the Range node fail all the same (a graph's plugin_config may ask for bf16), the chunk is synthesised
+# again, a fresh sample of its durations, at most this often.
+SYNTH_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,18 @@ class PiperVoice:
         ids = self.ids(phonemes)
         c = self.config
         scales = np.array([c.noise_scale, c.length_scale / speed, c.noise_w], dtype=np.float32)
-        out = self._compiled(
-            {
-                "input": np.array([ids], dtype=np.int64),
-                "input_lengths": np.array([len(ids)], dtype=np.int64),
-                "scales": scales,
-            }
-        )
+        inputs = {
+            "input": np.array([ids], dtype=np.int64),
+            "input_lengths": np.array([len(ids)], dtype=np.int64),
+            "scales": scales,
+        }
+        for attempt in range(SYNTH_TRIES):
+            try:
+                out = self._compiled(inputs)
+                break
+            except RuntimeError as exc:
+                if "Range" not in str(exc) or attempt == SYNTH_TRIES - 1:
+                    raise
         audio = np.asarray(out[0], dtype=np.float32).reshape(-1)
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         return audio / peak * 0.95 if peak > 1.0 else audio

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..embeddings.checkpoint import REQUIRED
 from ..embeddings.options import EmbeddingOptions
-from ..settings import EngineSettings
+from ..settings import EngineSettings, model_names
 from .ovms_embeddings_graph import OVMS_POOLING, EmbeddingsNodeOptions
 from .ovms_rerank_graph import RerankNodeOptions
 
@@ -20,6 +20,7 @@ from .ovms_rerank_graph import RerankNodeOptions
 class EmbeddingSpec:
     name: str
     options: EmbeddingOptions
+    aliases: tuple[str, ...] = ()  # other values of ``model`` that mean this one
 
 
 def options_from(settings: EngineSettings, path: Path, node: EmbeddingsNodeOptions | None = None) -> EmbeddingOptions:
@@ -66,7 +67,8 @@ def single_spec(settings: EngineSettings) -> EmbeddingSpec | None:
     if settings.embedding_model is None:
         return None
     path = Path(settings.embedding_model).expanduser()
-    return EmbeddingSpec(settings.embedding_model_name or path.name, options_from(settings, path))
+    name, aliases = model_names(settings.embedding_model_name)
+    return EmbeddingSpec(name or path.name, options_from(settings, path), aliases)
 
 
 def single_rerank_spec(settings: EngineSettings) -> EmbeddingSpec | None:
@@ -75,7 +77,8 @@ def single_rerank_spec(settings: EngineSettings) -> EmbeddingSpec | None:
         return None
     path = Path(settings.rerank_model).expanduser()
     options = replace(options_from(settings, path), kind="rerank")
-    return EmbeddingSpec(settings.rerank_model_name or path.name, options)
+    name, aliases = model_names(settings.rerank_model_name)
+    return EmbeddingSpec(name or path.name, options, aliases)
 
 
 def is_cross_encoder(folder: Path) -> bool:

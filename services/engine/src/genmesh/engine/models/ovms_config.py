@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..settings import EngineSettings
+from ..settings import EngineSettings, model_names
 from . import amx_guard, audio_spec
 from . import embedding_spec as embeddings
 from .audio_spec import AudioSpec
@@ -67,8 +67,9 @@ class Repository:
 
 def single_model(settings: EngineSettings) -> Repository:
     """``--model``: one model under its served name (``ModelSourceError`` if it cannot be found)."""
-    source = resolve(settings.model, settings.served_model_name, settings.max_model_len)
-    aliases = (str(source.path), settings.model)
+    name, others = model_names(settings.served_model_name)
+    source = resolve(settings.model, name, settings.max_model_len)
+    aliases = (str(source.path), settings.model, *others)
     extra = tuple(s for s in (embeddings.single_spec(settings), embeddings.single_rerank_spec(settings)) if s)
     spec = ModelSpec(source.served_name, settings, source, aliases=aliases)
     return Repository((spec,), None, extra, audio_spec.from_settings(settings))

@@ -28,12 +28,17 @@ class EmbeddingModels:
     def __init__(self, specs: tuple[EmbeddingSpec, ...], families: MetricFamilies) -> None:
         self.families = families
         self.specs = {spec.name: spec for spec in specs}
+        self.aliases = {alias: spec.name for spec in specs for alias in spec.aliases}
         self.loaded: dict[str, EmbeddingModel | CrossEncoderModel] = {}
         self.errors: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def __contains__(self, name: object) -> bool:
-        return name in self.specs
+        return name in self.specs or name in self.aliases
+
+    def canonical(self, name: str) -> str:
+        """The served name ``name`` means (itself, or the model it is an alias of)."""
+        return self.aliases.get(name, name)
 
     async def start(self, wait: bool) -> None:
         """Load each model on a thread; ``wait``: return once each has loaded or failed (never raises)."""
@@ -79,7 +84,7 @@ class EmbeddingModels:
         return out
 
     def kind(self, name: str) -> str:
-        return self.specs[name].options.kind
+        return self.specs[self.canonical(name)].options.kind
 
     def serving(self, model: str | None, chat_models: list[str]) -> EmbeddingModel:
         """The embedding model ``/v1/embeddings`` asks for."""
@@ -101,6 +106,7 @@ class EmbeddingModels:
                 model = of_kind[0]
             else:
                 raise invalid_request("you must provide a model parameter", param="model")
+        model = self.canonical(model)
         if model not in self.specs:
             if model in chat_models:
                 raise wrong_kind(model, f"a chat/completions model, not {what}: use /v1/chat/completions")

@@ -18,7 +18,7 @@ from ..core.gguf_tokenizer import tokenizer_source
 from ..grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from ..metrics import EngineMetrics
 from ..models.source import ModelSource
-from ..settings import EngineSettings
+from ..settings import EngineSettings, model_names
 from .prompts import PromptTokenizer
 
 log = logging.getLogger("genmesh.engine")
@@ -61,6 +61,8 @@ class EngineState:
 
     def check_model(self, model: str | None) -> str:
         if model is None or model in (self.source.served_name, str(self.source.path), self.settings.model):
+            return self.source.served_name
+        if model in model_names(self.settings.served_model_name)[1]:  # an alias (--served-model-name a,b)
             return self.source.served_name
         raise model_not_found(model)
 

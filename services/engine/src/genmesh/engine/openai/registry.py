@@ -96,6 +96,10 @@ class ModelRegistry:
     def all(self) -> list[ServedModel]:
         return list(self.models.values())
 
+    def chat_names(self) -> list[str]:
+        """Every value of ``model`` that names a chat model: its name and its aliases."""
+        return [*self.models, *self._aliases]
+
     async def start(self, wait: bool) -> None:
         """Start every model's load at once. ``wait`` (``--model``): return when all have loaded or
         failed, and raise the chat model's failure (the model named alone on the command line stops

@@ -23,21 +23,37 @@ from ..normalise import (
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
     EngineCall,
+    NormaliseBody,
     normalise_chat,
     normalise_completion,
     normalise_embeddings,
     normalise_rerank,
     normalise_score,
 )
+from ..settings import MicroserviceSettings
 from .responding import json_body, relay_call, state_of
 
-Normalise = Callable[[dict[str, Any], str | None], EngineCall]
+Normalise = Callable[[dict[str, Any], MicroserviceSettings], EngineCall]
+
+
+def _model_only(normalise: NormaliseBody) -> Normalise:
+    """A normaliser that needs only the default model (``LLM_MODEL_ID``)."""
+
+    def call(body: dict[str, Any], settings: MicroserviceSettings) -> EngineCall:
+        return normalise(body, settings.llm_model_id)
+
+    return call
+
+
+def _chat(body: dict[str, Any], settings: MicroserviceSettings) -> EngineCall:
+    return normalise_chat(body, settings.llm_model_id, settings.default_max_tokens or None)
+
 
 # Each path, the name of its endpoint, and how its body becomes the engine's call.
 ENDPOINTS: dict[str, tuple[str, Normalise]] = {
-    CHAT_PATH: ("chat_completions", normalise_chat),
-    COMPLETIONS_PATH: ("completions", normalise_completion),
-    EMBEDDINGS_PATH: ("embeddings", normalise_embeddings),
+    CHAT_PATH: ("chat_completions", _chat),
+    COMPLETIONS_PATH: ("completions", _model_only(normalise_completion)),
+    EMBEDDINGS_PATH: ("embeddings", _model_only(normalise_embeddings)),
 }
 # OVMS's prefixes of OpenAI's /v1 paths, served by the engine and so at every hop
 OVMS_PREFIXES = ("/v3", "/v3/v1")
@@ -54,8 +70,8 @@ ALL_ENDPOINTS: dict[str, tuple[str, Normalise]] = {
     for path, (name, normalise) in ENDPOINTS.items()
     for alias in aliases(path)
 }
-ALL_ENDPOINTS |= {p: ("rerank" + p.replace("/", "_"), normalise_rerank) for p in RERANK_PATHS}
-ALL_ENDPOINTS |= {p: ("score" + p.replace("/", "_"), normalise_score) for p in SCORE_PATHS}
+ALL_ENDPOINTS |= {p: ("rerank" + p.replace("/", "_"), _model_only(normalise_rerank)) for p in RERANK_PATHS}
+ALL_ENDPOINTS |= {p: ("score" + p.replace("/", "_"), _model_only(normalise_score)) for p in SCORE_PATHS}
 
 router = APIRouter()
 
@@ -64,15 +80,18 @@ def relaying(normalise: Normalise) -> Callable[[Request], Awaitable[Response]]:
     """An endpoint that relays the body as ``normalise`` makes it."""
 
     async def endpoint(request: Request) -> Response:
-        st = state_of(request)
-        body = await json_body(request)
-        with span("microservice.normalise"):
-            call = normalise(body, st.settings.llm_model_id)
-        if tracing().enabled:
-            annotate(request_attributes(request.url.path, call.body))
-        return await relay_call(request, call)
+        return await relay_body(request, await json_body(request), normalise)
 
     return endpoint
+
+
+async def relay_body(request: Request, body: dict[str, Any], normalise: Normalise) -> Response:
+    """``body`` normalised, then relayed."""
+    with span("microservice.normalise"):
+        call = normalise(body, state_of(request).settings)
+    if tracing().enabled:
+        annotate(request_attributes(request.url.path, call.body))
+    return await relay_call(request, call)
 
 
 for _path, (_name, _normalise) in ALL_ENDPOINTS.items():

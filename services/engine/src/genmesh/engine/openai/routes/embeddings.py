@@ -25,7 +25,7 @@ def _encoded(vector: np.ndarray, encoding: str) -> list[float] | str:
 
 async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     models = registry(request)
-    model = models.embeddings.serving(body.model, list(models.models))
+    model = models.embeddings.serving(body.model, models.chat_names())
     if body.dimensions is not None and body.dimensions != model.checkpoint.dimensions:
         raise invalid_request(
             f"model '{model.name}' does not support 'dimensions' other than {model.checkpoint.dimensions}",

@@ -62,7 +62,7 @@ rerank_router = APIRouter(route_class=_RerankRoute)
 
 def _scorer(request: Request, model: str | None, pairs: int, param: str) -> EmbeddingModel | CrossEncoderModel:
     models = registry(request)
-    found = models.embeddings.scorer(model, list(models.models))
+    found = models.embeddings.scorer(model, models.chat_names())
     if pairs > found.options.max_documents:
         raise invalid_request(
             f"{param} holds {pairs} items, more than the limit of {found.options.max_documents}", param=param

@@ -1,10 +1,11 @@
 """``POST /v1/audio/speech`` (and ``/v3/audio/speech``), as OpenAI defines it: ``input`` spoken by the
-served voice (OpenAI's voice names each map to it) as ``response_format``. WAV and PCM are streamed a
-chunk at a time as each is synthesised (``stream_format: "audio"``; a WAV stream's header says
-"length unknown", as OpenAI's does); FLAC, MP3, Opus and AAC are sent whole. The request is one session
-on the voice's bounded worker (``audio/worker.py``): its phonemes come from one espeak-ng run, and each
-chunk of at most ``speech_chunk_phonemes`` is one job, taken in turn with other requests' chunks, so long
-inputs take turns with short ones and a request that is dropped or times out stops within one chunk."""
+served voice (OpenAI's voice names each map to it, as do no voice and OPEA's ``default``) as
+``response_format``. WAV and PCM are streamed a chunk at a time as each is synthesised (``stream_format:
+"audio"``; a WAV stream's header says "length unknown", as OpenAI's does); FLAC, MP3, Opus and AAC are
+sent whole. The request is one session on the voice's bounded worker (``audio/worker.py``): its phonemes
+come from one espeak-ng run, and each chunk of at most ``speech_chunk_phonemes`` is one job, taken in turn
+with other requests' chunks, so long inputs take turns with short ones and a request that is dropped or
+times out stops within one chunk."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from .transcriptions import audio_models
 router = APIRouter(route_class=CheckedRoute)
 STREAMED = ("wav", "pcm")
 CHARACTERS_HEADER = "x-genmesh-speech-characters"
+# No voice, or this name (OPEA's AudioSpeechRequest default), is the served voice.
+DEFAULT_VOICE = "default"
 
 
 class AudioStream(EventStream):
@@ -108,9 +111,10 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
             f"'input' is longer than {limit} characters", param="input", code="string_above_max_length"
         )
     _, voice, worker = audio.speaker(body.model)
-    if body.voice_name() not in audio.voices():
+    if body.voice_name() not in ("", DEFAULT_VOICE, *audio.voices()):
         raise invalid_request(
-            f"voice '{body.voice_name()}' is not served; use one of: {', '.join(audio.voices())}",
+            f"voice '{body.voice_name()}' is not served; use one of: {', '.join(audio.voices())} "
+            f"(or none, or '{DEFAULT_VOICE}': the served voice)",
             param="voice",
             code="invalid_value",
         )
