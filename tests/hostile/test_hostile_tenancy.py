@@ -32,7 +32,7 @@ import yaml
 from support.batches import chat_line, client, create_key, jsonl, read_lines, usage, wait_for
 from support.embeddings_mesh import Mesh, both_models
 from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway
-from support.hostile import FULL, record
+from support.hostile import FULL, memory_status, record
 from support.servers import EMBEDDING_NAME, MODEL_NAME, Server, free_port
 
 MIB = 1024 * 1024
@@ -98,13 +98,6 @@ def tenancy(embeddings_mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> 
         redis.stop()
 
 
-def _peak_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmHWM for {pid}")
-
-
 @contextmanager
 def abuse(t: Tenancy, name: str) -> Iterator[None]:
     """Run the abuse in the block while the other tenant sends interactive chat requests one after
@@ -138,7 +131,7 @@ def abuse(t: Tenancy, name: str) -> Iterator[None]:
     mem, stats = rc.info("memory"), rc.info("errorstats")
     assert "errorstat_OOM" not in stats, f"Redis refused a write during {name}: {stats}"
     assert int(mem["used_memory_peak"]) < MAXMEMORY
-    rss = _peak_rss(t.gateway.proc.pid)
+    rss = memory_status(t.gateway.proc.pid)
     assert rss < RSS_BOUND, f"gateway peak RSS {rss / MIB:.0f} MiB during {name}"
     now = (t.gateway.proc.pid, t.microservice.proc.pid, t.redis.proc.pid if t.redis.proc else 0)
     assert now == t.pids

@@ -121,6 +121,12 @@ class GatewaySettings(ServiceSettings):
     files_upload_timeout_s: float = Field(
         default=300.0, gt=0, description="time an upload's body may take to arrive (other bodies: --body-timeout-s)"
     )
+    unadmitted_body_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="time an upload's body has before the gateway admits it (its key authenticated, within its "
+        "limits); then --files-upload-timeout-s. A refused upload's connection is closed at once, unread",
+    )
     files_ttl_s: float = Field(
         default=30 * 24 * 3600.0, gt=0, description="TTL of an uploaded or output file and of a batch (30 days)"
     )
@@ -216,6 +222,7 @@ class GatewaySettings(ServiceSettings):
             upload_max_bytes=self.files_max_bytes + 64 * 1024,  # the multipart envelope around the file
             upload_timeout_s=self.files_upload_timeout_s,
             uploads={"/v1/audio/transcriptions": self.audio_max_bytes + 64 * 1024},  # and its multipart form
+            admission_timeout_s=self.unadmitted_body_timeout_s,
         )
 
     def admin_secret(self) -> str | None:

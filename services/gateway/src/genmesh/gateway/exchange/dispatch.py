@@ -74,10 +74,12 @@ async def connect(
     send_body: bytes,
     stream: bool,
     exclude: frozenset[int] = frozenset(),
+    held: int | None = None,
 ) -> tuple[UpstreamResponse, int, float]:
     """Take a slot and open the upstream response; a connect failure is retried on another upstream
     (``exclude``: upstreams not to try; a failover's starts in front of the queue; ``own_headers``:
-    the request's id and trace context). Returns the response, the upstream's index and when the
+    the request's id and trace context; ``held``: the upstream whose slot the ticket holds already,
+    taken before its body was read). Returns the response, the upstream's index and when the
     request was sent."""
     route = ticket.route
     front = bool(exclude)
@@ -85,10 +87,10 @@ async def connect(
     headers = [*(h for h in _UPSTREAM_HEADERS if h[0] not in own), *own_headers]
     rid = next((v.decode("latin-1") for k, v in own_headers if k == b"x-request-id"), "")
     while True:
-        try:
-            idx = await st.admission.acquire(ticket, exclude, front)
-        except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
-            raise admission_error(exc, route.retry_after_s) from exc
+        if held is not None:
+            idx, held = held, None
+        else:
+            idx = await take_slot(st, ticket, exclude, front)
         up = st.pool.upstreams(route)[idx]
         sent_at = time.monotonic()
         wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
@@ -138,6 +140,16 @@ async def connect(
         front = True
         st.metrics.retries.labels(route.name).inc()
         log.warning("%s answered %d; trying another upstream", up.url, resp.status)
+
+
+async def take_slot(
+    st: GatewayState, ticket: Ticket, exclude: frozenset[int] = frozenset(), front: bool = False
+) -> int:
+    """A slot for ``ticket`` (maybe after waiting in the queue): its upstream's index, or the refusal."""
+    try:
+        return await st.admission.acquire(ticket, exclude, front)
+    except (QueueFull, QueueTimeout, NoUpstream, StoreUnavailable) as exc:
+        raise admission_error(exc, ticket.route.retry_after_s) from exc
 
 
 def reply_deadline(route: ModelRoute, sent_at: float) -> float:

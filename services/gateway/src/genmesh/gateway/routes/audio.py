@@ -22,6 +22,7 @@ from genmesh.relay import Outcome, UpstreamResponse
 from ..audio_usage import meter_audio
 from ..auth import ApiKey
 from ..config import ModelRoute
+from ..exchange.dispatch import take_slot
 from ..exchange.exchange import Exchange
 from ..state import GatewayState
 from ..tickets import Ticket
@@ -86,6 +87,17 @@ class AudioExchange(Exchange):
         super().trace(span)
         if span is not None and self.path == TRANSCRIPTIONS_PATH:  # trace() set the headers anew
             self.own_headers = [*self.own_headers, (b"content-type", self.content_type.encode("latin-1"))]
+
+    async def before_body(self, key: ApiKey, ticket_id: str, priority: int, admit_by: float) -> None:
+        """A transcription whose model the path alone names (the one transcription model) waits for its
+        slot before its upload is read: a queued upload holds none of its bytes in the gateway."""
+        if self.path != TRANSCRIPTIONS_PATH:
+            return
+        of_kind = [r for r in self.st.config.models.values() if r.kind == KINDS[self.path]]
+        if len(of_kind) != 1:
+            return  # the form's model field picks it: the queue comes after the body
+        ticket = Ticket(id=ticket_id, route=of_kind[0], tenant=key.tenant, priority=priority, admit_by=admit_by)
+        self.held = (ticket, await take_slot(self.st, ticket))
 
     async def parse(self, raw: bytes) -> dict[str, Any]:
         if self.path == TRANSCRIPTIONS_PATH:

@@ -1,0 +1,269 @@
+"""Admission before bytes (issue 55 item 3), against a real gateway on a real Redis with the fake
+upstream: a refused request is answered and its connection closed without its body being read (and
+nothing is written after the answer); the key's rate and concurrency limits refuse before the body;
+a queued transcription holds none of its upload in the gateway; an admitted upload keeps its upload
+time past the short deadline of one not yet admitted. Each abuse runs while another tenant sends
+chat requests (0 errors) and bounds the gateway's peak RSS (``RSS_GROWTH_BOUND`` over its size
+before the abuse: the uploads it refuses or queues would be tens of MiB each if it read them)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from support.gateway_helpers import ADMIN_KEY, Fake, KeySpace, RedisServer, launch_gateway, model_config, upstream_name
+from support.hostile import connect, memory_status, read_status
+from support.polling import wait_until
+from support.servers import Server
+
+MIB = 1024 * 1024
+UPLOAD = 20 * MIB  # each abusive upload's declared size (the gateway's transcription limit is 25 MB)
+RSS_GROWTH_BOUND = 24 * MIB  # the gateway's peak RSS over its size before an abuse
+UNADMITTED_S = 1.0  # --unadmitted-body-timeout-s of this module's gateway
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+CHAT = "/v1/chat/completions"
+BOUNDARY = "genmeshboundary"
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer, fake_upstream: Server
+) -> Iterator[Server]:
+    log_dir = tmp_path_factory.mktemp("admission")
+    models = {
+        "chat": model_config(fake_upstream.url, max_concurrency=4),
+        "stt": {
+            **model_config(fake_upstream.url, max_concurrency=1, max_queue_length=32, max_queue_wait_s=4),
+            "kind": "transcription",
+        },
+    }
+    config = log_dir / "gateway.json"
+    config.write_text(json.dumps({"models": models}))
+    flags = ("--auth", "on", "--unadmitted-body-timeout-s", str(UNADMITTED_S))
+    server = launch_gateway(log_dir, config, redis_server.url, *flags)
+    yield server
+    server.stop()
+
+
+def _key(gateway: Server, **limits: Any) -> str:
+    r = httpx.post(
+        gateway.url + "/admin/keys",
+        json={"tenant": limits.pop("tenant", "abuser"), **limits},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=5,
+    )
+    assert r.status_code == 201, r.text
+    secret: str = r.json()["api_key"]
+    return secret
+
+
+def _head(
+    path: str, length: int, key: str | None, content_type: str = f"multipart/form-data; boundary={BOUNDARY}"
+) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: gateway", f"Content-Type: {content_type}", f"Content-Length: {length}"]
+    if key is not None:
+        lines.append(f"Authorization: Bearer {key}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _form(audio: bytes) -> bytes:
+    return (
+        (
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\nstt\r\n'
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+            "Content-Type: audio/wav\r\n\r\n"
+        ).encode()
+        + audio
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+
+
+@contextmanager
+def abuse(gateway: Server) -> Iterator[None]:
+    """Run the block while another tenant sends chat requests one after another (each must be a 200),
+    and bound the gateway's peak RSS during it (the peak is reset first: /proc/PID/clear_refs)."""
+    assert gateway.proc is not None
+    pid = gateway.proc.pid
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = memory_status(pid, "VmRSS")
+    other = _key(gateway, tenant="other")
+    stop, seen, errors = threading.Event(), [], []
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    def other_tenant() -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {other}"}, timeout=30) as http:
+            while not stop.is_set() or not seen:
+                try:
+                    r = http.post(gateway.url + CHAT, json=body)
+                except httpx.HTTPError as exc:
+                    errors.append(repr(exc))
+                    continue
+                if r.status_code != 200:
+                    errors.append(f"{r.status_code} {r.text[:200]}")
+                seen.append(r.status_code)
+
+    thread = threading.Thread(target=other_tenant, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert not errors, errors[:3]
+    assert seen
+    growth = memory_status(pid) - before
+    assert growth < RSS_GROWTH_BOUND, f"the gateway's peak RSS grew {growth / MIB:.1f} MiB during the abuse"
+
+
+def _answer_then_closed(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
+    """The answer, its JSON, and what came after it until the server closed (must close within 3 s)."""
+    status, data = read_status(sock)
+    body = json.loads(data.split(b"\r\n\r\n", 1)[1])
+    after = b""
+    sock.settimeout(3)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 3:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return status, body, after
+            after += chunk
+    except ConnectionResetError:
+        return status, body, after
+    raise AssertionError(f"the connection stayed open after the {status}; then came {after[:200]!r}")
+
+
+@pytest.mark.parametrize("path", [TRANSCRIPTIONS, "/v1/files"])
+def test_an_unauthenticated_upload_is_refused_and_closed_unread(gateway: Server, fake: Fake, path: str) -> None:
+    """No key or a wrong one on a 25 MB upload: a 401 at once, the connection closed without reading
+    the body, nothing written after the 401 (no 408 when the body deadline would have passed)."""
+    with abuse(gateway):
+        for key in (None, "sk-not-a-key"):
+            socks = [connect(gateway.url) for _ in range(16)]
+            for sock in socks:
+                sock.sendall(_head(path, 25_000_000, key) + b"x" * 1000)
+            for sock in socks:
+                with sock:
+                    status, body, after = _answer_then_closed(sock)
+                    assert status == 401, body
+                    assert body["error"]["type"] == "authentication_error"
+                    assert after == b"", after[:200]
+
+
+def test_rate_and_concurrency_limits_refuse_before_the_body(
+    gateway: Server, fake: Fake, redis_server: RedisServer
+) -> None:
+    rc = redis_server.client()
+    rpm_key = _key(gateway, rpm=1)
+    r = httpx.post(
+        gateway.url + CHAT,
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+        headers={"Authorization": f"Bearer {rpm_key}"},
+    )
+    assert r.status_code == 200, r.text
+    one_key = _key(gateway, max_concurrent=1)
+    with abuse(gateway):
+        # RPM: the second request's 4 MB body is never sent; its 429 comes at once, and the connection closes
+        with connect(gateway.url) as sock:
+            sock.sendall(_head(CHAT, 4_000_000, rpm_key, "application/json"))
+            status, body, after = _answer_then_closed(sock)
+        assert status == 429, body
+        assert body["error"]["code"] == "rate_limit_exceeded_rpm"
+        assert after == b""
+        # concurrency: an upload admitted and sending its body slowly holds the key's one request
+        with connect(gateway.url) as slow:
+            slow.sendall(_head(TRANSCRIPTIONS, 2 * MIB, one_key) + b"--")
+            wait_until(lambda: _slots(rc, fake) == 1, 5, what="the slow upload admitted")
+            with connect(gateway.url) as sock:
+                sock.sendall(_head(TRANSCRIPTIONS, UPLOAD, one_key))
+                status, body, after = _answer_then_closed(sock)
+            assert status == 429, body
+            assert body["error"]["code"] == "rate_limit_exceeded_concurrency"
+            assert after == b""
+    wait_until(lambda: _slots(rc, fake) == 0, 10, what="the slow upload's slot given back")
+
+
+class _Pusher(threading.Thread):
+    """Sends an upload's head, then its body as fast as the gateway takes it, until stopped."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(daemon=True)
+        self.sock = connect(url)
+        self.key = key
+        self.stop = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        self.sock.sendall(_head(TRANSCRIPTIONS, UPLOAD, self.key))
+        self.sock.settimeout(0.2)
+        piece = b"\0" * 65536
+        while not self.stop.is_set() and self.sent < UPLOAD:
+            try:
+                self.sent += self.sock.send(piece[: UPLOAD - self.sent])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+
+def test_queued_transcriptions_hold_none_of_their_uploads(
+    gateway: Server, fake: Fake, redis_server: RedisServer
+) -> None:
+    """The model's one slot is held by an upload still coming in; eight more 20 MiB uploads queue
+    behind it with their bodies unread (the client's bytes wait in its own socket buffers)."""
+    key = _key(gateway)
+    rc = redis_server.client()
+    with abuse(gateway):
+        slow = connect(gateway.url)
+        slow.sendall(_head(TRANSCRIPTIONS, len(_form(b"\0" * 1000)), key) + _form(b"\0" * 1000)[:100])
+        wait_until(lambda: _slots(rc, fake) == 1, 5, what="the first upload admitted")
+        pushers = [_Pusher(gateway.url, key) for _ in range(8)]
+        for p in pushers:
+            p.start()
+        wait_until(lambda: _queued(rc) == 8, 10, what="eight uploads queued")
+        time.sleep(0.5)  # let the pushers fill whatever the gateway would take
+        assert all(p.sent < 4 * MIB for p in pushers), [p.sent for p in pushers]
+        for p in pushers:
+            p.stop.set()
+            p.join(5)
+            p.sock.close()
+        slow.close()
+    wait_until(lambda: _queued(rc) == 0, 15, what="the queued uploads gone")
+
+
+def _queued(rc: Any) -> int:
+    return int(rc.zcard(KeySpace().model("stt", []).queue))
+
+
+def _slots(rc: Any, fake: Fake) -> int:
+    """Slot leases of the transcription model held now (its one upstream is the fake)."""
+    key = KeySpace().model("stt", [upstream_name(fake.url)]).slots[0]
+    return int(rc.zcount(key, int(time.time() * 1000), "+inf"))
+
+
+def test_an_admitted_upload_keeps_its_upload_time(gateway: Server, fake: Fake) -> None:
+    """An upload admitted (key and limits checked) has --files-upload-timeout-s for its body, not the
+    short --unadmitted-body-timeout-s: one sent over 2.5 s (> 1 s) is served."""
+    key = _key(gateway)
+    form = _form(b"\0" * 3000)
+    with connect(gateway.url) as sock:
+        sock.sendall(_head(TRANSCRIPTIONS, len(form), key))
+        pieces = [form[i : i + 300] for i in range(0, len(form), 300)]
+        for piece in pieces:
+            time.sleep(2.5 / len(pieces))
+            sock.sendall(piece)
+        status, data = read_status(sock)
+        while status == 200 and not data.endswith(b"0\r\n\r\n") and (more := sock.recv(65536)):
+            data += more  # the reply is chunked: its last chunk may come apart from its head
+    assert status == 200, data[:300]
+    assert f'"text": "{len(form)} bytes"'.encode() in data, data[:300]
