@@ -32,6 +32,7 @@ UNADMITTED_S = 1.0  # --unadmitted-body-timeout-s of this module's gateway
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 CHAT = "/v1/chat/completions"
 BOUNDARY = "genmeshboundary"
+KEY_QUOTA = 12 * MIB  # --files-key-max-bytes of this module's gateway
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,7 @@ def gateway(
     config = log_dir / "gateway.json"
     config.write_text(json.dumps({"models": models}))
     flags = ("--auth", "on", "--unadmitted-body-timeout-s", str(UNADMITTED_S))
+    flags += ("--files-key-max-bytes", str(KEY_QUOTA), "--files-max-concurrent", "2")
     server = launch_gateway(log_dir, config, redis_server.url, *flags)
     yield server
     server.stop()
@@ -165,6 +167,8 @@ def test_rate_and_concurrency_limits_refuse_before_the_body(
 ) -> None:
     rc = redis_server.client()
     rpm_key = _key(gateway, rpm=1)
+    if time.time() % 60 > 50:  # the RPM window is the clock's minute: not one that turns mid-test
+        time.sleep(61 - time.time() % 60)
     r = httpx.post(
         gateway.url + CHAT,
         json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
@@ -267,3 +271,79 @@ def test_an_admitted_upload_keeps_its_upload_time(gateway: Server, fake: Fake) -
             data += more  # the reply is chunked: its last chunk may come apart from its head
     assert status == 200, data[:300]
     assert f'"text": "{len(form)} bytes"'.encode() in data, data[:300]
+
+
+def _file_form(data: bytes) -> bytes:
+    return (
+        (
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+            "Content-Type: application/jsonl\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+
+
+def test_a_file_upload_takes_its_slot_and_quota_before_its_bytes_and_streams_them(
+    gateway: Server, fake: Fake, redis_server: RedisServer
+) -> None:
+    """/v1/files: past the key's quota (by the body's length) a 413 before a byte is sent; past
+    --files-max-concurrent a 429 before a byte; a 10 MiB file is streamed to Redis (the gateway's
+    peak RSS grows less than ``RSS_GROWTH_BOUND``) and counted at its own size, not its body's."""
+    key = _key(gateway)
+    rc = redis_server.client()
+    pad = "x" * 300  # lines of ~400 bytes: 10 MiB is 26,000 of them (--batch-max-lines: 50,000)
+    line = (
+        f'{{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {{"user": "{pad}"}}}}\n'.encode()
+    )
+    data = line * (10 * MIB // len(line))
+    with abuse(gateway):
+        with connect(gateway.url) as sock:
+            sock.sendall(_head("/v1/files", KEY_QUOTA + MIB, key))
+            status, body, after = _answer_then_closed(sock)
+        assert status == 413, body
+        assert body["error"]["code"] == "quota_exceeded"
+        assert "files_key_max_bytes" in body["error"]["message"]
+        assert after == b""
+        # two uploads admitted and still sending hold the replica's two upload slots
+        slow = [connect(gateway.url) for _ in range(2)]
+        for sock in slow:
+            sock.sendall(_head("/v1/files", MIB, key) + b"--")
+
+        def third() -> tuple[int, dict[str, Any], bytes]:
+            with connect(gateway.url) as sock:
+                sock.sendall(_head("/v1/files", MIB, key))
+                return _answer_then_closed(sock)
+
+        status, body, after = third()
+        for _ in range(50):  # the slow two take their slots within a few ms of their heads
+            if status == 429:
+                break
+            time.sleep(0.05)
+            status, body, after = third()
+        assert status == 429, body
+        assert body["error"]["code"] == "too_many_concurrent_uploads"
+        assert after == b""
+        for sock in slow:
+            sock.close()
+        form = _file_form(data)
+        r = None
+        for _ in range(50):  # the slow two give their slots back once the gateway sees them gone
+            r = httpx.post(
+                gateway.url + "/v1/files",
+                content=form,
+                headers={"Authorization": f"Bearer {key}", "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"},
+                timeout=60,
+            )
+            if r.status_code != 429:
+                break
+            time.sleep(0.1)
+        assert r is not None
+        assert r.status_code == 200, r.text
+    obj = r.json()
+    assert obj["bytes"] == len(data)
+    (ledger,) = list(rc.scan_iter(match="*:quota:files:bytes"))
+    assert int(rc.hget(ledger, "#")) == len(data)  # counted at the file's size, not the body's
+    content = httpx.get(gateway.url + f"/v1/files/{obj['id']}/content", headers={"Authorization": f"Bearer {key}"})
+    assert content.content == data

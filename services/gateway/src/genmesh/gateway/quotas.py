@@ -132,6 +132,12 @@ class Quotas:
             f"this key's files hold {res[2]} bytes; this one ({size} bytes) does not fit",
         )
 
+    async def shrink_file(self, owner: str, file_id: str, size: int) -> None:
+        """A file reserved at an upper bound (its upload's length) counted at its stored ``size``."""
+        expiry = int(time.time() * 1000) + self.ttl_ms
+        await self._reserve(self.store.keyspace.storage_quota(), f"{owner}|{file_id}", size, expiry, 0, 0)
+        await self._reserve(self.store.keyspace.file_quota(owner), file_id, size, expiry, 0, 0)
+
     async def _reserve(
         self, ledger: tuple[str, str], member: str, size: int, expiry: int, count: int, limit: int
     ) -> list[int]:
