@@ -137,26 +137,31 @@ class GatewaySettings(ServiceSettings):
         description="a stored file is a Redis LIST of chunks of at most this many bytes: the largest value or "
         "argument a file upload, download or batch output sends to Redis",
     )
-    files_key_max_bytes: int = Field(
-        default=512 * 1024 * 1024, ge=0, description="quota: bytes of uploaded files one API key may hold (0: none)"
+    files_key_max_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="quota: bytes of uploaded files one API key may hold (0: none; unset: a third of the file "
+        "store's total, docs/limits.md)",
     )
     files_key_max_count: int = Field(
         default=1000,
         ge=1,
         description="quota: uploaded files one API key may hold (expired or deleted ones free theirs)",
     )
-    files_total_max_bytes: int = Field(
-        default=1536 * 1024 * 1024,
+    files_total_max_bytes: int | None = Field(
+        default=None,
         ge=0,
         description="quota: bytes of files (uploads and batch outputs) all keys together may hold (0: none); keep "
-        "it below Redis' maxmemory minus --storage-headroom-bytes",
+        "it below Redis' maxmemory minus --storage-headroom-bytes (unset: 6/7 of that, or 1.5 GiB when Redis "
+        "has no maxmemory)",
     )
-    storage_headroom_bytes: int = Field(
-        default=256 * 1024 * 1024,
+    storage_headroom_bytes: int | None = Field(
+        default=None,
         ge=0,
         description="Redis budget: new stored bytes (files, outputs, stored responses) are refused (507 "
         "storage_full) once Redis' used_memory plus them would come within this of its maxmemory, so queues, "
-        "leases and rate windows always have room (no check when Redis has no maxmemory)",
+        "leases and rate windows always have room (no check when Redis has no maxmemory; unset: a quarter of "
+        "maxmemory, at most 256 MiB)",
     )
     files_max_concurrent: int = Field(
         default=4,
