@@ -1,8 +1,8 @@
 """Dispatch: the model's route (``route_of``), a slot on an upstream, the request sent there, and its stream relayed.
 
-A connect failure (or a 502/503 before anything was generated) gives the slot back and tries
-another upstream of the model, in front of the queue; a timeout or a failure mid-request is the
-client's 504 or 502.
+A connect failure (or a 502/503 before anything was generated, unless it blames the request:
+``blame.py``) gives the slot back and tries another upstream of the model, in front of the queue;
+a timeout or a failure mid-request is the client's 504 or 502.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
 from ..state import GatewayState
 from ..store import StoreUnavailable
 from ..tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
+from .blame import PEEK_BYTES, blames_request
 from .errors import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
@@ -128,6 +129,8 @@ async def connect(
         if resp.status not in (502, 503):
             up.record_success()
             return resp, idx, sent_at
+        if blames_request(await resp.peek(PEEK_BYTES, time.monotonic() + wait_s)):
+            return resp, idx, sent_at  # the client's answer (blame.py): relayed, not replayed, not counted
         up.record_failure(f"status {resp.status}", sent_at, rid)
         if not st.pool.any_available(route, exclude | {idx}):
             return resp, idx, sent_at  # the client gets the upstream's own 502/503

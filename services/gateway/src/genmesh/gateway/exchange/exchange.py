@@ -38,6 +38,7 @@ from ..store import StoreUnavailable
 from ..tickets import Ticket
 from ..upstreams import Upstream
 from . import metering
+from .blame import blames_request
 from .body import read_body
 from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate
@@ -398,7 +399,7 @@ class Exchange:
                     return
             await relay.aclose()
             failed = self.leg[1]
-            if not cont.retry() or cont.legs > route.max_failovers or failed is None:
+            if not cont.retry() or cont.legs > route.max_failovers or failed is None or blames_request(cont.failure):
                 yield cont.failure
                 return
             failed.record_failure("stream failed", failed.stream_sent_at(ticket.id), self.rid)
