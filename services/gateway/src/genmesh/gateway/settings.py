@@ -103,6 +103,21 @@ class GatewaySettings(ServiceSettings):
     console_login_attempts: int = Field(
         default=10, ge=1, le=10000, description="console: failed logins one client address may make per window"
     )
+    console_login_user_attempts: int = Field(
+        default=100,
+        ge=1,
+        le=100000,
+        description="console: failed logins for one user name (all addresses together) per window (429 past it)",
+    )
+    console_cookie_secure: bool = Field(
+        default=False,
+        description="console: mark the login cookie Secure whatever the request's scheme (behind a TLS proxy)",
+    )
+    trust_forwarded_proto: bool = Field(
+        default=False,
+        description="take the scheme from X-Forwarded-Proto (set it only behind a proxy that overwrites that "
+        "header): the console's cookie is Secure and its same-origin check expects https when it says https",
+    )
     console_login_window_s: float = Field(
         default=300.0, gt=0, le=86400, description="console: the window of --console-login-attempts (429 past it)"
     )
