@@ -347,3 +347,38 @@ def test_a_file_upload_takes_its_slot_and_quota_before_its_bytes_and_streams_the
     assert int(rc.hget(ledger, "#")) == len(data)  # counted at the file's size, not the body's
     content = httpx.get(gateway.url + f"/v1/files/{obj['id']}/content", headers={"Authorization": f"Bearer {key}"})
     assert content.content == data
+
+
+def test_audio_is_metered_in_seconds_per_format_once_and_limited_per_minute(gateway: Server, fake: Fake) -> None:
+    """Issue 55 item 5: a transcription is charged its audio seconds (the fake says 1.5 s) and no
+    tokens, whatever its response format; ``requests`` counts it once; a key with ``aspm`` 2 is
+    refused (429 + Retry-After, before its body) once its minute holds 2 s of audio."""
+    if time.time() % 60 > 50:  # the window is the clock's minute: not one that turns mid-test
+        time.sleep(61 - time.time() % 60)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    created = httpx.post(gateway.url + "/admin/keys", json={"tenant": "audio", "aspm": 2}, headers=admin).json()
+    key, key_id = created["api_key"], created["key_id"]
+    for fmt in ("json", "text"):
+        form = _form(b"\0" * 2000).replace(
+            b"stt\r\n",
+            f'stt\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\n{fmt}\r\n'.encode(),
+            1,
+        )
+        r = httpx.post(
+            gateway.url + TRANSCRIPTIONS,
+            content=form,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+    usage = httpx.get(gateway.url + f"/admin/keys/{key_id}/usage", headers=admin).json()
+    assert usage["requests"] == 2
+    assert usage["audio_milliseconds"] == 3000
+    assert usage["prompt_tokens"] == 0
+    assert usage["completion_tokens"] == 0
+    with connect(gateway.url) as sock:
+        sock.sendall(_head(TRANSCRIPTIONS, UPLOAD, key))
+        status, body, after = _answer_then_closed(sock)
+    assert status == 429, body
+    assert body["error"]["code"] == "rate_limit_exceeded_aspm"
+    assert after == b""

@@ -430,5 +430,5 @@ class Exchange:
     ) -> None:
         await self._give_back(key, ticket)
         await metering.record(self, key, ticket, resp, out, upstream, completed=completed)
-        if completed and (out.audio_seconds or out.speech_characters):  # a spoken chat turn's usage said them
+        if out.audio_seconds or out.speech_characters:  # a spoken chat turn's usage said them (also cut short)
             await meter_audio(self.st, key, out.audio_seconds, out.speech_characters)

@@ -119,18 +119,30 @@ class AudioExchange(Exchange):
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
     ) -> None:
+        self.request = None  # audio is charged in seconds and characters, never in tokens (any format)
         await super()._finish(key, ticket, resp, out, upstream, completed=completed)
-        if completed and resp.status == 200:
-            await self._meter(key, resp)
+        await self._meter(key, resp)
 
     async def _meter(self, key: ApiKey, resp: UpstreamResponse) -> None:
-        """The audio seconds (transcription) or characters (speech) of a served reply, counted per key."""
-        if self.path == TRANSCRIPTIONS_PATH:
-            raw = resp.header(b"x-genmesh-audio-seconds")
-            await meter_audio(self.st, key, float(raw) if raw else 0.0, 0)
-        else:
-            raw = resp.header(b"x-genmesh-speech-characters")
-            await meter_audio(self.st, key, 0.0, int(raw) if raw else 0)
+        """The audio seconds (transcription) or characters (speech) of a reply the upstream began, counted
+        per key whether or not the client took all of it (the engine says them in the reply's head), and
+        the request, once; a refusal is counted as a request only."""
+        seconds, characters = 0.0, 0
+        if resp.status == 200:
+            if self.path == TRANSCRIPTIONS_PATH:
+                seconds = _number(resp.header(b"x-genmesh-audio-seconds"), float)
+            else:
+                characters = int(_number(resp.header(b"x-genmesh-speech-characters"), int))
+        await meter_audio(self.st, key, seconds, characters, request=True)
+
+
+def _number(raw: bytes | None, kind: type[float] | type[int]) -> float:
+    """A count from an upstream's header; 0 when absent or not a finite, non-negative number."""
+    try:
+        value = float(kind(raw)) if raw else 0.0
+    except ValueError:
+        return 0.0
+    return value if 0 <= value < 1e9 else 0.0
 
 
 async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:
