@@ -9,29 +9,35 @@ before the abuse: the uploads it refuses or queues would be tens of MiB each if 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from support.gateway_helpers import ADMIN_KEY, Fake, KeySpace, RedisServer, launch_gateway, model_config, upstream_name
-from support.hostile import connect, memory_status, read_status
+from support.admission import (
+    BOUNDARY,
+    CHAT,
+    MIB,
+    TRANSCRIPTIONS,
+    UPLOAD,
+    Pusher,
+    abuse,
+    answer_then_closed,
+    audio_form,
+    file_form,
+    head,
+    new_key,
+    queued,
+    slots,
+)
+from support.gateway_helpers import ADMIN_KEY, Fake, RedisServer, launch_gateway, model_config
+from support.hostile import connect, read_status
 from support.polling import wait_until
 from support.servers import Server
 
-MIB = 1024 * 1024
-UPLOAD = 20 * MIB  # each abusive upload's declared size (the gateway's transcription limit is 25 MB)
-RSS_GROWTH_BOUND = 24 * MIB  # the gateway's peak RSS over its size before an abuse
 UNADMITTED_S = 1.0  # --unadmitted-body-timeout-s of this module's gateway
-TRANSCRIPTIONS = "/v1/audio/transcriptions"
-CHAT = "/v1/chat/completions"
-BOUNDARY = "genmeshboundary"
 KEY_QUOTA = 12 * MIB  # --files-key-max-bytes of this module's gateway
 
 
@@ -56,95 +62,6 @@ def gateway(
     server.stop()
 
 
-def _key(gateway: Server, **limits: Any) -> str:
-    r = httpx.post(
-        gateway.url + "/admin/keys",
-        json={"tenant": limits.pop("tenant", "abuser"), **limits},
-        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        timeout=5,
-    )
-    assert r.status_code == 201, r.text
-    secret: str = r.json()["api_key"]
-    return secret
-
-
-def _head(
-    path: str, length: int, key: str | None, content_type: str = f"multipart/form-data; boundary={BOUNDARY}"
-) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: gateway", f"Content-Type: {content_type}", f"Content-Length: {length}"]
-    if key is not None:
-        lines.append(f"Authorization: Bearer {key}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def _form(audio: bytes) -> bytes:
-    return (
-        (
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\nstt\r\n'
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
-            "Content-Type: audio/wav\r\n\r\n"
-        ).encode()
-        + audio
-        + f"\r\n--{BOUNDARY}--\r\n".encode()
-    )
-
-
-@contextmanager
-def abuse(gateway: Server) -> Iterator[None]:
-    """Run the block while another tenant sends chat requests one after another (each must be a 200),
-    and bound the gateway's peak RSS during it (the peak is reset first: /proc/PID/clear_refs)."""
-    assert gateway.proc is not None
-    pid = gateway.proc.pid
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
-    before = memory_status(pid, "VmRSS")
-    other = _key(gateway, tenant="other")
-    stop, seen, errors = threading.Event(), [], []
-    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-
-    def other_tenant() -> None:
-        with httpx.Client(headers={"Authorization": f"Bearer {other}"}, timeout=30) as http:
-            while not stop.is_set() or not seen:
-                try:
-                    r = http.post(gateway.url + CHAT, json=body)
-                except httpx.HTTPError as exc:
-                    errors.append(repr(exc))
-                    continue
-                if r.status_code != 200:
-                    errors.append(f"{r.status_code} {r.text[:200]}")
-                seen.append(r.status_code)
-
-    thread = threading.Thread(target=other_tenant, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive()
-    assert not errors, errors[:3]
-    assert seen
-    growth = memory_status(pid) - before
-    assert growth < RSS_GROWTH_BOUND, f"the gateway's peak RSS grew {growth / MIB:.1f} MiB during the abuse"
-
-
-def _answer_then_closed(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
-    """The answer, its JSON, and what came after it until the server closed (must close within 3 s)."""
-    status, data = read_status(sock)
-    body = json.loads(data.split(b"\r\n\r\n", 1)[1])
-    after = b""
-    sock.settimeout(3)
-    started = time.monotonic()
-    try:
-        while time.monotonic() - started < 3:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return status, body, after
-            after += chunk
-    except ConnectionResetError:
-        return status, body, after
-    raise AssertionError(f"the connection stayed open after the {status}; then came {after[:200]!r}")
-
-
 @pytest.mark.parametrize("path", [TRANSCRIPTIONS, "/v1/files"])
 def test_an_unauthenticated_upload_is_refused_and_closed_unread(gateway: Server, fake: Fake, path: str) -> None:
     """No key or a wrong one on a 25 MB upload: a 401 at once, the connection closed without reading
@@ -153,10 +70,10 @@ def test_an_unauthenticated_upload_is_refused_and_closed_unread(gateway: Server,
         for key in (None, "sk-not-a-key"):
             socks = [connect(gateway.url) for _ in range(16)]
             for sock in socks:
-                sock.sendall(_head(path, 25_000_000, key) + b"x" * 1000)
+                sock.sendall(head(path, 25_000_000, key) + b"x" * 1000)
             for sock in socks:
                 with sock:
-                    status, body, after = _answer_then_closed(sock)
+                    status, body, after = answer_then_closed(sock)
                     assert status == 401, body
                     assert body["error"]["type"] == "authentication_error"
                     assert after == b"", after[:200]
@@ -166,7 +83,7 @@ def test_rate_and_concurrency_limits_refuse_before_the_body(
     gateway: Server, fake: Fake, redis_server: RedisServer
 ) -> None:
     rc = redis_server.client()
-    rpm_key = _key(gateway, rpm=1)
+    rpm_key = new_key(gateway, rpm=1)
     if time.time() % 60 > 50:  # the RPM window is the clock's minute: not one that turns mid-test
         time.sleep(61 - time.time() % 60)
     r = httpx.post(
@@ -175,49 +92,26 @@ def test_rate_and_concurrency_limits_refuse_before_the_body(
         headers={"Authorization": f"Bearer {rpm_key}"},
     )
     assert r.status_code == 200, r.text
-    one_key = _key(gateway, max_concurrent=1)
+    one_key = new_key(gateway, max_concurrent=1)
     with abuse(gateway):
         # RPM: the second request's 4 MB body is never sent; its 429 comes at once, and the connection closes
         with connect(gateway.url) as sock:
-            sock.sendall(_head(CHAT, 4_000_000, rpm_key, "application/json"))
-            status, body, after = _answer_then_closed(sock)
+            sock.sendall(head(CHAT, 4_000_000, rpm_key, "application/json"))
+            status, body, after = answer_then_closed(sock)
         assert status == 429, body
         assert body["error"]["code"] == "rate_limit_exceeded_rpm"
         assert after == b""
         # concurrency: an upload admitted and sending its body slowly holds the key's one request
         with connect(gateway.url) as slow:
-            slow.sendall(_head(TRANSCRIPTIONS, 2 * MIB, one_key) + b"--")
-            wait_until(lambda: _slots(rc, fake) == 1, 5, what="the slow upload admitted")
+            slow.sendall(head(TRANSCRIPTIONS, 2 * MIB, one_key) + b"--")
+            wait_until(lambda: slots(rc, fake) == 1, 5, what="the slow upload admitted")
             with connect(gateway.url) as sock:
-                sock.sendall(_head(TRANSCRIPTIONS, UPLOAD, one_key))
-                status, body, after = _answer_then_closed(sock)
+                sock.sendall(head(TRANSCRIPTIONS, UPLOAD, one_key))
+                status, body, after = answer_then_closed(sock)
             assert status == 429, body
             assert body["error"]["code"] == "rate_limit_exceeded_concurrency"
             assert after == b""
-    wait_until(lambda: _slots(rc, fake) == 0, 10, what="the slow upload's slot given back")
-
-
-class _Pusher(threading.Thread):
-    """Sends an upload's head, then its body as fast as the gateway takes it, until stopped."""
-
-    def __init__(self, url: str, key: str) -> None:
-        super().__init__(daemon=True)
-        self.sock = connect(url)
-        self.key = key
-        self.stop = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        self.sock.sendall(_head(TRANSCRIPTIONS, UPLOAD, self.key))
-        self.sock.settimeout(0.2)
-        piece = b"\0" * 65536
-        while not self.stop.is_set() and self.sent < UPLOAD:
-            try:
-                self.sent += self.sock.send(piece[: UPLOAD - self.sent])
-            except TimeoutError:
-                continue
-            except OSError:
-                return
+    wait_until(lambda: slots(rc, fake) == 0, 10, what="the slow upload's slot given back")
 
 
 def test_queued_transcriptions_hold_none_of_their_uploads(
@@ -225,16 +119,16 @@ def test_queued_transcriptions_hold_none_of_their_uploads(
 ) -> None:
     """The model's one slot is held by an upload still coming in; eight more 20 MiB uploads queue
     behind it with their bodies unread (the client's bytes wait in its own socket buffers)."""
-    key = _key(gateway)
+    key = new_key(gateway)
     rc = redis_server.client()
     with abuse(gateway):
         slow = connect(gateway.url)
-        slow.sendall(_head(TRANSCRIPTIONS, len(_form(b"\0" * 1000)), key) + _form(b"\0" * 1000)[:100])
-        wait_until(lambda: _slots(rc, fake) == 1, 5, what="the first upload admitted")
-        pushers = [_Pusher(gateway.url, key) for _ in range(8)]
+        slow.sendall(head(TRANSCRIPTIONS, len(audio_form(b"\0" * 1000)), key) + audio_form(b"\0" * 1000)[:100])
+        wait_until(lambda: slots(rc, fake) == 1, 5, what="the first upload admitted")
+        pushers = [Pusher(gateway.url, key) for _ in range(8)]
         for p in pushers:
             p.start()
-        wait_until(lambda: _queued(rc) == 8, 10, what="eight uploads queued")
+        wait_until(lambda: queued(rc) == 8, 10, what="eight uploads queued")
         time.sleep(0.5)  # let the pushers fill whatever the gateway would take
         assert all(p.sent < 4 * MIB for p in pushers), [p.sent for p in pushers]
         for p in pushers:
@@ -242,26 +136,16 @@ def test_queued_transcriptions_hold_none_of_their_uploads(
             p.join(5)
             p.sock.close()
         slow.close()
-    wait_until(lambda: _queued(rc) == 0, 15, what="the queued uploads gone")
-
-
-def _queued(rc: Any) -> int:
-    return int(rc.zcard(KeySpace().model("stt", []).queue))
-
-
-def _slots(rc: Any, fake: Fake) -> int:
-    """Slot leases of the transcription model held now (its one upstream is the fake)."""
-    key = KeySpace().model("stt", [upstream_name(fake.url)]).slots[0]
-    return int(rc.zcount(key, int(time.time() * 1000), "+inf"))
+    wait_until(lambda: queued(rc) == 0, 15, what="the queued uploads gone")
 
 
 def test_an_admitted_upload_keeps_its_upload_time(gateway: Server, fake: Fake) -> None:
     """An upload admitted (key and limits checked) has --files-upload-timeout-s for its body, not the
     short --unadmitted-body-timeout-s: one sent over 2.5 s (> 1 s) is served."""
-    key = _key(gateway)
-    form = _form(b"\0" * 3000)
+    key = new_key(gateway)
+    form = audio_form(b"\0" * 3000)
     with connect(gateway.url) as sock:
-        sock.sendall(_head(TRANSCRIPTIONS, len(form), key))
+        sock.sendall(head(TRANSCRIPTIONS, len(form), key))
         pieces = [form[i : i + 300] for i in range(0, len(form), 300)]
         for piece in pieces:
             time.sleep(2.5 / len(pieces))
@@ -273,25 +157,13 @@ def test_an_admitted_upload_keeps_its_upload_time(gateway: Server, fake: Fake) -
     assert f'"text": "{len(form)} bytes"'.encode() in data, data[:300]
 
 
-def _file_form(data: bytes) -> bytes:
-    return (
-        (
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
-            "Content-Type: application/jsonl\r\n\r\n"
-        ).encode()
-        + data
-        + f"\r\n--{BOUNDARY}--\r\n".encode()
-    )
-
-
 def test_a_file_upload_takes_its_slot_and_quota_before_its_bytes_and_streams_them(
     gateway: Server, fake: Fake, redis_server: RedisServer
 ) -> None:
     """/v1/files: past the key's quota (by the body's length) a 413 before a byte is sent; past
     --files-max-concurrent a 429 before a byte; a 10 MiB file is streamed to Redis (the gateway's
     peak RSS grows less than ``RSS_GROWTH_BOUND``) and counted at its own size, not its body's."""
-    key = _key(gateway)
+    key = new_key(gateway)
     rc = redis_server.client()
     pad = "x" * 300  # lines of ~400 bytes: 10 MiB is 26,000 of them (--batch-max-lines: 50,000)
     line = (
@@ -300,8 +172,8 @@ def test_a_file_upload_takes_its_slot_and_quota_before_its_bytes_and_streams_the
     data = line * (10 * MIB // len(line))
     with abuse(gateway):
         with connect(gateway.url) as sock:
-            sock.sendall(_head("/v1/files", KEY_QUOTA + MIB, key))
-            status, body, after = _answer_then_closed(sock)
+            sock.sendall(head("/v1/files", KEY_QUOTA + MIB, key))
+            status, body, after = answer_then_closed(sock)
         assert status == 413, body
         assert body["error"]["code"] == "quota_exceeded"
         assert "files_key_max_bytes" in body["error"]["message"]
@@ -309,12 +181,12 @@ def test_a_file_upload_takes_its_slot_and_quota_before_its_bytes_and_streams_the
         # two uploads admitted and still sending hold the replica's two upload slots
         slow = [connect(gateway.url) for _ in range(2)]
         for sock in slow:
-            sock.sendall(_head("/v1/files", MIB, key) + b"--")
+            sock.sendall(head("/v1/files", MIB, key) + b"--")
 
         def third() -> tuple[int, dict[str, Any], bytes]:
             with connect(gateway.url) as sock:
-                sock.sendall(_head("/v1/files", MIB, key))
-                return _answer_then_closed(sock)
+                sock.sendall(head("/v1/files", MIB, key))
+                return answer_then_closed(sock)
 
         status, body, after = third()
         for _ in range(50):  # the slow two take their slots within a few ms of their heads
@@ -327,7 +199,7 @@ def test_a_file_upload_takes_its_slot_and_quota_before_its_bytes_and_streams_the
         assert after == b""
         for sock in slow:
             sock.close()
-        form = _file_form(data)
+        form = file_form(data)
         r = None
         for _ in range(50):  # the slow two give their slots back once the gateway sees them gone
             r = httpx.post(
@@ -359,7 +231,7 @@ def test_audio_is_metered_in_seconds_per_format_once_and_limited_per_minute(gate
     created = httpx.post(gateway.url + "/admin/keys", json={"tenant": "audio", "aspm": 2}, headers=admin).json()
     key, key_id = created["api_key"], created["key_id"]
     for fmt in ("json", "text"):
-        form = _form(b"\0" * 2000).replace(
+        form = audio_form(b"\0" * 2000).replace(
             b"stt\r\n",
             f'stt\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\n{fmt}\r\n'.encode(),
             1,
@@ -377,8 +249,8 @@ def test_audio_is_metered_in_seconds_per_format_once_and_limited_per_minute(gate
     assert usage["prompt_tokens"] == 0
     assert usage["completion_tokens"] == 0
     with connect(gateway.url) as sock:
-        sock.sendall(_head(TRANSCRIPTIONS, UPLOAD, key))
-        status, body, after = _answer_then_closed(sock)
+        sock.sendall(head(TRANSCRIPTIONS, UPLOAD, key))
+        status, body, after = answer_then_closed(sock)
     assert status == 429, body
     assert body["error"]["code"] == "rate_limit_exceeded_aspm"
     assert after == b""
