@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.gateway.admission.quotas import Quotas
+from genmesh.gateway.admission.quotas import Quotas, StorageBounds, storage_bounds
 from genmesh.gateway.redis.keys import KeySpace
 from genmesh.gateway.redis.scripts import source
 from genmesh.gateway.settings import GatewaySettings
@@ -236,3 +236,32 @@ def test_the_batch_room_script_sums_batches_in_progress_and_drops_ended_ones(red
     assert room(keys=[active, queued], args=[10, 0, "m", 10**6]) == [0]  # 0: no queue cap
     rc.zrem(active, "b2")
     assert room(keys=[active, queued], args=[10, 10, "m", 7]) == [0]
+
+
+def test_unset_storage_bounds_are_derived_from_maxmemory() -> None:
+    """Headroom a quarter of maxmemory (at most 256 MiB), the files of all keys 6/7 of the rest, one
+    key's a third of those; what an operator sets stands."""
+    mib = 1024 * 1024
+    unset = GatewaySettings()
+    assert storage_bounds(unset, 2048 * mib) == StorageBounds(256 * mib, 1536 * mib, 512 * mib)  # the shipped Redis
+    small = storage_bounds(unset, 256 * mib)
+    assert small.headroom == 64 * mib
+    assert small.total == 192 * mib * 6 // 7
+    assert small.per_key == small.total // 3
+    assert small.headroom + small.total < 256 * mib
+    assert storage_bounds(unset, 0) == StorageBounds(0, 1536 * mib, 512 * mib)  # no maxmemory: no budget check
+    chosen = GatewaySettings(storage_headroom_bytes=mib, files_total_max_bytes=0, files_key_max_bytes=5 * mib)
+    assert storage_bounds(chosen, 256 * mib) == StorageBounds(mib, 0, 5 * mib)
+
+
+def test_default_bounds_fit_a_small_redis(start_gateway: Any, fake_upstream: Server, redis_server: RedisServer) -> None:
+    """On this module's 96 MiB Redis with no storage flag, uploads are served (a fixed 256 MiB headroom
+    refused every one with 507) and one key's quota is its derived share (20.6 MiB), a 413 past it."""
+    gw = start_gateway({MODEL_NAME: model_config(fake_upstream.url)}, "--auth", "on")
+    secret, _ = create_key(gw.url, "derived")
+    data = _data(1024 * 1024)
+    r = _upload(gw.url, secret, data)
+    assert r.status_code == 200, r.text
+    per_key = storage_bounds(GatewaySettings(), MAXMEMORY).per_key
+    _refused(_upload(gw.url, secret, _data(per_key)), 413, "quota_exceeded", "files_key_max_bytes", str(per_key))
+    assert _download(gw.url, secret, r.json()["id"]) == data

@@ -23,7 +23,7 @@ from support.hostile import COUNTS, FIGURES, FULL, STARTED, Hop, route_to, start
 from support.servers import ROOT, Server, start_engine
 
 LAST = "test_health_stayed_fast_during_the_suite"
-TENANCY = "test_hostile_tenancy"
+TENANCY = ("test_hostile_tenancy", "test_hostile_admission")  # load the CPU on purpose: after the health check
 
 
 @dataclass
@@ -97,7 +97,8 @@ def capped_microservice(hostile: HostileMesh, tmp_path: Path) -> Iterator[Server
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The health check judges the hostile-input tests, so it runs after them; the tenancy abuses
-    (test_hostile_tenancy.py, a mesh of their own) load the CPU on purpose, so they run after it."""
+    (test_hostile_tenancy.py, a mesh of their own) and the admission abuses (test_hostile_admission.py)
+    load the CPU on purpose, so they run after it."""
     last = [item for item in items if item.name == LAST]
     tenancy = [item for item in items if item.module is not None and item.module.__name__.endswith(TENANCY)]
     first = [item for item in items if item not in last and item not in tenancy]

@@ -5,7 +5,8 @@
 ``prompt_tokens=5, completion_tokens=max_tokens``. It counts requests in flight (and the most at
 once), records the order in which requests started (their ``user`` field), counts clients that
 went away before the end, and can hold every request at the start (``POST /control {"hold": true}``)
-or answer every one with an error status (``{"fail_status": 503}``, no Retry-After; 0 clears it),
+or answer every one with an error status (``{"fail_status": 503}``, no Retry-After; 0 clears it; ``fail_code``:
+the error's code), serve ``/v1/audio/transcriptions`` (its text: the upload's size),
 and answer its health check with another status (``{"health_status": 503}``; it counts health checks).
 """
 
@@ -21,6 +22,8 @@ from typing import Any
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+
 
 class FakeUpstream:
     def __init__(self, delay_s: float) -> None:
@@ -28,6 +31,7 @@ class FakeUpstream:
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail_status = 0
+        self.fail_code = ""  # the error code of a failure's body (e.g. queue_full)
         self.health_status = 200
         self.health_checks = 0
         self.reset()
@@ -80,16 +84,44 @@ class FakeUpstream:
                 self.delay_s = float(ctl["delay_ms"]) / 1000
             if "fail_status" in ctl:
                 self.fail_status = int(ctl["fail_status"])
+            if "fail_code" in ctl:
+                self.fail_code = str(ctl["fail_code"])
             if "health_status" in ctl:
                 self.health_status = int(ctl["health_status"])
             await _json(send, 200, self.stats())
-        elif path in ("/v1/chat/completions", "/v1/completions") and self.fail_status:
+        elif path in ("/v1/chat/completions", "/v1/completions", TRANSCRIPTIONS) and self.fail_status:
+            self.total += 1
             error = {"message": "the fake upstream fails on request", "type": "service_unavailable_error"}
+            if self.fail_code:
+                error["code"] = self.fail_code
             await _json(send, self.fail_status, {"error": error})
         elif path in ("/v1/chat/completions", "/v1/completions"):
             await self._generate(json.loads(body), path, receive, send)
+        elif path == TRANSCRIPTIONS:
+            await self._transcribe(len(body), receive, send)
         else:
             await _json(send, 404, {"error": {"message": "not found", "type": "not_found_error"}})
+
+    async def _transcribe(self, size: int, receive: Receive, send: Send) -> None:
+        """A transcription: held like a completion; its text says how many bytes the upload had."""
+        self.in_flight += 1
+        self.total += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            if not self.gate.is_set():
+                await asyncio.wait({asyncio.ensure_future(self.gate.wait()), gone}, return_when=asyncio.FIRST_COMPLETED)
+            if gone.done():
+                self.aborted += 1
+                return
+            data = json.dumps({"text": f"{size} bytes"}).encode()
+            headers = [(b"content-type", b"application/json"), (b"x-genmesh-audio-seconds", b"1.5")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+            self.completed += 1
+        finally:
+            gone.cancel()
+            self.in_flight -= 1
 
     async def _generate(self, req: dict[str, Any], path: str, receive: Receive, send: Send) -> None:
         self.in_flight += 1

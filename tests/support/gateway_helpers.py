@@ -135,11 +135,11 @@ class Fake:
 @pytest.fixture
 def fake(fake_upstream: Server) -> Iterator[Fake]:
     f = Fake(fake_upstream.url)
-    f.control(hold=False, delay_ms=20, fail_status=0, health_status=200)
+    f.control(hold=False, delay_ms=20, fail_status=0, fail_code="", health_status=200)
     wait_until(lambda: f.stats()["in_flight"] == 0, 15, what="fake upstream idle before the test")
     f.control(reset=True)
     yield f
-    f.control(hold=False, delay_ms=20, fail_status=0, health_status=200)
+    f.control(hold=False, delay_ms=20, fail_status=0, fail_code="", health_status=200)
 
 
 # The suites whose tests each start from an empty Redis. Others share one Redis across a session on

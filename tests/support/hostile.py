@@ -197,6 +197,14 @@ class Hop:
 # --- raw sockets: what httpx will not send (slow bytes, a body the server refuses mid-way) ---------
 
 
+def memory_status(pid: int, field: str = "VmHWM") -> int:
+    """A process's memory figure from /proc/PID/status, in bytes (``VmHWM``: its peak RSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
 def connect(url: str, rcvbuf: int | None = None) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
     sock = socket.socket()

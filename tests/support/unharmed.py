@@ -8,20 +8,17 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 
+from support.hostile import memory_status
 from support.servers import Server
 
 
 def peak_rss(pid: int) -> int:
     """The process's peak resident memory so far (``VmHWM``), in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmHWM for {pid}")
+    return memory_status(pid, "VmHWM")
 
 
 @contextmanager

@@ -32,7 +32,7 @@ from .storage.purge import Holdings
 from .storage.responses import ResponseStore
 
 # The ``create`` flags passed to ``KeyStore.create`` as they are (the tenant and lifetime apart).
-CREATE_OPTIONS = ("name", "priority", "max_priority", "rpm", "tpm", "max_concurrent")
+CREATE_OPTIONS = ("name", "priority", "max_priority", "rpm", "tpm", "max_concurrent", "aspm")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-priority", type=int, help="highest X-Priority the key may ask for (default: its priority)")
     c.add_argument("--rpm", type=int, default=0, help="requests per minute (0: unlimited)")
     c.add_argument("--tpm", type=int, default=0, help="tokens per minute (0: unlimited)")
+    c.add_argument("--aspm", type=int, default=0, help="audio seconds per minute (0: unlimited)")
     c.add_argument("--max-concurrent", type=int, default=0, help="requests at once (0: unlimited)")
     c.add_argument("--ttl-days", type=float, default=API_KEY_TTL_S / 86400, help="key lifetime (default 365)")
     sub.add_parser("list", help="list keys (never their secrets)")

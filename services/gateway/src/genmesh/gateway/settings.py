@@ -103,6 +103,21 @@ class GatewaySettings(ServiceSettings):
     console_login_attempts: int = Field(
         default=10, ge=1, le=10000, description="console: failed logins one client address may make per window"
     )
+    console_login_user_attempts: int = Field(
+        default=100,
+        ge=1,
+        le=100000,
+        description="console: failed logins for one user name (all addresses together) per window (429 past it)",
+    )
+    console_cookie_secure: bool = Field(
+        default=False,
+        description="console: mark the login cookie Secure whatever the request's scheme (behind a TLS proxy)",
+    )
+    trust_forwarded_proto: bool = Field(
+        default=False,
+        description="take the scheme from X-Forwarded-Proto (set it only behind a proxy that overwrites that "
+        "header): the console's cookie is Secure and its same-origin check expects https when it says https",
+    )
     console_login_window_s: float = Field(
         default=300.0, gt=0, le=86400, description="console: the window of --console-login-attempts (429 past it)"
     )
@@ -121,6 +136,12 @@ class GatewaySettings(ServiceSettings):
     files_upload_timeout_s: float = Field(
         default=300.0, gt=0, description="time an upload's body may take to arrive (other bodies: --body-timeout-s)"
     )
+    unadmitted_body_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="time an upload's body has before the gateway admits it (its key authenticated, within its "
+        "limits); then --files-upload-timeout-s. A refused upload's connection is closed at once, unread",
+    )
     files_ttl_s: float = Field(
         default=30 * 24 * 3600.0, gt=0, description="TTL of an uploaded or output file and of a batch (30 days)"
     )
@@ -131,26 +152,31 @@ class GatewaySettings(ServiceSettings):
         description="a stored file is a Redis LIST of chunks of at most this many bytes: the largest value or "
         "argument a file upload, download or batch output sends to Redis",
     )
-    files_key_max_bytes: int = Field(
-        default=512 * 1024 * 1024, ge=0, description="quota: bytes of uploaded files one API key may hold (0: none)"
+    files_key_max_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="quota: bytes of uploaded files one API key may hold (0: none; unset: a third of the file "
+        "store's total, docs/limits.md)",
     )
     files_key_max_count: int = Field(
         default=1000,
         ge=1,
         description="quota: uploaded files one API key may hold (expired or deleted ones free theirs)",
     )
-    files_total_max_bytes: int = Field(
-        default=1536 * 1024 * 1024,
+    files_total_max_bytes: int | None = Field(
+        default=None,
         ge=0,
         description="quota: bytes of files (uploads and batch outputs) all keys together may hold (0: none); keep "
-        "it below Redis' maxmemory minus --storage-headroom-bytes",
+        "it below Redis' maxmemory minus --storage-headroom-bytes (unset: 6/7 of that, or 1.5 GiB when Redis "
+        "has no maxmemory)",
     )
-    storage_headroom_bytes: int = Field(
-        default=256 * 1024 * 1024,
+    storage_headroom_bytes: int | None = Field(
+        default=None,
         ge=0,
         description="Redis budget: new stored bytes (files, outputs, stored responses) are refused (507 "
         "storage_full) once Redis' used_memory plus them would come within this of its maxmemory, so queues, "
-        "leases and rate windows always have room (no check when Redis has no maxmemory)",
+        "leases and rate windows always have room (no check when Redis has no maxmemory; unset: a quarter of "
+        "maxmemory, at most 256 MiB)",
     )
     files_max_concurrent: int = Field(
         default=4,
@@ -216,6 +242,7 @@ class GatewaySettings(ServiceSettings):
             upload_max_bytes=self.files_max_bytes + 64 * 1024,  # the multipart envelope around the file
             upload_timeout_s=self.files_upload_timeout_s,
             uploads={"/v1/audio/transcriptions": self.audio_max_bytes + 64 * 1024},  # and its multipart form
+            admission_timeout_s=self.unadmitted_body_timeout_s,
         )
 
     def admin_secret(self) -> str | None:

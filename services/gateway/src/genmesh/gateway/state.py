@@ -21,7 +21,7 @@ from .admission.quotas import Quotas
 from .admission.ratelimit import Limiter
 from .console.activity import Activity
 from .console.status import StatusBoard
-from .console.throttle import LoginThrottle
+from .console.throttle import SharedLoginThrottle
 from .metrics import GatewayMetrics
 from .redis.client import RedisClient
 from .redis.keys import KeySpace
@@ -84,7 +84,13 @@ class GatewayState:
         )
         self.activity = Activity()
         self.console = StatusBoard(self)
-        self.login_throttle = LoginThrottle(settings.console_login_attempts, settings.console_login_window_s)
+        self.login_throttle = SharedLoginThrottle(
+            self.redis,
+            self.keyspace,
+            settings.console_login_attempts,
+            settings.console_login_user_attempts,
+            settings.console_login_window_s,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
 

@@ -50,7 +50,18 @@ _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 class UpstreamResponse:
     """Status and headers (names lower-case) of an upstream reply; the body is read with ``read``."""
 
-    __slots__ = ("_closed", "_content", "_deadline", "_expired", "_resp", "_timer", "_waiting", "headers", "status")
+    __slots__ = (
+        "_closed",
+        "_content",
+        "_deadline",
+        "_expired",
+        "_peeked",
+        "_resp",
+        "_timer",
+        "_waiting",
+        "headers",
+        "status",
+    )
 
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
@@ -60,6 +71,7 @@ class UpstreamResponse:
         self._timer: asyncio.TimerHandle | None = None
         self._waiting: asyncio.Task[Any] | None = None  # the task in a read that waits for data
         self._expired = False  # the timer cancelled that read
+        self._peeked = b""  # read by ``peek``, handed out first by ``read``
         self.status = resp.status
         self.headers = [(k.lower(), v) for k, v in resp.raw_headers]
 
@@ -69,9 +81,28 @@ class UpstreamResponse:
                 return v
         return None
 
+    async def peek(self, limit: int, deadline: float) -> bytes:
+        """The body's first bytes, up to ``limit`` (all of a short one), left for ``read`` to hand out
+        again; what came by ``deadline`` when the rest is slow."""
+        while len(self._peeked) < limit:
+            try:
+                data = await self._read(deadline)
+            except TimeoutError:
+                break
+            if not data:
+                break
+            self._peeked += data
+        return self._peeked[:limit]
+
     async def read(self, deadline: float | None = None) -> bytes:
         """Everything received since the last read (b"" at the end); ``TimeoutError`` past ``deadline``
         (a ``time.monotonic()`` value)."""
+        if self._peeked:
+            data, self._peeked = self._peeked, b""
+            return data
+        return await self._read(deadline)
+
+    async def _read(self, deadline: float | None) -> bytes:
         if self._closed:
             raise UpstreamAborted("response closed")
         content = self._content

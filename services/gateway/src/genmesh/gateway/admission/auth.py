@@ -40,6 +40,7 @@ class ApiKey:
     rpm: int = 0  # 0: unlimited
     tpm: int = 0
     max_concurrent: int = 0
+    aspm: int = 0  # audio seconds per minute (transcribed or spoken; 0: unlimited)
     created: int = 0
     revoked: bool = False
 
@@ -61,6 +62,7 @@ class ApiKey:
             rpm=int(d.get("rpm", 0)),
             tpm=int(d.get("tpm", 0)),
             max_concurrent=int(d.get("max_concurrent", 0)),
+            aspm=int(d.get("aspm", 0)),
             created=int(d.get("created", 0)),
             revoked=d.get("revoked", "0") == "1",
         )
@@ -129,6 +131,7 @@ class KeyStore:
         rpm: int = 0,
         tpm: int = 0,
         max_concurrent: int = 0,
+        aspm: int = 0,
         ttl_s: int = API_KEY_TTL_S,
     ) -> tuple[str, ApiKey]:
         if not 0 <= priority <= 9 or not 0 <= (max_priority if max_priority is not None else priority) <= 9:
@@ -144,6 +147,7 @@ class KeyStore:
             rpm=rpm,
             tpm=tpm,
             max_concurrent=max_concurrent,
+            aspm=aspm,
             created=int(time.time()),
         )
         index = self.keyspace.api_key_index()

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from genmesh.protocol import OpenAIError
@@ -29,6 +30,36 @@ from ..redis.client import RedisClient, text
 from ..settings import GatewaySettings
 
 BUDGET_CACHE_S = 1.0  # Redis' INFO memory is read at most this often per replica
+MIB = 1024 * 1024
+HEADROOM_MAX = 256 * MIB  # the derived headroom: a quarter of maxmemory, at most this
+NO_MAXMEMORY_TOTAL = 1536 * MIB  # the total file quota derived when Redis has no maxmemory
+
+
+@dataclass(frozen=True)
+class StorageBounds:
+    """The Redis budget's headroom and the file quotas in force (0: none)."""
+
+    headroom: int
+    total: int
+    per_key: int
+
+
+def storage_bounds(settings: GatewaySettings, maxmemory: int) -> StorageBounds:
+    """The bounds an operator set, and those left unset derived from Redis' ``maxmemory`` so that they
+    fit it: the headroom a quarter of it (at most 256 MiB), the files of all keys 6/7 of what is left,
+    one key's a third of those (on the shipped 2 GiB Redis: 256 MiB, 1.5 GiB, 512 MiB; on 256 MiB:
+    64 MiB, 164.6 MiB, 54.9 MiB). Without a maxmemory: no headroom check, 1.5 GiB and 512 MiB."""
+    headroom = settings.storage_headroom_bytes
+    if headroom is None:
+        headroom = min(HEADROOM_MAX, maxmemory // 4)
+    total = settings.files_total_max_bytes
+    if total is None:
+        total = max(0, maxmemory - headroom) * 6 // 7 if maxmemory > 0 else NO_MAXMEMORY_TOTAL
+        total = max(total, 1)  # never "none" by derivation
+    per_key = settings.files_key_max_bytes
+    if per_key is None:
+        per_key = max(total // 3, 1)
+    return StorageBounds(headroom, total, per_key)
 
 
 def quota_exceeded(quota: str, value: int, what: str, status: int = 413) -> OpenAIError:
@@ -89,12 +120,17 @@ class Quotas:
             self._memory = (time.monotonic(), used, maximum)
         return used, maximum
 
+    async def bounds(self) -> StorageBounds:
+        """The headroom and file quotas in force (``storage_bounds`` on Redis' maxmemory, read at most
+        once a second)."""
+        return storage_bounds(self.settings, (await self.memory())[1])
+
     async def budget(self, incoming: int) -> None:
         """Refuse ``incoming`` new bytes that would bring Redis within the headroom of its maxmemory."""
         used, maximum = await self.memory()
         if maximum <= 0:
             return
-        limit = maximum - self.settings.storage_headroom_bytes
+        limit = maximum - storage_bounds(self.settings, maximum).headroom
         if used + self.pending + incoming > limit:  # concurrent uploads each count the others in flight
             raise storage_full(
                 f"the shared store is full: {used + self.pending + incoming} bytes would pass its budget of {limit} "
@@ -107,9 +143,10 @@ class Quotas:
         """Count a new file of ``size`` bytes against the total (and, ``per_key``, its owner's) quotas,
         before any of its bytes is stored; refused: nothing is counted."""
         await self.budget(size)
+        bounds = await self.bounds()
         expiry = int(time.time() * 1000) + self.ttl_ms
         total = self.store.keyspace.storage_quota()
-        limit = self.settings.files_total_max_bytes
+        limit = bounds.total
         res = await self._reserve(total, f"{owner}|{file_id}", size, expiry, 0, limit)
         if res[0] != 0:
             raise storage_full(
@@ -119,7 +156,7 @@ class Quotas:
             return
         s = self.settings
         res = await self._reserve(
-            self.store.keyspace.file_quota(owner), file_id, size, expiry, s.files_key_max_count, s.files_key_max_bytes
+            self.store.keyspace.file_quota(owner), file_id, size, expiry, s.files_key_max_count, bounds.per_key
         )
         if res[0] == 0:
             return
@@ -128,9 +165,15 @@ class Quotas:
             raise quota_exceeded("files_key_max_count", s.files_key_max_count, f"this key holds {res[1]} files")
         raise quota_exceeded(
             "files_key_max_bytes",
-            s.files_key_max_bytes,
+            bounds.per_key,
             f"this key's files hold {res[2]} bytes; this one ({size} bytes) does not fit",
         )
+
+    async def shrink_file(self, owner: str, file_id: str, size: int) -> None:
+        """A file reserved at an upper bound (its upload's length) counted at its stored ``size``."""
+        expiry = int(time.time() * 1000) + self.ttl_ms
+        await self._reserve(self.store.keyspace.storage_quota(), f"{owner}|{file_id}", size, expiry, 0, 0)
+        await self._reserve(self.store.keyspace.file_quota(owner), file_id, size, expiry, 0, 0)
 
     async def _reserve(
         self, ledger: tuple[str, str], member: str, size: int, expiry: int, count: int, limit: int

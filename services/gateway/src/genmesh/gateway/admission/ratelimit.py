@@ -1,6 +1,8 @@
 """Per-key limits, exact across replicas: requests and tokens per minute, concurrent requests.
 
-Requests per minute count at admission; tokens per minute are added when a response's usage is
+Requests per minute count at admission; audio seconds per minute (``aspm``) are added when an
+audio reply starts (``audio_usage.py``) and refuse the key's next request past it until the window
+turns; tokens per minute are added when a response's usage is
 known, and a key already at its token budget is refused until the window turns. Concurrency is a
 set of leases (request id -> expiry), renewed with the slot leases, so a dead gateway's requests
 stop counting when their leases lapse.
@@ -17,6 +19,7 @@ from genmesh.protocol import OpenAIError
 
 from ..redis.client import RedisClient, text
 from ..redis.keys import USAGE_TTL_S
+from ..redis.scripts import source
 from ..replies import too_many_requests, with_retry_after
 from .auth import ApiKey
 
@@ -24,6 +27,7 @@ _LIMIT_MESSAGES = {
     "rpm": "requests per minute",
     "tpm": "tokens per minute",
     "concurrency": "concurrent requests",
+    "aspm": "audio seconds per minute",
 }
 
 
@@ -39,6 +43,7 @@ class Limiter:
         self.keyspace = store.keyspace
         self.lease_ttl_s = lease_ttl_s
         self._running: dict[str, set[str]] = {}
+        self.audio_charge = store.redis.register_script(source("audio_charge"))  # audio_usage.meter_audio
 
     async def acquire(self, key: ApiKey, request_id: str) -> None:
         if not key.key_id:
@@ -48,7 +53,7 @@ class Limiter:
         res = await self.store.call(
             self.store.scripts.limit(
                 keys=[k.rate, k.concurrent],
-                args=[key.rpm, key.tpm, key.max_concurrent, request_id, ttl_ms, max(ttl_ms * 3, 60000)],
+                args=[key.rpm, key.tpm, key.max_concurrent, request_id, ttl_ms, max(ttl_ms * 3, 60000), key.aspm],
             ),
         )
         kind = text(res[0])

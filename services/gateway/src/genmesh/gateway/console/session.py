@@ -13,6 +13,7 @@ import hmac
 import time
 
 COOKIE = "genmesh_console"
+MAX_EXPIRY_DIGITS = 12
 
 
 def _mac(admin_key: str, expires: int) -> str:
@@ -28,7 +29,10 @@ def valid(cookie: str | None, admin_key: str | None) -> bool:
     if not cookie or not admin_key:
         return False
     expires, _, mac = cookie.partition(".")
-    if not expires.isdigit() or int(expires) < time.time():
+    # an expiry is a Unix time: ASCII digits, a few of them (a 4,300-digit one would not even parse)
+    if not (0 < len(expires) <= MAX_EXPIRY_DIGITS and expires.isascii() and expires.isdigit()):
+        return False
+    if int(expires) < time.time():
         return False
     return hmac.compare_digest(mac.encode(), _mac(admin_key, int(expires)).encode())
 

@@ -17,24 +17,20 @@ from ..redis.keys import USAGE_TTL_S
 from ..state import GatewayState
 
 
-async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters: int) -> None:
-    """Count a served reply's audio seconds and spoken characters for ``key`` and its tenant."""
+async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters: int, *, request: bool = False) -> None:
+    """Count a reply's audio seconds and spoken characters for ``key`` (its usage, and its minute's
+    window that ``aspm`` limits) and its tenant; ``request``: an audio endpoint's request, counted in
+    the key's ``requests`` here (a spoken chat turn's is counted with its tokens)."""
     if seconds > 0:
         st.metrics.audio_seconds.labels(key.tenant).inc(seconds)
     if characters > 0:
         st.metrics.speech_characters.labels(key.tenant).inc(characters)
-    counts = {"audio_milliseconds": round(seconds * 1000), "speech_characters": characters}
-    counts = {name: amount for name, amount in counts.items() if amount > 0}
-    if not key.key_id or not counts:
+    millis = round(seconds * 1000)
+    if not key.key_id or not (millis > 0 or characters > 0 or request):
         return
-    usage = st.limiter.keyspace.key_id(key.key_id).usage
-    with contextlib.suppress(RedisError, OSError):  # one key, its TTL renewed in the same transaction
-        async with st.limiter.redis.pipeline(transaction=True) as pipe:
-            for name, amount in counts.items():
-                pipe.hincrby(usage, name, amount)
-            pipe.hincrby(usage, "requests", 1)
-            pipe.expire(usage, USAGE_TTL_S)
-            await pipe.execute()
+    k = st.limiter.keyspace.key_id(key.key_id)
+    with contextlib.suppress(RedisError, OSError):  # lost with Redis away, as a token charge is
+        await st.limiter.audio_charge(keys=[k.rate, k.usage], args=[millis, characters, USAGE_TTL_S, int(request)])
 
 
 def check_input_audio(body: dict[str, Any], limit: int) -> None:

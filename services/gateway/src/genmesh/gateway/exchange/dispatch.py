@@ -1,8 +1,8 @@
 """Dispatch: the model's route (``route_of``), a slot on an upstream, the request sent there, and its stream relayed.
 
-A connect failure (or a 502/503 before anything was generated) gives the slot back and tries
-another upstream of the model, in front of the queue; a timeout or a failure mid-request is the
-client's 504 or 502.
+A connect failure (or a 502/503 before anything was generated, unless it blames the request:
+``blame.py``) gives the slot back and tries another upstream of the model, in front of the queue;
+a timeout or a failure mid-request is the client's 504 or 502.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..redis.client import RedisUnavailable
 from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
 from ..routing.config import ModelRoute
 from ..state import GatewayState
+from .blame import PEEK_BYTES, blames_request
 from .errors import admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
@@ -76,10 +77,12 @@ async def connect(
     send_body: bytes,
     stream: bool,
     exclude: frozenset[int] = frozenset(),
+    held: int | None = None,
 ) -> tuple[UpstreamResponse, int, float]:
     """Take a slot and open the upstream response; a connect failure is retried on another upstream
     (``exclude``: upstreams not to try; a failover's starts in front of the queue; ``own_headers``:
-    the request's id and trace context). Returns the response, the upstream's index and when the
+    the request's id and trace context; ``held``: the upstream whose slot the ticket holds already,
+    taken before its body was read). Returns the response, the upstream's index and when the
     request was sent."""
     route = ticket.route
     front = bool(exclude)
@@ -87,10 +90,10 @@ async def connect(
     headers = [*(h for h in _UPSTREAM_HEADERS if h[0] not in own), *own_headers]
     rid = next((v.decode("latin-1") for k, v in own_headers if k == b"x-request-id"), "")
     while True:
-        try:
-            idx = await st.admission.acquire(ticket, exclude, front)
-        except (QueueFull, QueueTimeout, NoUpstream, RedisUnavailable) as exc:
-            raise admission_error(exc, route.retry_after_s) from exc
+        if held is not None:
+            idx, held = held, None
+        else:
+            idx = await take_slot(st, ticket, exclude, front)
         up = st.pool.upstreams(route)[idx]
         sent_at = time.monotonic()
         wait_s = route.first_token_timeout_s if stream else route.request_timeout_s
@@ -128,6 +131,8 @@ async def connect(
         if resp.status not in (502, 503):
             up.record_success()
             return resp, idx, sent_at
+        if blames_request(await resp.peek(PEEK_BYTES, time.monotonic() + wait_s)):
+            return resp, idx, sent_at  # the client's answer (blame.py): relayed, not replayed, not counted
         up.record_failure(f"status {resp.status}", sent_at, rid)
         if not st.pool.any_available(route, exclude | {idx}):
             return resp, idx, sent_at  # the client gets the upstream's own 502/503
@@ -140,6 +145,16 @@ async def connect(
         front = True
         st.metrics.retries.labels(route.name).inc()
         log.warning("%s answered %d; trying another upstream", up.url, resp.status)
+
+
+async def take_slot(
+    st: GatewayState, ticket: Ticket, exclude: frozenset[int] = frozenset(), front: bool = False
+) -> int:
+    """A slot for ``ticket`` (maybe after waiting in the queue): its upstream's index, or the refusal."""
+    try:
+        return await st.admission.acquire(ticket, exclude, front)
+    except (QueueFull, QueueTimeout, NoUpstream, RedisUnavailable) as exc:
+        raise admission_error(exc, ticket.route.retry_after_s) from exc
 
 
 def reply_deadline(route: ModelRoute, sent_at: float) -> float:

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import orjson
@@ -38,6 +38,7 @@ from ..routing.upstreams import Upstream
 from ..state import GatewayState
 from . import metering
 from .audio import check_input_audio, meter_audio
+from .blame import blames_request
 from .body import read_body
 from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate
@@ -46,6 +47,10 @@ log = logging.getLogger("genmesh.gateway.http")
 
 _JSON = (b"content-type", b"application/json")
 CHAT_PATH = "/v1/chat/completions"
+
+
+def _nothing() -> None:
+    pass
 
 
 class Exchange:
@@ -73,6 +78,9 @@ class Exchange:
         self.limits_done = self.started  # when the key's limits let it on to the queue
         self.request: metering.Request | None = None  # what its charge needs (once it is on its way)
         self.charge_once: metering.ChargeOnce | None = None  # a batch line: charged once per line
+        self.limited = False  # the key's limits have counted it (its RPM included)
+        self.held: tuple[Ticket, int] | None = None  # a slot taken before the body was read, and its upstream
+        self.admitted: Callable[[], None] = _nothing  # tells the server the request is admitted (routes set it)
 
     def trace(self, span: Span | None) -> None:
         """Trace the request in ``span`` (its SERVER span, or a batch line's root; None: tracing off)."""
@@ -117,6 +125,9 @@ class Exchange:
         await self.send({"type": "http.response.body", "body": body})
 
     async def run(self, authorization: str | None, priority_header: str | None) -> None:
+        """Serve a client's request; admission comes before its bytes: the key, then its rate and
+        concurrency limits, and only then is the body read (a refusal reads none of it: the server
+        closes the connection, ``http_server``)."""
         st = self.st
         route_name = "-"
         try:
@@ -128,16 +139,25 @@ class Exchange:
                 key = await st.admission.store.within(began + budget_s, authenticate(st, authorization))
             except RedisUnavailable as exc:
                 raise admission_error(exc, 1) from exc
+            tid = uuid.uuid4().hex
+            await self._limit(key, tid, began + budget_s)
             budget_s -= time.monotonic() - began
-            raw = await read_body(self.receive, self.max_body)
-            body = await self.parse(raw)
-            route = await self._route(key, body)
-            route_name = route.name
             priority = resolve_priority(key, priority_header, st.settings.default_priority)
+            try:
+                await self.before_body(key, tid, priority, time.monotonic() + budget_s)
+                raw = await self.receive_body()
+                body = await self.parse(raw)
+                route = await self._route(key, body)
+            except BaseException:
+                if self.held is not None:
+                    st.spawn(st.admission.release(self.held[0]))
+                st.spawn(st.limiter.release(key, tid))
+                raise
+            route_name = route.name
             stream = self.streams(body)
             if self.traced is not None:
                 self._annotate(body, route.name, priority, key.tenant, stream)
-            await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s)
+            await self._serve(key, route, priority, raw, body, stream, time.monotonic() + budget_s, tid, limited=True)
         except OpenAIError as err:
             st.metrics.requests.labels(route_name, str(err.status)).inc()
             st.activity.finished(route_name, err.status)
@@ -149,6 +169,27 @@ class Exchange:
             st.metrics.requests.labels(route_name, "500").inc()
             st.activity.finished(route_name, 500)
             await self.send_error(internal_error(f"internal error: {type(exc).__name__}"))
+
+    async def before_body(self, key: ApiKey, ticket_id: str, priority: int, admit_by: float) -> None:
+        """What the request takes before its body is read, past its key's limits (an upload: its slot)."""
+
+    async def receive_body(self) -> bytes:
+        """The body, once the request is admitted (the server then gives an upload its full time)."""
+        self.admitted()
+        return await read_body(self.receive, self.max_body)
+
+    async def _limit(self, key: ApiKey, ticket_id: str, admit_by: float | None) -> None:
+        """The key's rate and concurrency limits: a 429 past them, else ``ticket_id`` counts as running."""
+        started = time.monotonic()
+        try:
+            await self.st.admission.store.within(admit_by, self.st.limiter.acquire(key, ticket_id))
+        except RedisUnavailable as exc:
+            raise admission_error(exc, 1) from exc
+        self.limited = True
+        self.admitted()  # an upload's body: the rest of its time from now
+        self.limits_done = time.monotonic()
+        if self.traced is not None:  # the key's limits: an attribute, not a span of its own (spans cost CPU)
+            self.traced["genmesh.admission.duration_s"] = self.limits_done - started
 
     async def call(
         self,
@@ -189,7 +230,7 @@ class Exchange:
         try:
             return route_of(self.st, body, self.path)
         except OpenAIError as err:
-            if err.status == 404:
+            if err.status == 404 and not self.limited:
                 await self.st.limiter.count_refused(key.key_id)
             raise
 
@@ -223,18 +264,17 @@ class Exchange:
         stream: bool,
         admit_by: float | None = None,
         ticket_id: str | None = None,
+        *,
+        limited: bool = False,
     ) -> None:
-        st = self.st
+        """``limited``: the key's limits counted ``ticket_id`` already (``run``, before the body)."""
         tid = ticket_id or uuid.uuid4().hex
-        ticket = Ticket(id=tid, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
-        started = time.monotonic()
-        try:
-            await st.admission.store.within(admit_by, st.limiter.acquire(key, ticket.id))
-        except RedisUnavailable as exc:
-            raise admission_error(exc, 1) from exc
-        self.limits_done = time.monotonic()
-        if self.traced is not None:  # the key's limits: an attribute, not a span of its own (spans cost CPU)
-            self.traced["genmesh.admission.duration_s"] = self.limits_done - started
+        if self.held is not None:
+            ticket = self.held[0]
+        else:
+            ticket = Ticket(id=tid, route=route, tenant=key.tenant, priority=priority, admit_by=admit_by)
+        if not limited:
+            await self._limit(key, tid, admit_by)
         task = asyncio.current_task()
         assert task is not None
         watch = asyncio.ensure_future(self._watch(task))
@@ -276,7 +316,8 @@ class Exchange:
         try:
             send_body, strip_usage = await self.prepare(key, raw, body, stream)
             ticket.prefix = prefix_of(route, self.prompt_source(body))
-            resp, idx, sent_at = await connect(st, self.path, self.own_headers, ticket, send_body, stream)
+            held = self.held[1] if self.held is not None else None
+            resp, idx, sent_at = await connect(st, self.path, self.own_headers, ticket, send_body, stream, held=held)
         except BaseException:
             st.spawn(self._give_back(key, ticket))
             raise
@@ -370,7 +411,7 @@ class Exchange:
                     return
             await relay.aclose()
             failed = self.leg[1]
-            if not cont.retry() or cont.legs > route.max_failovers or failed is None:
+            if not cont.retry() or cont.legs > route.max_failovers or failed is None or blames_request(cont.failure):
                 yield cont.failure
                 return
             failed.record_failure("stream failed", failed.stream_sent_at(ticket.id), self.rid)
@@ -401,5 +442,5 @@ class Exchange:
     ) -> None:
         await self._give_back(key, ticket)
         await metering.record(self.st, self.ended(), key, ticket, resp, out, upstream, completed=completed)
-        if completed and (out.audio_seconds or out.speech_characters):  # a spoken chat turn's usage said them
+        if out.audio_seconds or out.speech_characters:  # a spoken chat turn's usage said them (also cut short)
             await meter_audio(self.st, key, out.audio_seconds, out.speech_characters)

@@ -114,6 +114,12 @@ class KeySpace:
         by the replica serving it): the other replicas publish their activity only while it exists."""
         return f"{self.prefix}:{{console}}:viewed"
 
+    def console_login(self, address: str, user: str) -> tuple[str, str]:
+        """STRINGs counting console login attempts of one client address and of one user name in the
+        current window (``lua/login_attempt.lua``; TTL ``console_login_window_s``; one hash slot)."""
+        base = f"{self.prefix}:{{console}}:login"
+        return f"{base}:a:{_tag(address)}", f"{base}:u:{_tag(user)}"
+
     def console_history(self) -> list[str]:
         """One ZSET per chart series (CONSOLE_HISTORY_SERIES): score = sample time ms, member "ms:value";
         trimmed to and expiring after ``console_history_s``. All tagged ``{console}`` for one Lua script."""

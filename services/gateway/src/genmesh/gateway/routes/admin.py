@@ -31,6 +31,7 @@ class NewKey(BaseModel):
     rpm: int = Field(default=0, ge=0)
     tpm: int = Field(default=0, ge=0)
     max_concurrent: int = Field(default=0, ge=0)
+    aspm: int = Field(default=0, ge=0)  # audio seconds per minute (0: unlimited)
 
 
 T = TypeVar("T")

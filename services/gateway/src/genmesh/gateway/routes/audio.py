@@ -22,6 +22,7 @@ from genmesh.relay import Outcome, UpstreamResponse
 from ..admission.auth import ApiKey
 from ..admission.tickets import Ticket
 from ..exchange.audio import meter_audio
+from ..exchange.dispatch import take_slot
 from ..exchange.exchange import Exchange
 from ..routing.config import ModelRoute
 from ..state import GatewayState
@@ -87,6 +88,17 @@ class AudioExchange(Exchange):
         if span is not None and self.path == TRANSCRIPTIONS_PATH:  # trace() set the headers anew
             self.own_headers = [*self.own_headers, (b"content-type", self.content_type.encode("latin-1"))]
 
+    async def before_body(self, key: ApiKey, ticket_id: str, priority: int, admit_by: float) -> None:
+        """A transcription whose model the path alone names (the one transcription model) waits for its
+        slot before its upload is read: a queued upload holds none of its bytes in the gateway."""
+        if self.path != TRANSCRIPTIONS_PATH:
+            return
+        of_kind = [r for r in self.st.config.models.values() if r.kind == KINDS[self.path]]
+        if len(of_kind) != 1:
+            return  # the form's model field picks it: the queue comes after the body
+        ticket = Ticket(id=ticket_id, route=of_kind[0], tenant=key.tenant, priority=priority, admit_by=admit_by)
+        self.held = (ticket, await take_slot(self.st, ticket))
+
     async def parse(self, raw: bytes) -> dict[str, Any]:
         if self.path == TRANSCRIPTIONS_PATH:
             return await form_fields(raw, self.content_type, self.st.settings.audio_max_bytes)
@@ -107,18 +119,30 @@ class AudioExchange(Exchange):
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
     ) -> None:
+        self.request = None  # audio is charged in seconds and characters, never in tokens (any format)
         await super()._finish(key, ticket, resp, out, upstream, completed=completed)
-        if completed and resp.status == 200:
-            await self._meter(key, resp)
+        await self._meter(key, resp)
 
     async def _meter(self, key: ApiKey, resp: UpstreamResponse) -> None:
-        """The audio seconds (transcription) or characters (speech) of a served reply, counted per key."""
-        if self.path == TRANSCRIPTIONS_PATH:
-            raw = resp.header(b"x-genmesh-audio-seconds")
-            await meter_audio(self.st, key, float(raw) if raw else 0.0, 0)
-        else:
-            raw = resp.header(b"x-genmesh-speech-characters")
-            await meter_audio(self.st, key, 0.0, int(raw) if raw else 0)
+        """The audio seconds (transcription) or characters (speech) of a reply the upstream began, counted
+        per key whether or not the client took all of it (the engine says them in the reply's head), and
+        the request, once; a refusal is counted as a request only."""
+        seconds, characters = 0.0, 0
+        if resp.status == 200:
+            if self.path == TRANSCRIPTIONS_PATH:
+                seconds = _number(resp.header(b"x-genmesh-audio-seconds"), float)
+            else:
+                characters = int(_number(resp.header(b"x-genmesh-speech-characters"), int))
+        await meter_audio(self.st, key, seconds, characters, request=True)
+
+
+def _number(raw: bytes | None, kind: type[float] | type[int]) -> float:
+    """A count from an upstream's header; 0 when absent or not a finite, non-negative number."""
+    try:
+        value = float(kind(raw)) if raw else 0.0
+    except ValueError:
+        return 0.0
+    return value if 0 <= value < 1e9 else 0.0
 
 
 async def serve(st: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:

@@ -20,12 +20,14 @@ connection so that the engine aborts (``exchange.py``).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 
 from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError
+from genmesh.protocol.server.http_server import admitted
 from genmesh.protocol.server.logs import request_id_var
 from genmesh.protocol.server.tracing import server_span
 
@@ -61,6 +63,7 @@ async def serve(
             return
         with server_span("POST", scope["path"], scope["headers"]) as root:
             ex = (exchange or Exchange)(st, scope["path"], receive, send, rid)
+            ex.admitted = functools.partial(admitted, scope)
             ex.trace(root)
             try:
                 await ex.run(authorization, priority_header)

@@ -84,7 +84,21 @@ def _cross_site(request: Request) -> bool:
     """A form posted from another site (CSRF): its browser says so, or names another origin."""
     origin = request.headers.get("origin")
     cross = request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
-    return cross or (origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}")
+    return cross or (origin is not None and origin != f"{_scheme(request)}://{request.url.netloc}")
+
+
+def _scheme(request: Request) -> str:
+    """The scheme the browser used: the request's own, or a trusted proxy's ``X-Forwarded-Proto``."""
+    if gateway(request).settings.trust_forwarded_proto:
+        forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+        if forwarded in ("http", "https"):
+            return forwarded
+    return request.url.scheme
+
+
+def _secure(request: Request) -> bool:
+    """Whether the cookie is marked ``Secure``: ``--console-cookie-secure``, or an https request."""
+    return gateway(request).settings.console_cookie_secure or _scheme(request) == "https"
 
 
 @router.post("/login", include_in_schema=False)
@@ -95,24 +109,24 @@ async def login(request: Request) -> Response:
     if not st.auth_required:
         return _redirect("/console")
     address = request.client.host if request.client else ""
-    if wait := st.login_throttle.retry_after(address):
-        return _page("login.html", 429, TOO_MANY_LOGINS, {"Retry-After": str(wait)})
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_LOGIN_BYTES:
             return _page("login.html", 413, LOGIN_ERROR)
-    key = (parse_qs(body.decode("utf-8", "replace")).get("key") or [""])[0].strip()
+    form = parse_qs(body.decode("utf-8", "replace"))
+    user = (form.get("user") or ["admin"])[0].strip()[:64] or "admin"  # the console has one account
+    if wait := await st.login_throttle.take(address, user):  # counted before the key is compared
+        return _page("login.html", 429, TOO_MANY_LOGINS, {"Retry-After": str(wait)})
+    key = (form.get("key") or [""])[0].strip()
     try:
         check_admin(f"Bearer {key}", st.admin_key)
     except OpenAIError as err:
-        st.login_throttle.failed(address)
         return _page("login.html", err.status, LOGIN_ERROR)
+    await st.login_throttle.give_back(address, user)
     assert st.admin_key is not None
     lifetime = int(st.settings.console_session_s)
-    cookie = session.set_cookie_header(
-        session.issue(st.admin_key, lifetime), lifetime, secure=request.url.scheme == "https"
-    )
+    cookie = session.set_cookie_header(session.issue(st.admin_key, lifetime), lifetime, secure=_secure(request))
     return _redirect("/console", {"Set-Cookie": cookie})
 
 
@@ -120,7 +134,7 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     if _cross_site(request):  # another site may not log the console out either
         return Response("Cross-site logout refused.", 403, SECURITY_HEADERS, media_type="text/plain; charset=utf-8")
-    return _redirect("/console/login", {"Set-Cookie": session.set_cookie_header("", 0, request.url.scheme == "https")})
+    return _redirect("/console/login", {"Set-Cookie": session.set_cookie_header("", 0, _secure(request))})
 
 
 @router.get("/static/{name}", include_in_schema=False)

@@ -3,22 +3,21 @@ visible only to the API key that uploaded it (another key gets 404)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException
 
 from genmesh.protocol import OpenAIError, file_too_large, invalid_request
 from genmesh.protocol.batches import FileDeleted
+from genmesh.protocol.server.http_server import admitted
 
 from ..admission.auth import ApiKey
 from ..exchange.errors import admission_error, authenticate
 from ..redis.client import RedisUnavailable
 from .common import gateway, json_reply
+from .upload_stream import streamed_form
 
 router = APIRouter()
 T = TypeVar("T")
@@ -39,39 +38,50 @@ async def caller(request: Request) -> ApiKey:
 
 @router.post("/v1/files")
 async def upload(request: Request) -> Response:
+    """Admitted before its bytes: the key, this replica's upload slot and the key's quotas (reserved
+    for the body's length) come first; then the form is parsed as it arrives and its file streamed
+    to Redis chunk by chunk (``upload_stream``), counted at its own size once stored."""
     st = gateway(request)
     key = await caller(request)
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise invalid_request("send the file as multipart/form-data with 'purpose' and 'file' fields", param="file")
     limit = st.settings.files_max_bytes
-    try:
-        form = await request.form(max_files=1, max_fields=8, max_part_size=1024)
-    except MultiPartException as exc:
-        raise invalid_request(f"malformed multipart body: {exc.message}", param="file") from exc
-    try:
-        purpose = form.get("purpose")
-        if purpose is None:
-            raise invalid_request("missing required parameter: 'purpose' (use 'batch')", param="purpose")
-        if not isinstance(purpose, str) or purpose not in PURPOSES:
-            shown = purpose if isinstance(purpose, str) else "a file"
-            raise OpenAIError(
-                f"purpose '{shown}' is not supported by this server; use 'batch'", param="purpose", code="invalid_value"
-            )
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise invalid_request("missing required parameter: 'file' (a JSONL file)", param="file")
-        size = upload.size if upload.size is not None else await _measure(upload)
-        if size > limit:
-            raise file_too_large(limit)
-        await upload.seek(0)
-        async with st.quotas.slot():  # the form is spooled to disk: this reads it a chunk at a time
-            name = upload.filename or "upload.jsonl"
-            obj = await stored(st.files.upload(key.key_id, name, purpose, size, upload.read))
-    finally:
-        await form.close()
+    bound = _declared_length(request, limit)
+    async with st.quotas.slot():
+        try:
+            async with st.files.receiving(key.key_id, bound) as sink:
+                admitted(request.scope)  # the body has the upload's time from now
+                form = await streamed_form(request, sink, max_fields=8, max_field_bytes=1024)
+                purpose = form.get("purpose")
+                if purpose is None:
+                    raise invalid_request("missing required parameter: 'purpose' (use 'batch')", param="purpose")
+                if not isinstance(purpose, str) or purpose not in PURPOSES:
+                    shown = purpose if isinstance(purpose, str) else "a file"
+                    raise OpenAIError(
+                        f"purpose '{shown}' is not supported by this server; use 'batch'",
+                        param="purpose",
+                        code="invalid_value",
+                    )
+                part = form.get("file")
+                if part is None or isinstance(part, str):
+                    raise invalid_request("missing required parameter: 'file' (a JSONL file)", param="file")
+                name = getattr(part, "filename", None) or "upload.jsonl"
+                obj = await st.files.save(key.key_id, sink, name, purpose)
+        except RedisUnavailable as exc:
+            raise admission_error(exc, 1) from exc
     return json_reply(obj.model_dump_json())
 
 
-async def _measure(upload: UploadFile) -> int:
-    return int(await asyncio.to_thread(upload.file.seek, 0, 2))
+def _declared_length(request: Request, limit: int) -> int:
+    """The most bytes the upload's file may have: its body's ``Content-Length`` (the file is part of
+    it), at most ``limit`` (413 past it); a chunked body: ``limit``."""
+    raw = request.headers.get("content-length")
+    if raw is None:
+        return limit
+    length = int(raw)  # the HTTP parser refused one that is not a number
+    if length > limit + 64 * 1024:  # the multipart envelope around the file may add up to 64 KiB
+        raise file_too_large(limit)
+    return min(length, limit)
 
 
 @router.get("/v1/files")

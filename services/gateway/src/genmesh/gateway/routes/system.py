@@ -1,4 +1,5 @@
-"""``/health`` (liveness), ``/ready`` (Redis and an upstream per model), ``/metrics``."""
+"""``/health`` (liveness), ``/ready`` (Redis and an upstream per model; the detail for the admin key
+only), ``/metrics``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
+from genmesh.protocol import OpenAIError
+
+from ..admission.auth import check_admin
 from ..redis.client import RedisUnavailable
 from .common import gateway
 
@@ -22,7 +26,15 @@ async def health() -> JSONResponse:
 
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
-    ok, detail = await gateway(request).ready()
+    """Ready or not, for orchestrators (no key needed); what it depends on (Redis, the upstreams by
+    model and address) only for the admin key, or when API keys are off (loopback)."""
+    st = gateway(request)
+    ok, detail = await st.ready()
+    if st.auth_required:
+        try:
+            check_admin(request.headers.get("authorization"), st.admin_key)
+        except OpenAIError:
+            detail = {}
     if ok:
         return JSONResponse({"status": "ready", **detail})
     return JSONResponse({"status": "not_ready", **detail}, status_code=503, headers={"Retry-After": "1"})

@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
 
-from genmesh.protocol import OpenAIError
+from genmesh.protocol import OpenAIError, file_too_large
 from genmesh.protocol.batches import FileList, FileObject
 
 from ..admission.quotas import Quotas, released
@@ -111,6 +111,27 @@ class LineCount:
         return self.lines + (1 if self._open else 0)
 
 
+class FileSink:
+    """An uploaded file's bytes as they arrive: counted (at most ``bound`` bytes, ``max_lines`` lines)
+    and written to Redis a chunk at a time (``ChunkWriter``: at most one chunk held)."""
+
+    def __init__(self, file_id: str, writer: ChunkWriter, bound: int, max_lines: int) -> None:
+        self.file_id = file_id
+        self.writer = writer
+        self.bound = bound
+        self.max_lines = max_lines
+        self.count = LineCount()
+        self.saved = False
+
+    async def write(self, piece: bytes) -> None:
+        if self.writer.size + len(piece) > self.bound:
+            raise file_too_large(self.bound)
+        self.count.feed(piece)
+        if self.count.lines > self.max_lines:
+            raise too_many_lines(self.count.lines, self.max_lines)
+        await self.writer.write(piece)
+
+
 class FileStore:
     def __init__(self, store: RedisClient, settings: GatewaySettings, quotas: Quotas) -> None:
         self.store = store
@@ -137,43 +158,44 @@ class FileStore:
     def writer(self, owner: str, file_id: str, ttl_ms: int, fence: str = "", token: str = "") -> ChunkWriter:
         return ChunkWriter(self.store, self.keyspace.file(owner, file_id)[1], self.chunk_bytes, ttl_ms, fence, token)
 
-    async def upload(
-        self, owner: str, filename: str, purpose: str, size: int, read: Callable[[int], Awaitable[bytes]]
-    ) -> FileObject:
-        """Store a file of ``size`` bytes read in chunks from ``read`` once its quotas are reserved;
-        it becomes visible only whole. A file of more than ``batch_max_lines`` requests is refused."""
+    @contextlib.asynccontextmanager
+    async def receiving(self, owner: str, bound: int) -> AsyncIterator[FileSink]:
+        """A file of at most ``bound`` bytes on its way in: its quotas are reserved for ``bound`` first
+        (refused: nothing is stored), then its bytes go to Redis chunk by chunk as they come
+        (``FileSink.write``); ``save`` makes it visible. Left unsaved (an error, the client gone),
+        its chunks and reservations are given back."""
         file_id = new_file_id()
-        await self.quotas.reserve_file(owner, file_id, size, per_key=True)
-        self.quotas.pending += size
-        ttl_ms = int(self.ttl_s * 1000)
-        writer = self.writer(owner, file_id, ttl_ms)
-        count = LineCount()
-        limit = self.settings.batch_max_lines
+        await self.quotas.reserve_file(owner, file_id, bound, per_key=True)
+        self.quotas.pending += bound
+        writer = self.writer(owner, file_id, int(self.ttl_s * 1000))
+        sink = FileSink(file_id, writer, bound, self.settings.batch_max_lines)
         try:
-            while piece := await read(self.chunk_bytes):
-                if writer.size + len(piece) > size:
-                    raise OpenAIError("the file is longer than its part announced", param="file")
-                count.feed(piece)
-                if count.lines > limit:
-                    raise too_many_lines(count.lines, limit)
-                await writer.write(piece)
-            if count.total() > limit:
-                raise too_many_lines(count.total(), limit)
-            await writer.close()
-            now = int(time.time())
-            obj = self.describe(file_id, filename, purpose, writer.size, now)
-            meta, body = self.keyspace.file(owner, file_id)
-            args: list[Any] = [file_id, obj.model_dump_json(), writer.size, writer.chunks, now * 1000, ttl_ms]
-            await self.store.call(
-                self.store.scripts.save_file(keys=[meta, body, self.keyspace.files(owner)], args=args)
-            )
+            yield sink
+            if not sink.saved:
+                raise OpenAIError("missing required parameter: 'file' (a JSONL file)", param="file")
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.store.redis.delete(self.keyspace.file(owner, file_id)[1])
             await released(self.quotas, owner, file_id)
             raise
         finally:
-            self.quotas.pending -= size
+            self.quotas.pending -= bound
+
+    async def save(self, owner: str, sink: FileSink, filename: str, purpose: str) -> FileObject:
+        """Store the rest of ``sink`` and make the file visible, counted at its own size. A file of more
+        than ``batch_max_lines`` requests is refused."""
+        limit = self.settings.batch_max_lines
+        if sink.count.total() > limit:
+            raise too_many_lines(sink.count.total(), limit)
+        writer = sink.writer
+        await writer.close()
+        await self.quotas.shrink_file(owner, sink.file_id, writer.size)
+        now = int(time.time())
+        obj = self.describe(sink.file_id, filename, purpose, writer.size, now)
+        meta, body = self.keyspace.file(owner, sink.file_id)
+        args: list[Any] = [sink.file_id, obj.model_dump_json(), writer.size, writer.chunks, now * 1000, writer.ttl_ms]
+        await self.store.call(self.store.scripts.save_file(keys=[meta, body, self.keyspace.files(owner)], args=args))
+        sink.saved = True
         return obj
 
     async def get(self, owner: str, file_id: str, param: str | None = None) -> FileObject:

@@ -8,7 +8,12 @@ those, per connection and with no cost per reply chunk:
 
 * **header deadline**: the request line and headers must arrive within ``header_timeout_s`` of
   the connection opening (or of the request's first byte on a kept-alive connection); else 408.
-* **body deadline**: the body must arrive within ``body_timeout_s`` of the headers; else 408.
+* **body deadline**: the body must arrive within ``body_timeout_s`` of the headers; else 408. An
+  upload path's body has ``upload_timeout_s``; where the limits set ``admission_timeout_s``, it has
+  only that until the app admits the request (authenticated, within its limits): the app calls
+  ``scope["extensions"]["genmesh.admitted"]()`` (``admitted``), which gives it the upload's time from then.
+* **a reply finished before its request's body is in closes the connection**: a refusal (401, 429,
+  413, ...) reads none of the body it refused, and nothing is written after it.
 * **header limits**: more than ``max_header_bytes`` of request line and headers, or more than
   ``max_header_count`` headers: 431.
 * **body size**: a ``Content-Length`` past ``max_body_bytes`` is answered 413 before any of the
@@ -31,8 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import orjson
@@ -96,6 +103,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_what = ""  # what the armed deadline is for: "headers" or "body"
         self._send_timer: asyncio.TimerHandle | None = None
         self._in_head = True
         self._head_bytes = 0
@@ -162,7 +170,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         refusal = self._refusal or self._body_refusal()
-        self._arm("body", self.limits.body_time(self._url_path()))
+        path = self._url_path()
+        full, first = self.limits.body_time(path), self.limits.unadmitted_body_time(path)
+        self._arm("body", first)
+        if first < full:  # the rest of the upload's time once the app has admitted it
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions[ADMITTED] = functools.partial(self._admitted, self.scope, full)
         if refusal is None:
             super().on_headers_complete()
             return
@@ -176,6 +189,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body and not self.transport.is_closing():
+            # answered before its body was in (a refusal): close rather than read the rest of it
+            self._disarm()
+            self.transport.close()
+        super().on_response_complete()
+
+    def _admitted(self, scope: Any, seconds: float) -> None:
+        """The app admitted the request of ``scope``: its body has ``seconds`` more to arrive."""
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is scope and cycle.more_body and self._timer_what == "body":
+            self._arm("body", seconds)
 
     def _body_refusal(self) -> OpenAIError | None:
         for name, value in self.headers:
@@ -212,14 +239,17 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _arm(self, what: str, seconds: float) -> None:
         self._disarm()
         self._timer = self.loop.call_later(seconds, self._timed_out, what, seconds)
+        self._timer_what = what
 
     def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._timer_what = ""
 
     def _timed_out(self, what: str, seconds: float) -> None:
         self._timer = None
+        self._timer_what = ""
         if self.transport.is_closing():
             return
         if what == "headers" and self._head_bytes == 0 and self.cycle is None:
@@ -229,13 +259,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse_raw(request_timeout(what, seconds))
 
     def _refuse_raw(self, err: OpenAIError) -> None:
-        """Answer ``err`` (unless a reply has begun) and close, whatever the app is doing."""
+        """Answer ``err`` (unless a reply has begun, or is finished) and close, whatever the app is doing."""
         self._disarm()
         cycle = self.cycle
-        started = cycle is not None and cycle.response_started and not cycle.response_complete
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app's own reply, if it comes, goes nowhere
-        if not started:
+        if cycle is None or not cycle.response_started:  # never a second answer after the app's
             self.transport.write(_raw_response(err))
         self.transport.close()
 
@@ -258,6 +287,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._send_timer = None
         log.warning("client took nothing of its reply for %g s: connection aborted", self.limits.send_timeout_s)
         self.transport.abort()
+
+
+ADMITTED = "genmesh.admitted"
+
+
+def admitted(scope: MutableMapping[str, Any]) -> None:
+    """Tell the server that the request of ``scope`` is admitted (authenticated, within its limits):
+    an upload's body gets its full time from now (``admission_timeout_s`` until then; nothing on
+    other paths or servers)."""
+    extend: Callable[[], None] | None = scope.get("extensions", {}).get(ADMITTED)
+    if extend is not None:
+        extend()
 
 
 def protocol_class(limits: HttpLimits) -> type[LimitedHttpToolsProtocol]:

@@ -54,6 +54,10 @@ class HttpLimits(BaseModel):
         """The time a request to ``path`` has for its body."""
         return self.body_timeout_s
 
+    def unadmitted_body_time(self, path: str) -> float:
+        """The time a request to ``path`` has for its body until the app admits it (``http_server.admitted``)."""
+        return self.body_time(path)
+
 
 class TracingLimits(BaseModel):
     """The bounds of the way spans leave a traced service for its span exporter (``span_shipper``);
@@ -90,6 +94,7 @@ class UploadLimits(HttpLimits):
     upload_max_bytes: int = 0
     upload_timeout_s: float
     uploads: dict[str, int] = Field(default_factory=dict)
+    admission_timeout_s: float | None = None  # an upload's body time until the app admits it (None: all of it)
 
     def _upload_limit(self, path: str) -> int | None:
         if path == self.upload_path:
@@ -102,3 +107,9 @@ class UploadLimits(HttpLimits):
 
     def body_time(self, path: str) -> float:
         return self.body_timeout_s if self._upload_limit(path) is None else self.upload_timeout_s
+
+    def unadmitted_body_time(self, path: str) -> float:
+        full = self.body_time(path)
+        if self._upload_limit(path) is None or self.admission_timeout_s is None:
+            return full
+        return min(full, self.admission_timeout_s)

@@ -3,7 +3,7 @@
 local t = redis.call('TIME')
 local win = tostring(math.floor(tonumber(t[1]) / 60))
 local total = tonumber(ARGV[1]) + tonumber(ARGV[2])
-if redis.call('HGET', KEYS[1], 'w') ~= win then redis.call('HSET', KEYS[1], 'w', win, 'req', 0, 'tok', 0) end
+if redis.call('HGET', KEYS[1], 'w') ~= win then redis.call('HSET', KEYS[1], 'w', win, 'req', 0, 'tok', 0, 'aud', 0) end
 redis.call('HINCRBY', KEYS[1], 'tok', total)
 redis.call('EXPIRE', KEYS[1], 120)
 redis.call('HINCRBY', KEYS[2], 'requests', 1)

@@ -124,6 +124,18 @@ local function dispatch()
   return n
 end
 
+-- When this gateway's requests lapse unless it renews: the end of its last renewal (its entry in M),
+-- entering M when it is not there (or lapsed). A waiter's heartbeat ends there, no later: every lease
+-- the gateway holds ends there or after it (granted before the renewal: renewed to it; after: later),
+-- and every sweep (reclaim) runs before a grant (dispatch), so a killed gateway's waiter is swept
+-- before its leases free a slot, never granted one.
+local function gateway_alive_until()
+  local mine = tonumber(redis.call('ZSCORE', M, me) or '0')
+  if mine > now then return math.min(now + lease_ttl, mine) end
+  redis.call('ZADD', M, now + lease_ttl, me)
+  return now + lease_ttl
+end
+
 local function enqueue(id, tenant, class, front)
   local tkey = 't' .. class .. ':' .. tenant
   local round = 0
@@ -137,7 +149,7 @@ local function enqueue(id, tenant, class, front)
   local member = class .. string.format('%012d', round) .. string.format('%012d', seq) .. '|' .. id
   redis.call('ZADD', Q, 0, member)
   redis.call('HSET', W, id, 'q|' .. member)
-  redis.call('ZADD', A, now + lease_ttl, id)
+  redis.call('ZADD', A, gateway_alive_until(), id)
   return redis.call('ZRANK', Q, member)
 end
 

@@ -13,6 +13,7 @@ if redis.call('ZCARD', Q) == 0 then
   local i, how = nil, ''
   if NPFX > 0 then i, how = pick_affine(tonumber(ARGV[14]), tonumber(ARGV[15])) else i = pick() end
   if i then
+    gateway_alive_until()  -- this gateway is in M: a waiter it queues later lapses no later than this lease
     grant(id, i)
     if NPFX > 0 then remember(i, tonumber(ARGV[13])) end
     res = {1, i, how}
