@@ -84,14 +84,14 @@ def python_op_class() -> Any:
     return Q41MatMulPython
 
 
-def run_case(case: str, folder: Path, precision: str) -> dict[str, Any]:
+def run_case(case: str, folder: Path, precision: str, threads: int) -> dict[str, Any]:
     import openvino_genai as ov_genai
 
     from int8_probe import q41
 
     # no dynamic quantization: the f32 arithmetic an AVX2 CPU runs (the op quantises its own activations)
     props: dict[str, Any] = {
-        "INFERENCE_NUM_THREADS": 2,
+        "INFERENCE_NUM_THREADS": threads,
         "INFERENCE_PRECISION_HINT": precision,
         "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
     }
@@ -115,16 +115,17 @@ def run_case(case: str, folder: Path, precision: str) -> dict[str, Any]:
             pipe = ov_genai.ContinuousBatchingPipeline(str(folder), tokenizer, sc, "CPU", **props)
         result["load_s"] = round(time.monotonic() - started, 2)
         pipe.generate(PROMPT, gc) if case.startswith("llm") else pipe.generate([PROMPT], [gc])  # warm-up
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         if case.startswith("llm"):
             text = str(pipe.generate(PROMPT, gc))
         else:
             text = pipe.generate([PROMPT], [gc])[0].m_generation_ids[0]
-        took = time.monotonic() - started
+        took, cpu = time.monotonic() - started, time.process_time() - cpu
     except Exception as exc:  # the probe records what fails, and how
         result.update(ok=False, error=str(exc).strip().splitlines()[:6])
         return result
     result.update(ok=True, text=text, generate_s=round(took, 3), tok_per_s=round(NEW_TOKENS / took, 1))
+    result["cpu_ms_per_token"] = round(cpu * 1e3 / NEW_TOKENS, 2)  # steadier than wall time on a shared machine
     return result
 
 
@@ -134,12 +135,13 @@ def main() -> None:
     p.add_argument("--kernel", default="auto", choices=("auto", "avx2", "scalar"), help="the op's kernel")
     p.add_argument("--max-cpu-isa", default=None, help="ONEDNN_MAX_CPU_ISA for every case, e.g. AVX2")
     p.add_argument("--precision", default="f32", help="INFERENCE_PRECISION_HINT (f32: the op's own arithmetic)")
+    p.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
     p.add_argument("--case", help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.case:
-        print(json.dumps(run_case(a.case, Path(a.folder), a.precision)), flush=True)
+        print(json.dumps(run_case(a.case, Path(a.folder), a.precision, a.threads)), flush=True)
         return
     from int8_probe import q41
 
@@ -152,6 +154,7 @@ def main() -> None:
     for case in a.cases.split(","):
         folder = base if case == "baseline" else custom
         cmd = [sys.executable, __file__, "--case", case, "--folder", str(folder), "--precision", a.precision]
+        cmd += ["--threads", str(a.threads)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if lines:
