@@ -1,0 +1,118 @@
+"""One fully connected layer over the same Q4_1 blocks, timed through OpenVINO at several row counts: the exact
+form as the engine runs it today (u4 values x f16 scale per block, plus ``M S(x)``: docs/accuracy.md) against
+the ``Q41MatMul`` custom op (int8 activations, AVX2 ``maddubs``). Random blocks: this measures the kernels.
+
+    .venv/bin/python scripts/int8_probe/bench_layer.py --shape 576x1536 --shape 1536x8960 --rows 1,32 \
+        --threads 2 [--max-cpu-isa AVX2]
+
+Each row of output: form, shape, rows, the median and the best of ``--reps`` interleaved rounds (ms per
+inference, Python's call overhead included: the ``noop`` form is that overhead alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def exact_layer(ov: Any, ops: Any, np: Any, q: Any, d: Any, m: Any) -> Any:
+    """The exact IR's Q4_1 matmul: ``x (Convert(u4 q) * d)^T + S(x) M^T`` (gguf_exact.py's form)."""
+    n, nb, qk = q.shape
+    x = ops.parameter([-1, -1, nb * qk], np.float32, name="x")
+    flat = q.reshape(-1)
+    packed = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)  # OpenVINO's u4: element 2k in the low nibble
+    codes = ov.op.Constant(ov.Tensor(packed, ov.Shape([n, nb, qk]), ov.Type.u4), shared_memory=False)
+    w = ops.multiply(ops.convert(codes, np.float16), ops.constant(d[..., None]))
+    w = ops.convert(ops.reshape(w, ops.constant(np.array([n, nb * qk], dtype=np.int64)), False), np.float32)
+    main = ops.matmul(x, w, False, True)
+    sums = ops.reduce_sum(
+        ops.reshape(x, ops.constant(np.array([0, 0, nb, qk], dtype=np.int64)), special_zero=True),
+        ops.constant(np.array([-1])),
+        False,
+    )
+    minimum = ops.matmul(sums, ops.convert(ops.constant(m), np.float32), False, True)
+    return ov.Model([ops.add(main, minimum)], [x])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", action="append", help="KxN (inputs x outputs); repeatable", default=[])
+    p.add_argument("--rows", default="1,32", help="comma-separated row counts M")
+    p.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS")
+    p.add_argument("--reps", type=int, default=7, help="interleaved rounds")
+    p.add_argument("--budget-ms", type=float, default=150.0, help="time per form per round")
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: elapsed time; cpu: the process's CPU time (steadier on a shared machine; with --threads 1)",
+    )
+    p.add_argument("--max-cpu-isa", default=None, help="ONEDNN_MAX_CPU_ISA (set before OpenVINO loads)")
+    a = p.parse_args()
+    if a.max_cpu_isa:
+        os.environ["ONEDNN_MAX_CPU_ISA"] = a.max_cpu_isa
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from int8_probe import q41
+
+    core = ov.Core()
+    core.add_extension(str(q41.build_extension()))
+    base = {"INFERENCE_NUM_THREADS": a.threads, "INFERENCE_PRECISION_HINT": "f32"}
+    rng = np.random.default_rng(0)
+    shapes = a.shape or ["576x1536", "1536x8960"]
+    for shape in shapes:
+        k, n = (int(v) for v in shape.split("x"))
+        q = rng.integers(0, 16, (n, k // 32, 32)).astype(np.uint8)
+        d = (rng.random((n, k // 32)) * 0.02 + 0.001).astype(np.float16)
+        m = (-8 * d.astype(np.float32) * (0.5 + rng.random((n, k // 32)))).astype(np.float16)
+        blocks = q41.pack_blocks(q, d, m)
+        x = ops.parameter([-1, -1, k], np.float32)
+        forms: dict[str, Any] = {}
+        # Under ONEDNN_MAX_CPU_ISA=AVX2 on a VNNI CPU, OpenVINO 2026.4's dynamic quantization returns an empty
+        # [0, 0, N] output (measured on Zen 4): only dq0 there, which is what an AVX2-only CPU runs anyway.
+        for dq in (0,) if a.max_cpu_isa == "AVX2" else (0, 32):
+            forms[f"exact-dq{dq}"] = core.compile_model(
+                exact_layer(ov, ops, np, q, d, m), "CPU", {**base, "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
+            )
+        for kernel in ("avx2", "scalar"):
+            model = ov.Model([q41.q41_matmul(x.output(0), blocks, kernel).output(0)], [x])
+            forms[f"q41-{kernel}"] = core.compile_model(q41.through_ir(core, model), "CPU", base)
+        y = ops.parameter([-1, -1, k], np.float32)
+        forms["noop"] = core.compile_model(ov.Model([ops.relu(y)], [y]), "CPU", base)
+        for rows in (int(r) for r in a.rows.split(",")):
+            xv = rng.standard_normal((1, rows, k)).astype(np.float32)
+            requests = {name: cm.create_infer_request() for name, cm in forms.items()}
+            ref = q41.reference(xv, blocks)
+            errors = {}
+            for name, req in requests.items():
+                out = req.infer({0: xv})[0].reshape(rows, -1)
+                if name != "noop":
+                    errors[name] = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+            times: dict[str, list[float]] = {name: [] for name in requests}
+            clock = time.perf_counter if a.clock == "wall" else time.process_time
+            for _ in range(a.reps):
+                for name, req in requests.items():
+                    calls, started = 0, clock()
+                    while (clock() - started) * 1e3 < a.budget_ms or calls < 3:
+                        req.infer({0: xv})
+                        calls += 1
+                    times[name].append((clock() - started) * 1e3 / calls)
+            for name, ts in times.items():
+                row = {"form": name, "shape": shape, "rows": rows, "median_ms": round(statistics.median(ts), 4)}
+                row.update(best_ms=round(min(ts), 4), rel_err_vs_fp64=errors.get(name), clock=a.clock)
+                row.update(isa=a.max_cpu_isa or "native", threads=a.threads)
+                print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Teacher-forced next-token log-probabilities of the probe's IRs against the unmodified exact IR: one prompt,
+every position, f32 arithmetic, through ``ov.Core`` (the stateful IR as written, no GenAI pipeline). Run
+probe.py first (it writes the IRs); then
+
+    .venv/bin/python scripts/int8_probe/logits_check.py [--ir build/probe-all-avx2 ...]
+
+The reference is the exact IR with f32 arithmetic and no dynamic quantization (DYNAMIC_QUANTIZATION_GROUP_SIZE 0:
+what an AVX2 CPU computes). ``--ir probe-baseline --dq 32`` compares OpenVINO's own int8 path (VNNI CPUs).
+Prints per IR: positions, median and max |delta logprob| of the reference's top token, top-1 agreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+TEXT = (
+    "The sea covers about seventy percent of the Earth's surface. Its waves are driven by the wind, its tides by "
+    "the Moon, and its currents carry heat from the equator towards the poles. Sailors have long read the sky "
+    "and the water to find their way, and fishermen still follow the seasons of the shoals."
+)
+
+
+def logprobs(core: Any, xml: Path, ids: Any, python_op: bool, dq: int = 0) -> Any:
+    import numpy as np
+
+    if python_op:
+        from int8_probe.probe import python_op_class
+
+        core.add_extension(python_op_class())
+    model = core.read_model(str(xml))
+    config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
+    cm = core.compile_model(model, "CPU", config)
+    req = cm.create_infer_request()
+    t = ids.shape[1]
+    feed = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "position_ids": np.arange(t, dtype=np.int64)[None, :],
+        "beam_idx": np.zeros(1, dtype=np.int32),
+    }
+    logits = req.infer(feed)["logits"][0].astype(np.float64)
+    logits -= logits.max(axis=-1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ir", action="append", default=[], help="IR folder (under build/ or absolute); repeatable")
+    p.add_argument("--dq", type=int, default=0, help="DYNAMIC_QUANTIZATION_GROUP_SIZE of the compared IRs")
+    p.add_argument("--python-op", action="store_true", help="evaluate the op with the Python (numpy) class")
+    a = p.parse_args()
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    from int8_probe import q41
+
+    base = q41.BUILD / "probe-baseline"
+    tokenizer = ov_genai.Tokenizer(str(base / "tokenizer.gguf"))
+    ids = np.asarray(tokenizer.encode(TEXT).input_ids.data, dtype=np.int64)
+    core = ov.Core()
+    if not a.python_op:
+        core.add_extension(str(q41.build_extension()))
+    ref = logprobs(ov.Core(), base / "openvino_model.xml", ids, False)
+    top = ref.argmax(axis=-1)
+    for folder in a.ir or ["probe-1-auto", "probe-all-avx2"]:
+        path = Path(folder) if Path(folder).is_absolute() else q41.BUILD / folder
+        lp = logprobs(core, path / "openvino_model.xml", ids, a.python_op, a.dq)
+        delta = np.abs(lp[np.arange(len(top)), top] - ref[np.arange(len(top)), top])
+        row = {"ir": path.name, "op": "python" if a.python_op else "c++", "dq": a.dq, "positions": len(top)}
+        row.update(median_abs_dlogprob=round(float(np.median(delta)), 5), max_abs_dlogprob=round(float(delta.max()), 5))
+        row.update(top1_agreement=round(float((lp.argmax(axis=-1) == top).mean()), 4))
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

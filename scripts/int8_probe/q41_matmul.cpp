@@ -1,0 +1,335 @@
+// genmesh::Q41MatMul: y = x W^T with W in GGUF Q4_1 blocks and x quantised per block of 32 to int8
+// (Q8_1) at run time. A custom OpenVINO operation (opset "genmesh"): the CPU plugin runs it through its
+// Reference node, which calls evaluate().
+//
+// Inputs:  x       f32 [..., K]                  (K a multiple of 32)
+//          blocks  u8  [N, K/32 * 20]            the file's Q4_1 blocks, row n = output n:
+//                                                f16 d, f16 m, 16 bytes of nibbles (byte j: element j in
+//                                                its low nibble, element j+16 in its high one), w = d*q + m
+// Output:  y       f32 [..., N]
+// Attribute kernel: "auto" (AVX2 where the CPU has it, else scalar), "avx2", "scalar".
+//
+// Per block b of 32 inputs: x ~= dx * qx (qx int8, dx = max|x| / 127), sx = dx * sum(qx), and
+//     sum_j w_j x_j ~= d dx * sum_j q_j qx_j + m sx
+// The integer sum is one _mm256_maddubs_epi16 (u8 q x s8 qx -> 16 pairs of i16; |pair| <= 2*15*127, no
+// saturation) and one _mm256_madd_epi16 (-> 8 x i32); then one float multiply-add per block.
+
+#include <immintrin.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <openvino/core/extension.hpp>
+#include <openvino/core/op_extension.hpp>
+#include <openvino/op/op.hpp>
+#include <openvino/runtime/tensor.hpp>
+#include <vector>
+
+namespace genmesh {
+
+constexpr size_t QK = 32;          // weights per block
+constexpr size_t BLOCK_BYTES = 20;  // f16 d, f16 m, 16 bytes of nibbles
+constexpr size_t ROWS = 4;          // activation rows per pass over a weight block (register tile)
+constexpr size_t M_CHUNK = 64;      // activation rows per pass over a task's weight rows (cache tile)
+
+// ---------------------------------------------------------------------------------------------------------------
+// f16 -> f32 without F16C (the scalar path must run on any x86-64).
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else {  // subnormal: normalise
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400)) {
+                mant <<= 1;
+                --exp;
+            }
+            bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000 | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t load_u16(const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+// The activations of one call, quantised: qx [M][K] int8, dx and sx [M][K/32] f32.
+struct Q8_1 {
+    std::vector<int8_t> q;
+    std::vector<float> d, s;
+};
+
+// ----------------------------------------------------------------------------------------------- scalar path
+static void quantise_row_scalar(const float* x, size_t K, int8_t* q, float* d, float* s) {
+    for (size_t b = 0; b < K / QK; ++b) {
+        const float* xb = x + b * QK;
+        float amax = 0.f;
+        for (size_t j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float db = amax / 127.f, id = db != 0.f ? 1.f / db : 0.f;
+        int sum = 0;
+        for (size_t j = 0; j < QK; ++j) {
+            const int v = (int)std::nearbyint(xb[j] * id);  // round half to even, as the AVX2 path
+            q[b * QK + j] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        s[b] = db * (float)sum;
+    }
+}
+
+static void rows_scalar(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                        size_t n1) {
+    const size_t nb = K / QK;
+    for (size_t n = n0; n < n1; ++n) {
+        const uint8_t* row = w + n * nb * BLOCK_BYTES;
+        for (size_t m = 0; m < M; ++m) {
+            const int8_t* qx = a.q.data() + m * K;
+            const float* dx = a.d.data() + m * nb;
+            const float* sx = a.s.data() + m * nb;
+            float acc = 0.f;
+            for (size_t b = 0; b < nb; ++b) {
+                const uint8_t* blk = row + b * BLOCK_BYTES;
+                const float d = half_to_float(load_u16(blk)), mn = half_to_float(load_u16(blk + 2));
+                int isum = 0;
+                for (size_t j = 0; j < 16; ++j) {
+                    isum += (blk[4 + j] & 0x0F) * qx[b * QK + j];
+                    isum += (blk[4 + j] >> 4) * qx[b * QK + j + 16];
+                }
+                acc += d * dx[b] * (float)isum + mn * sx[b];
+            }
+            y[m * N + n] = acc;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------- AVX2 path
+__attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void quantise_row_avx2(const float* x, size_t K, int8_t* q,
+                                                                       float* d, float* s) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (size_t b = 0; b < K / QK; ++b) {
+        const float* xb = x + b * QK;
+        __m256 v[4], amax = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) {
+            v[i] = _mm256_loadu_ps(xb + 8 * i);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float db = _mm_cvtss_f32(m4) / 127.f, id = db != 0.f ? 1.f / db : 0.f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i32[4];
+        for (int i = 0; i < 4; ++i) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));  // nearest even
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_hadd_epi32(s4, s4);
+        s4 = _mm_hadd_epi32(s4, s4);
+        // pack i32 -> i16 -> i8 (saturating; |v| <= 127 already); packs interleave 128-bit lanes: undo it
+        const __m256i p16a = _mm256_packs_epi32(i32[0], i32[1]), p16b = _mm256_packs_epi32(i32[2], i32[3]);
+        __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i*)(q + b * QK), p8);
+        d[b] = db;
+        s[b] = db * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
+// One weight block as 32 unsigned bytes in element order: low nibbles (elements 0..15) then high ones.
+__attribute__((target("avx2,fma,f16c"))) static inline __m256i unpack_q4(const uint8_t* nibbles) {
+    const __m128i raw = _mm_loadu_si128((const __m128i*)nibbles);
+    const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F));
+    return _mm256_set_m128i(hi, lo);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static inline float f16(const uint8_t* p) {
+    return _cvtsh_ss(load_u16(p));
+}
+
+// sum_b mw[b] * sx[b] over nb blocks (the minimums' term), 8 blocks per step.
+__attribute__((target("avx2,fma,f16c"))) static inline float dot_f32(const float* a, const float* b, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float out = hsum8(acc);
+    for (; i < n; ++i) out += a[i] * b[i];
+    return out;
+}
+
+// y[m][n] for rows m0..m0+R and C weight rows from n: each unpacked weight block serves R activation rows,
+// each loaded activation block C weight rows (C x R accumulators in registers). The minimums' term is a
+// float dot product of the tile's block minimums (kept in mw) with the activations' block sums.
+template <size_t C, size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_1& a, const uint8_t* w, float* y,
+                                                               size_t m0, size_t K, size_t N, size_t n,
+                                                               float* mw) {
+    const size_t nb = K / QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t* qx0 = a.q.data() + m0 * K;
+    const float* dx0 = a.d.data() + m0 * nb;
+    __m256 acc[C][R];
+    for (size_t c = 0; c < C; ++c)
+        for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+        __m256i qw[C];
+        __m256 dw[C];
+        for (size_t c = 0; c < C; ++c) {
+            const uint8_t* blk = w + ((n + c) * nb + b) * BLOCK_BYTES;
+            // the next tile's rows (C rows on): the hardware prefetcher alone left the weight loads waiting
+            if (b % 3 == 0) _mm_prefetch((const char*)(blk + C * nb * BLOCK_BYTES), _MM_HINT_T0);
+            dw[c] = _mm256_set1_ps(f16(blk));
+            mw[c * nb + b] = f16(blk + 2);
+            qw[c] = unpack_q4(blk + 4);
+        }
+        for (size_t r = 0; r < R; ++r) {
+            const __m256i qx = _mm256_loadu_si256((const __m256i*)(qx0 + r * K + b * QK));
+            const __m256 dx = _mm256_broadcast_ss(dx0 + r * nb + b);
+            for (size_t c = 0; c < C; ++c) {
+                const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(qw[c], qx), ones);
+                acc[c][r] = _mm256_fmadd_ps(_mm256_mul_ps(dw[c], dx), _mm256_cvtepi32_ps(p32), acc[c][r]);
+            }
+        }
+    }
+    for (size_t c = 0; c < C; ++c)
+        for (size_t r = 0; r < R; ++r)
+            y[(m0 + r) * N + n + c] = hsum8(acc[c][r]) + dot_f32(mw + c * nb, a.s.data() + (m0 + r) * nb, nb);
+}
+
+template <size_t C>
+static void weight_rows_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t m0, size_t m1, size_t K, size_t N,
+                             size_t n, float* mw) {
+    size_t m = m0;
+    for (; m + ROWS <= m1; m += ROWS) tile_avx2<C, ROWS>(a, w, y, m, K, N, n, mw);
+    for (; m < m1; ++m) tile_avx2<C, 1>(a, w, y, m, K, N, n, mw);
+}
+
+// Activation rows in chunks of M_CHUNK (64 rows of K int8 stay in L2 while the task's weight rows pass).
+static void rows_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                      size_t n1) {
+    std::vector<float> mw(4 * (K / QK));
+    for (size_t m0 = 0; m0 < M; m0 += M_CHUNK) {
+        const size_t m1 = std::min(M, m0 + M_CHUNK);
+        size_t n = n0;
+        if (m1 - m0 < ROWS)  // decode: 4 weight rows at once, 4 independent accumulator chains per row
+            for (; n + 4 <= n1; n += 4) weight_rows_avx2<4>(a, w, y, m0, m1, K, N, n, mw.data());
+        for (; n + 2 <= n1; n += 2) weight_rows_avx2<2>(a, w, y, m0, m1, K, N, n, mw.data());
+        for (; n < n1; ++n) weight_rows_avx2<1>(a, w, y, m0, m1, K, N, n, mw.data());
+    }
+}
+
+// ------------------------------------------------------------------------------------------------- the product
+enum class Kernel { Scalar, Avx2 };
+
+static bool cpu_has_avx2() {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    if (M == 0 || N == 0) return;
+    const size_t nb = K / QK;
+    Q8_1 a;
+    a.q.resize(M * K);
+    a.d.resize(M * nb);
+    a.s.resize(M * nb);
+    auto quantise = kernel == Kernel::Avx2 ? quantise_row_avx2 : quantise_row_scalar;
+    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, 16), [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t m = r.begin(); m != r.end(); ++m)
+            quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
+    });
+    // Split the output columns: each task reads its weight rows once and all M activation rows.
+    const size_t grain = std::max<size_t>(8, N / 64);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, N, grain), [&](const tbb::blocked_range<size_t>& r) {
+        rows(a, w, y, M, K, N, r.begin(), r.end());
+    });
+}
+
+// --------------------------------------------------------------------------------------------------- the op
+class Q41MatMul : public ov::op::Op {
+public:
+    OPENVINO_OP("Q41MatMul", "genmesh");
+
+    Q41MatMul() = default;
+    Q41MatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel = "auto")
+        : Op({x, blocks}), m_kernel(std::move(kernel)) {
+        constructor_validate_and_infer_types();
+    }
+
+    void validate_and_infer_types() override {
+        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
+        NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
+        NODE_VALIDATION_CHECK(this, m_kernel == "auto" || m_kernel == "avx2" || m_kernel == "scalar",
+                              "kernel must be auto, avx2 or scalar, not ", m_kernel);
+        const auto& xs = get_input_partial_shape(0);
+        const auto& ws = get_input_partial_shape(1);
+        NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2, "blocks must be 2-D");
+        NODE_VALIDATION_CHECK(this, xs.rank().is_static() && xs.rank().get_length() >= 1, "x needs a rank");
+        const auto& k = xs[xs.rank().get_length() - 1];
+        if (k.is_static() && ws[1].is_static()) {
+            NODE_VALIDATION_CHECK(this, k.get_length() % QK == 0, "K must be a multiple of 32");
+            NODE_VALIDATION_CHECK(this, (size_t)ws[1].get_length() == k.get_length() / QK * BLOCK_BYTES,
+                                  "blocks row must hold K/32 Q4_1 blocks of 20 bytes");
+        }
+        auto out = xs;
+        out[out.rank().get_length() - 1] = ws[0];
+        set_output_type(0, ov::element::f32, out);
+    }
+
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
+        OPENVINO_ASSERT(args.size() == 2, "Q41MatMul takes 2 inputs");
+        return std::make_shared<Q41MatMul>(args[0], args[1], m_kernel);
+    }
+
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("kernel", m_kernel);
+        return true;
+    }
+
+    bool has_evaluate() const override { return true; }
+
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        const auto& x = inputs[0];
+        const auto& w = inputs[1];
+        const ov::Shape xs = x.get_shape();
+        const size_t K = xs.back(), N = w.get_shape()[0];
+        const size_t M = K ? ov::shape_size(xs) / K : 0;
+        ov::Shape ys = xs;
+        ys.back() = N;
+        outputs[0].set_shape(ys);
+        Kernel kernel = Kernel::Scalar;
+        if (m_kernel == "avx2" || (m_kernel == "auto" && cpu_has_avx2())) {
+            OPENVINO_ASSERT(cpu_has_avx2(), "Q41MatMul: kernel avx2 on a CPU without AVX2/FMA/F16C");
+            kernel = Kernel::Avx2;
+        }
+        q41_matmul(x.data<const float>(), w.data<const uint8_t>(), outputs[0].data<float>(), M, K, N, kernel);
+        return true;
+    }
+
+private:
+    std::string m_kernel = "auto";
+};
+
+}  // namespace genmesh
+
+OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({std::make_shared<ov::OpExtension<genmesh::Q41MatMul>>()}));
