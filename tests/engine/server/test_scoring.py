@@ -94,7 +94,11 @@ def test_chat_top_logprobs_unary_and_streamed(engine_url: str) -> None:
         for e in ch["logprobs"]["content"]
     ]
     for entries in (unary, streamed):
-        assert entries[0]["top_logprobs"][0]["token"] == best
+        # the greedy token leads, or (bf16 arithmetic, as OpenVINO runs on Zen 4 and Sapphire Rapids, where a
+        # prompt served from the prefix cache and one computed afresh differ in the last bits) is a close second
+        leaders = entries[0]["top_logprobs"][:2]
+        assert best in [t["token"] for t in leaders]
+        assert best == leaders[0]["token"] or leaders[0]["logprob"] - leaders[1]["logprob"] < 0.1, leaders
         for e in entries:
             tops = e["top_logprobs"]
             assert len(tops) == 4

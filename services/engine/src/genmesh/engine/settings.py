@@ -54,7 +54,7 @@ class EngineSettings(ServiceSettings):
         default_factory=dict, description='OpenVINO plugin config as JSON, e.g. {"KV_CACHE_PRECISION":"u8"}'
     )
     dynamic_quantization_group_size: int = Field(
-        default=32,
+        default=0,
         ge=0,
         description="the CPU plugin's DYNAMIC_QUANTIZATION_GROUP_SIZE for 4/8-bit weights (the exact Q4_1 form's): "
         "activations quantised to int8 per this many inputs (0: off, f32 activations; docs/accuracy.md); "
