@@ -144,7 +144,7 @@ def test_exact_export_is_the_ir_the_engine_serves(tmp_path: Path) -> None:
     assert set(IR_FILES) | {"graph.pbtxt", "config.json", "tokenizer_config.json"} <= {p.name for p in folder.iterdir()}
     assert stamp(folder)["weight_format"] == "exact"
     text = (ROOT / "scripts" / "fetch_model.py").read_text()
-    digest = re.search(r'"openvino_model.bin": "([0-9a-f]{64})"', text)
+    digest = re.search(r'EXACT_BIN_SHA256 = "([0-9a-f]{64})"', text)
     assert digest is not None
     assert hashlib.sha256((folder / "openvino_model.bin").read_bytes()).hexdigest() == digest.group(1)
     assert len(re.findall(r'element_type="u4"', (folder / "openvino_model.xml").read_text())) >= 210

@@ -82,8 +82,12 @@ def _streamed_completion_logprobs(url: str, body: dict[str, Any]) -> dict[str, l
 
 def test_chat_top_logprobs_unary_and_streamed(engine_url: str) -> None:
     msg = [{"role": "user", "content": "What is the capital of France?"}]
-    greedy = post(engine_url + CHAT, {"messages": msg, "max_tokens": 1, "temperature": 0, "logprobs": True})
-    best = greedy["choices"][0]["logprobs"]["content"][0]["token"]
+    greedy = {"messages": msg, "max_tokens": 1, "temperature": 0, "logprobs": True}
+    # Once to fill the prefix cache, then the greedy token every later request sees: in bf16 (OpenVINO's
+    # arithmetic on Zen 4 and Sapphire Rapids) a prompt served from the cache and one computed afresh can
+    # differ enough to swap two close leaders (0.25 nats measured on Zen 4).
+    post(engine_url + CHAT, greedy)
+    best = post(engine_url + CHAT, greedy)["choices"][0]["logprobs"]["content"][0]["token"]
     body = {"messages": msg, "max_tokens": 5, "temperature": 2.0, "seed": 3, "logprobs": True, "top_logprobs": 4}
     unary = post(engine_url + CHAT, body)["choices"][0]["logprobs"]["content"]
     streamed = [
@@ -94,11 +98,7 @@ def test_chat_top_logprobs_unary_and_streamed(engine_url: str) -> None:
         for e in ch["logprobs"]["content"]
     ]
     for entries in (unary, streamed):
-        # the greedy token leads, or (bf16 arithmetic, as OpenVINO runs on Zen 4 and Sapphire Rapids, where a
-        # prompt served from the prefix cache and one computed afresh differ in the last bits) is a close second
-        leaders = entries[0]["top_logprobs"][:2]
-        assert best in [t["token"] for t in leaders]
-        assert best == leaders[0]["token"] or leaders[0]["logprob"] - leaders[1]["logprob"] < 0.1, leaders
+        assert entries[0]["top_logprobs"][0]["token"] == best
         for e in entries:
             tops = e["top_logprobs"]
             assert len(tops) == 4
