@@ -5,9 +5,11 @@ these, so a stream reads the same whichever hop ended it."""
 
 from __future__ import annotations
 
+import orjson
 from sse_starlette import ServerSentEvent
 
 from .errors import OpenAIError
+from .native_errors import native_status_and_body
 from .response_objects import ErrorEvent, ResponseErrorDetail, ResponseLifecycleEvent, ResponseObject
 
 
@@ -22,6 +24,11 @@ def error_event(err: OpenAIError) -> bytes:
 
 
 DONE_EVENT = event("[DONE]")
+
+
+def native_error_event(err: OpenAIError) -> bytes:
+    """A TGI token stream's error: TGI's ``{"error", "error_type"}`` body as one event (TGI sends no ``[DONE]``)."""
+    return event(orjson.dumps(native_status_and_body(err)[1]).decode())
 
 
 def response_failed(sequence: int, response: ResponseObject, err: OpenAIError) -> bytes:

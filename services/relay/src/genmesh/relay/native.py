@@ -4,11 +4,8 @@
 
 from __future__ import annotations
 
-import orjson
-from sse_starlette import ServerSentEvent
-
 from genmesh.protocol import OpenAIError
-from genmesh.protocol.native_errors import native_status_and_body
+from genmesh.protocol.sse import native_error_event
 
 from .stream import StreamEnd
 
@@ -18,5 +15,4 @@ class TgiStreamEnd(StreamEnd):
         return b'"generated_text":"' in event or b'"error_type"' in event
 
     def failure(self, err: OpenAIError) -> bytes:
-        body = native_status_and_body(err)[1]
-        return ServerSentEvent(data=orjson.dumps(body).decode(), sep="\n").encode()
+        return native_error_event(err)

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sse_starlette import ServerSentEvent
 
 from genmesh.protocol import CompletionRequest, OpenAIError, internal_error
-from genmesh.protocol.native_errors import native, native_status_and_body
+from genmesh.protocol.native_errors import native
 from genmesh.protocol.server.asgi import unless_disconnected
 from genmesh.protocol.server.native_route import NativeRoute, native_body
+from genmesh.protocol.sse import event, native_error_event
 from genmesh.protocol.tgi import (
     TGI_GENERATE_PATH,
     TGI_STREAM_PATH,
@@ -224,20 +223,12 @@ async def _events(chunks: AsyncIterator[TgiStreamResponse]) -> AsyncIterator[byt
     """TGI's events (no ``[DONE]``); an error mid-stream is TGI's error event, and the end."""
     try:
         async for chunk in chunks:
-            yield _event(chunk.model_dump_json())
+            yield event(chunk.model_dump_json())
     except OpenAIError as err:
-        yield _error_event(err)
+        yield native_error_event(err)
     except Exception as exc:
         log.exception("stream failed")
-        yield _error_event(internal_error(f"stream failed: {type(exc).__name__}"))
-
-
-def _error_event(err: OpenAIError) -> bytes:
-    return _event(orjson.dumps(native_status_and_body(err)[1]).decode())
-
-
-def _event(data: str) -> bytes:
-    return ServerSentEvent(data=data, sep="\n").encode()
+        yield native_error_event(internal_error(f"stream failed: {type(exc).__name__}"))
 
 
 router.add_api_route(TGI_GENERATE_PATH, generate, methods=["POST"], response_model=None)
