@@ -85,7 +85,7 @@ class GatewayState:
         self.activity = Activity()
         self.console = StatusBoard(self)
         self.login_throttle = SharedLoginThrottle(
-            self.redis,
+            self.scripts.login_attempt,
             self.keyspace,
             settings.console_login_attempts,
             settings.console_login_user_attempts,

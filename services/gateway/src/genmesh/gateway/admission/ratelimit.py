@@ -19,7 +19,6 @@ from genmesh.protocol import OpenAIError
 
 from ..redis.client import RedisClient, text
 from ..redis.keys import USAGE_TTL_S
-from ..redis.scripts import source
 from ..replies import too_many_requests, with_retry_after
 from .auth import ApiKey
 
@@ -43,7 +42,6 @@ class Limiter:
         self.keyspace = store.keyspace
         self.lease_ttl_s = lease_ttl_s
         self._running: dict[str, set[str]] = {}
-        self.audio_charge = store.redis.register_script(source("audio_charge"))  # audio_usage.meter_audio
 
     async def acquire(self, key: ApiKey, request_id: str) -> None:
         if not key.key_id:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
-from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from ..redis.keys import KeySpace
-from ..redis.scripts import source
 
 MAX_ENTRIES = 10_000
 
@@ -63,10 +61,13 @@ class LoginThrottle:
 class SharedLoginThrottle:
     """The rule in Redis (all replicas count together); this replica's memory while Redis is away."""
 
-    def __init__(self, redis: Redis, keyspace: KeySpace, attempts: int, user_attempts: int, window_s: float) -> None:
+    def __init__(
+        self, script: AsyncScript, keyspace: KeySpace, attempts: int, user_attempts: int, window_s: float
+    ) -> None:
+        """``script``: ``redis/lua/login_attempt.lua`` as registered with the gateway's scripts."""
         self.keyspace = keyspace
         self.args = (attempts, user_attempts, int(window_s * 1000))
-        self.script: Any = redis.register_script(source("login_attempt"))
+        self.script = script
         self.local = LoginThrottle(attempts, window_s, user_attempts)
 
     async def take(self, address: str, user: str) -> int:

@@ -30,7 +30,7 @@ async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters:
         return
     k = st.limiter.keyspace.key_id(key.key_id)
     with contextlib.suppress(RedisError, OSError):  # lost with Redis away, as a token charge is
-        await st.limiter.audio_charge(keys=[k.rate, k.usage], args=[millis, characters, USAGE_TTL_S, int(request)])
+        await st.scripts.audio_charge(keys=[k.rate, k.usage], args=[millis, characters, USAGE_TTL_S, int(request)])
 
 
 def check_input_audio(body: dict[str, Any], limit: int) -> None:

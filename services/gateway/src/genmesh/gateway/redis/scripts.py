@@ -59,6 +59,8 @@ class Scripts:
     take_batch_slot: AsyncScript
     renew_batch_slots: AsyncScript
     preempt_batch: AsyncScript
+    audio_charge: AsyncScript
+    login_attempt: AsyncScript
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
