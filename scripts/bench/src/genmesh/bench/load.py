@@ -130,12 +130,13 @@ async def closed_loop(
 
 
 async def _stream(resp: aiohttp.ClientResponse, start: float, out: RequestOutput) -> None:
-    last, usage_seen = start, False
-    async for line in resp.content:
-        if not line.startswith(b"data:"):
+    last, usage_seen, done = start, False, False
+    async for line in resp.content:  # to the body's end, past [DONE], so the connection is kept for the next request
+        if done or not line.startswith(b"data:"):
             continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
         if (data := line[5:].strip()) == b"[DONE]":
-            break
+            done = True
+            continue
         chunk = orjson.loads(data)
         if "error" in chunk:
             raise RuntimeError(f"stream error: {chunk['error']}")
