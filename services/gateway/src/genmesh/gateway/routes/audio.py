@@ -11,19 +11,18 @@ import functools
 import logging
 from typing import Any
 
-from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol import file_too_large, invalid_request, model_not_found
-from genmesh.protocol.server.audio_form import audio_form
+from genmesh.protocol import invalid_request, model_not_found
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.relay import Outcome, UpstreamResponse
 
 from ..admission.auth import ApiKey
 from ..admission.tickets import Ticket
 from ..exchange.audio import meter_audio
-from ..exchange.dispatch import take_slot
+from ..exchange.dispatch import StreamedBody, take_slot
 from ..exchange.exchange import Exchange
+from ..exchange.upload import Upload
 from ..routing.config import ModelRoute
 from ..state import GatewayState
 from . import completions
@@ -51,27 +50,6 @@ def audio_route(st: GatewayState, model: object, kind: str) -> ModelRoute:
     return route
 
 
-async def form_fields(raw: bytes, content_type: str, limit: int) -> dict[str, Any]:
-    """The text fields of a multipart body (the file is left to the engine); 400 naming ``file`` when
-    malformed or missing, 413 naming it when it is over ``limit`` bytes."""
-    if not content_type.startswith("multipart/form-data"):
-        raise invalid_request("send the audio as multipart/form-data with a 'file' field", param="file")
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    scope = {"type": "http", "method": "POST", "headers": [(b"content-type", content_type.encode("latin-1"))]}
-    async with audio_form(Request(scope, receive)) as (upload, fields):
-        if upload.size is not None and upload.size > limit:
-            raise file_too_large(limit, "audio file")
-        return dict(fields)
-
-
 class AudioExchange(Exchange):
     """One audio request: ``Exchange``'s way (limits, queue, slot, relay, release) with its own body
     (multipart or speech JSON), its own size limit and its own metering."""
@@ -79,6 +57,7 @@ class AudioExchange(Exchange):
     def __init__(self, st: GatewayState, path: str, receive: Receive, send: Send, rid: str, content_type: str) -> None:
         super().__init__(st, path, receive, send, rid)
         self.content_type = content_type
+        self.upload: Upload | None = None  # a transcription's body, relayed as it comes
         if path == TRANSCRIPTIONS_PATH:  # the upload goes on with its own content type (its boundary)
             self.own_headers = [*self.own_headers, (b"content-type", content_type.encode("latin-1"))]
             self.max_body = st.settings.audio_max_bytes + 64 * 1024  # the audio file and the form's text fields
@@ -99,9 +78,34 @@ class AudioExchange(Exchange):
         ticket = Ticket(id=ticket_id, route=of_kind[0], tenant=key.tenant, priority=priority, admit_by=admit_by)
         self.held = (ticket, await take_slot(self.st, ticket))
 
+    async def run(self, authorization: str | None, priority_header: str | None) -> None:
+        try:
+            await super().run(authorization, priority_header)
+        finally:
+            if self.upload is not None:
+                await self.upload.close()
+
+    async def receive_body(self) -> bytes:
+        """A transcription's form up to its file (``Upload.head``): its text fields, the upload left to
+        be relayed as it comes once a slot is taken. A form whose ``model`` comes after its file, with
+        several transcription models to choose from, is spooled first (``Upload.spool``)."""
+        if self.path != TRANSCRIPTIONS_PATH:
+            return await super().receive_body()
+        self.admitted()
+        settings = self.st.settings
+        self.upload = upload = Upload(self.receive, self.content_type, self.max_body, settings.audio_max_bytes)
+        fields = await upload.head()
+        if "model" not in fields and self.held is None and not upload.ended.is_set():
+            await upload.spool()  # the queue is the model's: its name must be known first
+        return b""
+
+    async def body_read(self) -> None:
+        if self.upload is not None:
+            await self.upload.ended.wait()
+
     async def parse(self, raw: bytes) -> dict[str, Any]:
-        if self.path == TRANSCRIPTIONS_PATH:
-            return await form_fields(raw, self.content_type, self.st.settings.audio_max_bytes)
+        if self.upload is not None:
+            return dict(self.upload.form.fields)
         return decode_json_object(raw, self.st.settings.max_json_depth, self.st.settings.max_json_containers)
 
     def streams(self, body: dict[str, Any]) -> bool:
@@ -113,8 +117,10 @@ class AudioExchange(Exchange):
     def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
         """None of the GenAI request attributes: they name chat, embeddings and rerank operations only."""
 
-    async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
-        return raw, False
+    async def prepare(
+        self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool
+    ) -> tuple[bytes | StreamedBody, bool]:
+        return (raw if self.upload is None else self.upload), False
 
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool

@@ -1,5 +1,6 @@
 """``POST /v1/audio/transcriptions`` and ``/v1/audio/speech``, relayed to the engine as they come:
-the transcription's multipart form byte for byte (its size bounded by ``--audio-max-bytes``), the
+the transcription's multipart form byte for byte as it arrives, a piece at a time (never held whole;
+its size bounded by ``--audio-max-bytes``, counted as it comes: a 413 past it), the
 speech request's JSON after the wire model's check. The reply comes back as the engine sends it: a
 JSON/text body whole, an SSE transcript or an audio stream chunk by chunk, with the engine's audio
 metering headers (the gateway counts them). A client that leaves closes the engine request."""
@@ -7,14 +8,14 @@ metering headers (the gateway counts them). A client that leaves closes the engi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from genmesh.protocol import from_validation_error, invalid_request
+from genmesh.protocol import OpenAIError, from_validation_error, invalid_request
 from genmesh.protocol.audio import SpeechRequest
 from genmesh.protocol.server.streaming import EventStream
 
@@ -47,8 +48,29 @@ async def _chunks(response: aiohttp.ClientResponse, deadline: float) -> AsyncIte
         await close(response)
 
 
+class Upload:
+    """A request's body as it arrives, for the engine; the client's own fault on the way (past the body
+    limit, gone) kept to be answered as such rather than as the engine's failure."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.error: Exception | None = None
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        try:
+            async for piece in self.request.stream():
+                yield piece
+        except Exception as exc:
+            self.error = exc
+            raise
+
+
 async def _relay(
-    request: Request, path: str, json: dict[str, object] | None, raw: tuple[bytes, str] | None
+    request: Request,
+    path: str,
+    json: dict[str, object] | None,
+    raw: tuple[AsyncIterable[bytes], str] | None,
+    upload: Upload | None = None,
 ) -> Response:
     st = state_of(request)
     deadline_s = st.settings.request_timeout_s
@@ -58,6 +80,10 @@ async def _relay(
             response = await st.upstream.open("POST", path, request_id(request), json, raw=raw)
     except TimeoutError as exc:
         raise deadline_error("total", deadline_s) from exc
+    except OpenAIError:
+        if upload is not None and upload.error is not None:
+            raise upload.error from None  # the client's body failed (too large, gone): not the engine's fault
+        raise
     headers = {k: v for k in AUDIO_HEADERS if (v := response.headers.get(k)) is not None}
     if response.status < 400 and headers.get("content-type", "").startswith(STREAMED):
         return Relayed(_chunks(response, deadline), headers)
@@ -71,7 +97,8 @@ async def transcriptions(request: Request) -> Response:
     content_type = request.headers.get("content-type", "")
     if not content_type.startswith("multipart/form-data"):
         raise invalid_request("send the audio as multipart/form-data with a 'file' field", param="file")
-    return await _relay(request, TRANSCRIPTIONS_PATH, None, (await request.body(), content_type))
+    upload = Upload(request)
+    return await _relay(request, TRANSCRIPTIONS_PATH, None, (upload.pieces(), content_type), upload)
 
 
 async def speech(request: Request) -> Response:
