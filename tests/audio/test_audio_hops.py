@@ -86,6 +86,55 @@ def test_gateway_meters_audio_seconds_and_characters_per_key(audio_mesh: Mesh) -
     assert "genmesh_gateway_speech_characters_total" in metrics
 
 
+# several of the voice's chunks (--speech-chunk-phonemes 200: about 165 characters each)
+SENTENCES = (
+    "The library is quiet and full of old books. Our teacher asked us to write a short story. "
+    "We planted tomatoes and beans in the garden. The train left the station early in the morning. "
+    "My brother likes to read about ships and the sea. The baker sells fresh bread every day. "
+    "Children played football in the park after school. The museum opens at nine on Saturdays. "
+    "She painted the fence white before the summer rain. We watched the stars from the hill at night."
+)
+
+
+def _speech_characters(mesh: Mesh, key_id: str) -> int:
+    usage = httpx.get(f"{mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=10).json()
+    return int(usage["speech_characters"])
+
+
+def test_a_speech_reply_cut_short_is_charged_the_characters_it_sent(audio_mesh: Mesh) -> None:
+    """Issue 55 item 5: a client that takes the first 64 KiB of a streamed multi-sentence speech reply
+    (less than its first chunk's audio) and leaves is charged that chunk's share of the text, asked of
+    the engine through the microservice (more than 0, fewer than all of the characters); one that takes
+    the whole reply is charged every character; the engine's count of an id it never saw is a 404."""
+    body = {"model": SPEECH_NAME, "voice": "alloy", "input": SENTENCES, "response_format": "pcm"}
+    secret, key_id = audio_mesh.key()
+    with httpx.stream(
+        "POST", audio_mesh.gateway.url + "/v1/audio/speech", json=body, headers=_auth(secret), timeout=120
+    ) as r:
+        assert r.status_code == 200
+        got = 0
+        for piece in r.iter_raw():
+            got += len(piece)
+            if got >= 64 * 1024:
+                break
+    assert got >= 64 * 1024
+    wait_until(lambda: _speech_characters(audio_mesh, key_id) > 0, 30, what="the cut reply charged")
+    charged = _speech_characters(audio_mesh, key_id)
+    assert 0 < charged < len(SENTENCES), charged
+    secret, key_id = audio_mesh.key()
+    r = httpx.post(audio_mesh.gateway.url + "/v1/audio/speech", json=body, headers=_auth(secret), timeout=300)
+    assert r.status_code == 200
+    wait_until(lambda: _speech_characters(audio_mesh, key_id) > 0, 30, what="the whole reply charged")
+    assert _speech_characters(audio_mesh, key_id) == len(SENTENCES)
+    unknown = httpx.post(audio_mesh.microservice.url + "/v1/audio/speech/sent", json={"speech_id": "x"}, timeout=30)
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["error"]["param"] == "speech_id"
+
+
+def _auth(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
 def _post(mesh: Mesh, secret: str, path: str, **kwargs: Any) -> httpx.Response:
     return httpx.post(mesh.gateway.url + path, headers={"Authorization": f"Bearer {secret}"}, timeout=120, **kwargs)
 

@@ -145,9 +145,9 @@ class Upload:
             raise ClientGone()
         piece: bytes = message.get("body", b"")
         self.size += len(piece)
+        self.form.feed(piece)  # first: a file past its limit is named as such (413 naming ``file``)
         if self.size > self.max_body:
             raise too_large(self.max_body)
-        self.form.feed(piece)
         if not message.get("more_body"):
             self.form.end()
             self.ended.set()

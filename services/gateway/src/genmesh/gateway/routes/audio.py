@@ -7,19 +7,22 @@ transcribed and the characters spoken (the engine says each in ``x-genmesh-audio
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import uuid
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import invalid_request, model_not_found
+from genmesh.protocol.audio import SPEECH_ID_HEADER
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.relay import Outcome, UpstreamResponse
 
 from ..admission.auth import ApiKey
 from ..admission.tickets import Ticket
-from ..exchange.audio import meter_audio
+from ..exchange.audio import characters_sent, meter_audio
 from ..exchange.dispatch import StreamedBody, take_slot
 from ..exchange.exchange import Exchange
 from ..exchange.upload import Upload
@@ -58,14 +61,23 @@ class AudioExchange(Exchange):
         super().__init__(st, path, receive, send, rid)
         self.content_type = content_type
         self.upload: Upload | None = None  # a transcription's body, relayed as it comes
-        if path == TRANSCRIPTIONS_PATH:  # the upload goes on with its own content type (its boundary)
-            self.own_headers = [*self.own_headers, (b"content-type", content_type.encode("latin-1"))]
+        self.spooling = contextlib.AsyncExitStack()  # a spooled upload's slot among --files-max-concurrent
+        self.speech_id = uuid.uuid4().hex  # speech: the engine counts what its stream sent under this id
+        if path == TRANSCRIPTIONS_PATH:
             self.max_body = st.settings.audio_max_bytes + 64 * 1024  # the audio file and the form's text fields
+        self.own_headers = [*self.own_headers, *self._headers()]
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        """A transcription's upload goes on with its own content type (its boundary); a speech request
+        with its id, for the engine's count of what it sent."""
+        if self.path == TRANSCRIPTIONS_PATH:
+            return [(b"content-type", self.content_type.encode("latin-1"))]
+        return [(SPEECH_ID_HEADER.encode(), self.speech_id.encode())]
 
     def trace(self, span: Any) -> None:
         super().trace(span)
-        if span is not None and self.path == TRANSCRIPTIONS_PATH:  # trace() set the headers anew
-            self.own_headers = [*self.own_headers, (b"content-type", self.content_type.encode("latin-1"))]
+        if span is not None:  # trace() set the headers anew
+            self.own_headers = [*self.own_headers, *self._headers()]
 
     async def before_body(self, key: ApiKey, ticket_id: str, priority: int, admit_by: float) -> None:
         """A transcription whose model the path alone names (the one transcription model) waits for its
@@ -84,11 +96,13 @@ class AudioExchange(Exchange):
         finally:
             if self.upload is not None:
                 await self.upload.close()
+            await self.spooling.aclose()
 
     async def receive_body(self) -> bytes:
         """A transcription's form up to its file (``Upload.head``): its text fields, the upload left to
         be relayed as it comes once a slot is taken. A form whose ``model`` comes after its file, with
-        several transcription models to choose from, is spooled first (``Upload.spool``)."""
+        several transcription models to choose from, is spooled first (``Upload.spool``), holding one of
+        the replica's ``--files-max-concurrent`` upload slots while its spool lasts (429 past them)."""
         if self.path != TRANSCRIPTIONS_PATH:
             return await super().receive_body()
         self.admitted()
@@ -96,6 +110,7 @@ class AudioExchange(Exchange):
         self.upload = upload = Upload(self.receive, self.content_type, self.max_body, settings.audio_max_bytes)
         fields = await upload.head()
         if "model" not in fields and self.held is None and not upload.ended.is_set():
+            await self.spooling.enter_async_context(self.st.quotas.slot())
             await upload.spool()  # the queue is the model's: its name must be known first
         return b""
 
@@ -127,18 +142,23 @@ class AudioExchange(Exchange):
     ) -> None:
         self.request = None  # audio is charged in seconds and characters, never in tokens (any format)
         await super()._finish(key, ticket, resp, out, upstream, completed=completed)
-        await self._meter(key, resp)
+        await self._meter(key, resp, cut=not completed or out.error is not None)
 
-    async def _meter(self, key: ApiKey, resp: UpstreamResponse) -> None:
+    async def _meter(self, key: ApiKey, resp: UpstreamResponse, *, cut: bool) -> None:
         """The audio seconds (transcription) or characters (speech) of a reply the upstream began, counted
         per key whether or not the client took all of it (the engine says them in the reply's head), and
-        the request, once; a refusal is counted as a request only."""
+        the request, once; a refusal is counted as a request only. A speech reply cut short (``cut``) is
+        charged the characters it sent, as its engine counted them (``characters_sent``; the whole
+        input when the engine cannot say)."""
         seconds, characters = 0.0, 0
         if resp.status == 200:
             if self.path == TRANSCRIPTIONS_PATH:
                 seconds = _number(resp.header(b"x-genmesh-audio-seconds"), float)
             else:
                 characters = int(_number(resp.header(b"x-genmesh-speech-characters"), int))
+                if cut and (up := self.leg[1]) is not None:
+                    sent = await characters_sent(self.st, up.url, self.speech_id, self.rid_header[1])
+                    characters = characters if sent is None else min(sent, characters)
         await meter_audio(self.st, key, seconds, characters, request=True)
 
 

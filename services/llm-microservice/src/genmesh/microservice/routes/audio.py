@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from genmesh.protocol import OpenAIError, from_validation_error, invalid_request
-from genmesh.protocol.audio import SpeechRequest
+from genmesh.protocol.audio import SPEECH_ID_HEADER, SPEECH_SENT_PATH, SpeechRequest, SpeechSentQuery
 from genmesh.protocol.server.streaming import EventStream
 
 from ..settings import TRANSCRIPTIONS_PATH
@@ -75,9 +75,10 @@ async def _relay(
     st = state_of(request)
     deadline_s = st.settings.request_timeout_s
     deadline = asyncio.get_running_loop().time() + deadline_s
+    passed = {k: v for k in (SPEECH_ID_HEADER,) if (v := request.headers.get(k)) is not None}
     try:
         async with asyncio.timeout(deadline_s):
-            response = await st.upstream.open("POST", path, request_id(request), json, raw=raw)
+            response = await st.upstream.open("POST", path, request_id(request), json, raw=raw, extra_headers=passed)
     except TimeoutError as exc:
         raise deadline_error("total", deadline_s) from exc
     except OpenAIError:
@@ -110,6 +111,18 @@ async def speech(request: Request) -> Response:
     return await _relay(request, SPEECH_PATH, body, None)
 
 
+async def speech_sent(request: Request) -> Response:
+    """genmesh's ``/v1/audio/speech/sent`` (what a streamed speech reply sent, for the gateway's
+    metering), asked of the engine."""
+    body = await json_body(request)
+    try:
+        SpeechSentQuery.model_validate(body)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    return await _relay(request, SPEECH_SENT_PATH, body, None)
+
+
+router.add_api_route(SPEECH_SENT_PATH, speech_sent, methods=["POST"], response_model=None, include_in_schema=False)
 router.add_api_route(
     TRANSCRIPTIONS_PATH, transcriptions, methods=["POST"], response_model=None, include_in_schema=False
 )
