@@ -120,6 +120,7 @@ def test_a_speech_reply_cut_short_is_charged_the_characters_it_sent(audio_mesh: 
     assert got >= 64 * 1024
     wait_until(lambda: _speech_characters(audio_mesh, key_id) > 0, 30, what="the cut reply charged")
     charged = _speech_characters(audio_mesh, key_id)
+    print(f"\n[a cut speech reply: {got} bytes taken, {charged} of {len(SENTENCES)} characters charged]")
     assert 0 < charged < len(SENTENCES), charged
     secret, key_id = audio_mesh.key()
     r = httpx.post(audio_mesh.gateway.url + "/v1/audio/speech", json=body, headers=_auth(secret), timeout=300)

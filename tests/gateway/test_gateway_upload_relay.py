@@ -4,21 +4,30 @@ test needs the upstream's own view of the bytes, and holds none of them): the ga
 less than ``STREAMED_BOUND`` for a 20 MiB upload (it would grow by the upload at least if it read the
 body whole), the upstream gets the body byte for byte, whether the form's ``model`` comes before its
 file (admitted, then streamed) or after it (spooled to a temporary file, then admitted and streamed);
-past the audio limit the client gets 413 and the upstream request is cut off.
+past the audio limit the client gets 413 and the upstream request is cut off. An upload whose first
+upstream refuses the connection (nothing of it sent) is replayed on the next one; one whose upstream
+drops the connection mid-upload is a 502 with Retry-After at once (a scripted socket upstream, ``Cutter``:
+the fake cannot drop a connection part-way).
 
-This gateway serves two transcription models, so the queue a form takes is its ``model`` field's."""
+This gateway serves several transcription models, so the queue a form takes is its ``model`` field's."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
+import struct
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from support.admission import BOUNDARY, MIB, TRANSCRIPTIONS, abuse, new_key
-from support.gateway_helpers import Fake, RedisServer, launch_gateway, model_config
+from support.admission import BOUNDARY, MIB, TRANSCRIPTIONS, abuse, head, new_key
+from support.gateway_helpers import ADMIN_KEY, Fake, RedisServer, launch_gateway, model_config
+from support.hostile import connect, read_status
 from support.polling import wait_until
 from support.servers import Server
 
@@ -26,13 +35,81 @@ STREAMED_BOUND = 8 * MIB  # the gateway's peak RSS growth while a 20 MiB upload 
 AUDIO = bytes(range(256)) * (20 * MIB // 256)  # 20 MiB of audio-sized upload (the fake reads no audio)
 
 
+CUT_SENT = 2 * MIB  # what the client sends of the upload the Cutter drops (it declares more)
+
+
+class Cutter(threading.Thread):
+    """An upstream on a raw socket: it answers anything but a transcription with ``{}``, and drops a
+    transcription's connection (RST) once ``CUT_SENT`` less 64 KiB of its body have come."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.cut = 0
+
+    def stop(self) -> None:
+        """Stop listening: a connection is refused from now (shutdown wakes the thread in ``accept``)."""
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                if not (piece := conn.recv(65536)):
+                    return
+                data += piece
+            if TRANSCRIPTIONS.encode() not in data.split(b"\r\n", 1)[0]:
+                ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                conn.sendall(ok + b"Connection: close\r\n\r\n{}")
+                return
+            while len(data) < CUT_SENT - 64 * 1024 and (piece := conn.recv(65536)):
+                data += piece
+            self.cut += 1
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close: RST
+
+
+@pytest.fixture(scope="module")
+def cutter() -> Iterator[Cutter]:
+    c = Cutter()
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def door() -> Iterator[Cutter]:
+    """stt-replay's first upstream: healthy until the test closes its listening socket."""
+    c = Cutter()
+    c.start()
+    yield c
+    c.stop()
+
+
 @pytest.fixture(scope="module")
 def gateway(
-    tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer, fake_upstream: Server
+    tmp_path_factory: pytest.TempPathFactory,
+    redis_server: RedisServer,
+    fake_upstream: Server,
+    cutter: Cutter,
+    door: Cutter,
 ) -> Iterator[Server]:
     log_dir = tmp_path_factory.mktemp("upload-relay")
     stt = {**model_config(fake_upstream.url, max_concurrency=2), "kind": "transcription"}
     models = {"chat": model_config(fake_upstream.url, max_concurrency=4), "stt": stt, "stt-2": stt}
+    replay = [{"url": door.url, "max_concurrency": 1}, {"url": fake_upstream.url, "max_concurrency": 1}]
+    models["stt-replay"] = {**model_config(fake_upstream.url, upstreams=replay), "kind": "transcription"}
+    models["stt-cut"] = {**model_config(cutter.url), "kind": "transcription"}
     config = log_dir / "gateway.json"
     config.write_text(json.dumps({"models": models}))
     server = launch_gateway(log_dir, config, redis_server.url, "--auth", "on")
@@ -111,3 +188,43 @@ def test_a_form_naming_a_model_not_served_is_refused_before_its_file(gateway: Se
         assert r.status_code == status, r.text
         assert r.json()["error"]["param"] == "model"
     assert fake.stats()["total"] == 0
+
+
+def test_an_upload_none_of_which_was_sent_is_replayed_on_another_upstream(
+    gateway: Server, fake: Fake, door: Cutter
+) -> None:
+    """stt-replay's first upstream (the one an idle model picks first) has just stopped listening (its
+    circuit is still closed: that takes three failed probes, 0.5 s apart): its connection is refused,
+    and the upload, none of it sent yet, goes to the second whole (the fake's digest is the body's),
+    counted as a retry."""
+    key = new_key(gateway)
+    door.stop()
+    parts = (_field("model", "stt-replay"), _file_head(), AUDIO[: 2 * MIB], f"\r\n--{BOUNDARY}--\r\n".encode())
+    sent = b"".join(parts)
+    r = _post(gateway, key, _pieces(*parts))
+    assert r.status_code == 200, r.text
+    assert r.json()["sha256"] == hashlib.sha256(sent).hexdigest()
+    metrics = httpx.get(gateway.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10).text
+    retries = [line for line in metrics.splitlines() if line.startswith("genmesh_gateway_upstream_retries_total")]
+    assert any('model="stt-replay"' in line and not line.endswith(" 0.0") for line in retries), retries
+
+
+def test_an_upstream_lost_mid_upload_is_a_502_with_retry_after_at_once(gateway: Server, cutter: Cutter) -> None:
+    """The client has sent 2 MiB of a 4 MiB upload when its upstream drops the connection: it gets a 502
+    with Retry-After within seconds (not a hang, not a replay of bytes it no longer has), and the
+    connection is closed."""
+    key = new_key(gateway)
+    form = _field("model", "stt-cut") + _file_head()
+    with connect(gateway.url) as sock:
+        sock.sendall(head(TRANSCRIPTIONS, len(form) + 4 * MIB + 100, key) + form + AUDIO[: CUT_SENT - len(form)])
+        started = time.monotonic()
+        status, data = read_status(sock)
+        took = time.monotonic() - started
+        sock.settimeout(3)
+        assert sock.recv(65536) == b""  # closed, nothing after the answer
+    assert status == 502, data
+    answer_head, _, answer = data.partition(b"\r\n\r\n")
+    assert b"\r\nretry-after: " in answer_head.lower(), answer_head
+    assert json.loads(answer)["error"]["type"] == "upstream_error", answer
+    assert took < 10
+    assert cutter.cut >= 1

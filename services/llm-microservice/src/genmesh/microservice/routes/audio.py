@@ -8,12 +8,12 @@ metering headers (the gateway counts them). A client that leaves closes the engi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from genmesh.protocol import OpenAIError, from_validation_error, invalid_request
 from genmesh.protocol.audio import SPEECH_ID_HEADER, SPEECH_SENT_PATH, SpeechRequest, SpeechSentQuery
@@ -102,24 +102,23 @@ async def transcriptions(request: Request) -> Response:
     return await _relay(request, TRANSCRIPTIONS_PATH, None, (upload.pieces(), content_type), upload)
 
 
-async def speech(request: Request) -> Response:
-    body = await json_body(request)
-    try:
-        SpeechRequest.model_validate(body)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
-    return await _relay(request, SPEECH_PATH, body, None)
+def checked_relay(path: str, model: type[BaseModel]) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint that relays its JSON body to the engine's ``path`` once ``model`` accepts it."""
+
+    async def endpoint(request: Request) -> Response:
+        body = await json_body(request)
+        try:
+            model.model_validate(body)
+        except ValidationError as exc:
+            raise from_validation_error(exc) from None
+        return await _relay(request, path, body, None)
+
+    return endpoint
 
 
-async def speech_sent(request: Request) -> Response:
-    """genmesh's ``/v1/audio/speech/sent`` (what a streamed speech reply sent, for the gateway's
-    metering), asked of the engine."""
-    body = await json_body(request)
-    try:
-        SpeechSentQuery.model_validate(body)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
-    return await _relay(request, SPEECH_SENT_PATH, body, None)
+speech = checked_relay(SPEECH_PATH, SpeechRequest)
+# genmesh's own: what a streamed speech reply sent, for the gateway's metering, asked of the engine
+speech_sent = checked_relay(SPEECH_SENT_PATH, SpeechSentQuery)
 
 
 router.add_api_route(SPEECH_SENT_PATH, speech_sent, methods=["POST"], response_model=None, include_in_schema=False)
