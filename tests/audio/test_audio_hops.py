@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +26,7 @@ from support.audio import (
     wer,
 )
 from support.embeddings_mesh import ADMIN, Mesh
+from support.hostile import memory_status
 from support.polling import wait_until
 from support.servers import MODEL_NAME
 
@@ -130,6 +133,42 @@ def test_a_speech_reply_cut_short_is_charged_the_characters_it_sent(audio_mesh: 
     unknown = httpx.post(audio_mesh.microservice.url + "/v1/audio/speech/sent", json={"speech_id": "x"}, timeout=30)
     assert unknown.status_code == 404, unknown.text
     assert unknown.json()["error"]["param"] == "speech_id"
+
+
+def test_the_microservice_relays_an_upload_as_it_comes_and_refuses_one_past_its_limit(audio_mesh: Mesh) -> None:
+    """The microservice sends the transcription's form on to the engine as it arrives: a chunked one
+    (no Content-Length) transcribes, and one whose body passes --audio-max-bytes + 64 KiB (25 MB) is
+    its 413, counted as it came, not a 502 for the engine request it cut off; the microservice's peak
+    RSS grows less than 8 MiB meanwhile (0.0 MiB measured; holding the body whole, as it did, 22.3 MiB)."""
+    speech = {"model": SPEECH_NAME, "voice": "alloy", "input": "Hello there.", "response_format": "wav"}
+    audio = httpx.post(audio_mesh.microservice.url + "/v1/audio/speech", json=speech, timeout=120).content
+    boundary = "genmeshboundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{WHISPER_NAME}\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    url = audio_mesh.microservice.url + "/v1/audio/transcriptions"
+
+    def pieces(*parts: bytes) -> Iterator[bytes]:
+        for part in parts:
+            for i in range(0, len(part), 1 << 18):
+                yield part[i : i + (1 << 18)]
+
+    r = httpx.post(url, content=pieces(head, audio, tail), headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    assert wer("Hello there.", r.json()["text"]) <= 0.5, r.text
+    assert audio_mesh.microservice.proc is not None
+    pid = audio_mesh.microservice.proc.pid
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = memory_status(pid, "VmRSS")
+    r = httpx.post(url, content=pieces(head, b"\0" * 25_100_000, tail), headers=headers, timeout=120)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error", r.text
+    growth = memory_status(pid) - before
+    print(f"\n[microservice peak RSS growth for a 25 MB upload: {growth / 2**20:.1f} MiB]")
+    assert growth < 8 * 2**20, growth
 
 
 def _auth(secret: str) -> dict[str, str]:
