@@ -1,9 +1,10 @@
 """``POST /v1/audio/transcriptions`` and ``/v1/audio/speech`` through the gateway: authenticated,
 limited per key, queued for a slot of the model's own (a route of ``kind`` transcription or speech)
-and relayed as the upstream answers (the multipart upload byte for byte; JSON, text, an SSE
-transcript or audio back chunk by chunk). Metered per key as OpenAI bills them: the seconds of audio
-transcribed and the characters spoken (the engine says each in ``x-genmesh-audio-seconds`` and
-``x-genmesh-speech-characters``), in the key's usage and in the tenant's counters."""
+and relayed (the multipart upload byte for byte as it arrives, holding one piece: ``exchange/upload.py``;
+JSON, text, an SSE transcript or audio back chunk by chunk as the upstream answers). Metered per key as
+OpenAI bills them: the seconds of audio transcribed and the characters spoken (the engine says each in
+``x-genmesh-audio-seconds`` and ``x-genmesh-speech-characters``; a streamed speech reply cut short: the
+characters it sent, asked of the engine), in the key's usage and in the tenant's counters."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class AudioExchange(Exchange):
             return
         of_kind = [r for r in self.st.config.models.values() if r.kind == KINDS[self.path]]
         if len(of_kind) != 1:
-            return  # the form's model field picks it: the queue comes after the body
+            return  # the form's model field picks it: the queue comes after the form's head (receive_body)
         ticket = Ticket(id=ticket_id, route=of_kind[0], tenant=key.tenant, priority=priority, admit_by=admit_by)
         self.held = (ticket, await take_slot(self.st, ticket))
 
