@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +26,7 @@ from support.audio import (
     wer,
 )
 from support.embeddings_mesh import ADMIN, Mesh
+from support.hostile import memory_status
 from support.polling import wait_until
 from support.servers import MODEL_NAME
 
@@ -84,6 +87,92 @@ def test_gateway_meters_audio_seconds_and_characters_per_key(audio_mesh: Mesh) -
     metrics = httpx.get(audio_mesh.gateway.url + "/metrics", headers=ADMIN, timeout=10).text
     assert "genmesh_gateway_audio_seconds_total" in metrics
     assert "genmesh_gateway_speech_characters_total" in metrics
+
+
+# several of the voice's chunks (--speech-chunk-phonemes 200: about 165 characters each)
+SENTENCES = (
+    "The library is quiet and full of old books. Our teacher asked us to write a short story. "
+    "We planted tomatoes and beans in the garden. The train left the station early in the morning. "
+    "My brother likes to read about ships and the sea. The baker sells fresh bread every day. "
+    "Children played football in the park after school. The museum opens at nine on Saturdays. "
+    "She painted the fence white before the summer rain. We watched the stars from the hill at night."
+)
+
+
+def _speech_characters(mesh: Mesh, key_id: str) -> int:
+    usage = httpx.get(f"{mesh.gateway.url}/admin/keys/{key_id}/usage", headers=ADMIN, timeout=10).json()
+    return int(usage["speech_characters"])
+
+
+def test_a_speech_reply_cut_short_is_charged_the_characters_it_sent(audio_mesh: Mesh) -> None:
+    """Issue 55 item 5: a client that takes the first 64 KiB of a streamed multi-sentence speech reply
+    (less than its first chunk's audio) and leaves is charged that chunk's share of the text, asked of
+    the engine through the microservice (more than 0, fewer than all of the characters); one that takes
+    the whole reply is charged every character; the engine's count of an id it never saw is a 404."""
+    body = {"model": SPEECH_NAME, "voice": "alloy", "input": SENTENCES, "response_format": "pcm"}
+    secret, key_id = audio_mesh.key()
+    with httpx.stream(
+        "POST", audio_mesh.gateway.url + "/v1/audio/speech", json=body, headers=_auth(secret), timeout=120
+    ) as r:
+        assert r.status_code == 200
+        got = 0
+        for piece in r.iter_raw():
+            got += len(piece)
+            if got >= 64 * 1024:
+                break
+    assert got >= 64 * 1024
+    wait_until(lambda: _speech_characters(audio_mesh, key_id) > 0, 30, what="the cut reply charged")
+    charged = _speech_characters(audio_mesh, key_id)
+    print(f"\n[a cut speech reply: {got} bytes taken, {charged} of {len(SENTENCES)} characters charged]")
+    assert 0 < charged < len(SENTENCES), charged
+    secret, key_id = audio_mesh.key()
+    r = httpx.post(audio_mesh.gateway.url + "/v1/audio/speech", json=body, headers=_auth(secret), timeout=300)
+    assert r.status_code == 200
+    wait_until(lambda: _speech_characters(audio_mesh, key_id) > 0, 30, what="the whole reply charged")
+    assert _speech_characters(audio_mesh, key_id) == len(SENTENCES)
+    unknown = httpx.post(audio_mesh.microservice.url + "/v1/audio/speech/sent", json={"speech_id": "x"}, timeout=30)
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["error"]["param"] == "speech_id"
+
+
+def test_the_microservice_relays_an_upload_as_it_comes_and_refuses_one_past_its_limit(audio_mesh: Mesh) -> None:
+    """The microservice sends the transcription's form on to the engine as it arrives: a chunked one
+    (no Content-Length) transcribes, and one whose body passes --audio-max-bytes + 64 KiB (25 MB) is
+    its 413, counted as it came, not a 502 for the engine request it cut off; the microservice's peak
+    RSS grows less than 8 MiB meanwhile (0.0 and 0.4 MiB measured; holding the body whole, as it did, 22.3 MiB)."""
+    speech = {"model": SPEECH_NAME, "voice": "alloy", "input": "Hello there.", "response_format": "wav"}
+    audio = httpx.post(audio_mesh.microservice.url + "/v1/audio/speech", json=speech, timeout=120).content
+    boundary = "genmeshboundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{WHISPER_NAME}\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    url = audio_mesh.microservice.url + "/v1/audio/transcriptions"
+
+    def pieces(*parts: bytes) -> Iterator[bytes]:
+        for part in parts:
+            for i in range(0, len(part), 1 << 18):
+                yield part[i : i + (1 << 18)]
+
+    r = httpx.post(url, content=pieces(head, audio, tail), headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    assert wer("Hello there.", r.json()["text"]) <= 0.5, r.text
+    assert audio_mesh.microservice.proc is not None
+    pid = audio_mesh.microservice.proc.pid
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = memory_status(pid, "VmRSS")
+    r = httpx.post(url, content=pieces(head, b"\0" * 25_100_000, tail), headers=headers, timeout=120)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error", r.text
+    growth = memory_status(pid) - before
+    print(f"\n[microservice peak RSS growth for a 25 MB upload: {growth / 2**20:.1f} MiB]")
+    assert growth < 8 * 2**20, growth
+
+
+def _auth(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
 
 
 def _post(mesh: Mesh, secret: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -163,3 +163,54 @@ async def test_chunks_arrive_as_sent_with_a_deadline_and_abort_closes_the_connec
             await asyncio.wait_for(closed.wait(), 5)
     finally:
         await client.aclose()
+
+
+async def test_a_streamed_body_goes_chunked_a_piece_at_a_time_as_the_upstream_takes_it() -> None:
+    """An async iterable body: sent chunked, byte for byte, each piece taken from the iterable only once
+    the connection has room for it (an upstream that reads nothing for a while holds the iterable at
+    a few pieces, not all 64 MiB); a failure of the iterable itself is not a connect error."""
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    taken = 0
+    reading = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal taken
+        for _ in range(64):
+            taken += 1
+            yield piece
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head.lower()
+        await reading.wait()
+        size = 0
+        while (line := await reader.readline()) not in (b"0\r\n", b""):
+            n = int(line.strip(), 16)
+            chunk = await reader.readexactly(n + 2)
+            assert chunk[:n] == piece[:n]
+            size += n
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%d" % (len(str(size)), size))
+        await writer.drain()
+        writer.close()
+
+    client = RelayClient(connect_timeout_s=2, receive_buffer_bytes=16384)
+    try:
+        async with upstream(handler) as url:
+            sending = asyncio.ensure_future(client.post(url, "/v1/audio/transcriptions", body(), HEADERS))
+            await asyncio.sleep(0.5)  # the upstream reads nothing meanwhile: what the client takes is bounded
+            held = taken
+            reading.set()
+            resp = await sending
+            assert resp.status == 200
+            assert await read_all(resp) == str(64 * len(piece)).encode()
+            resp.close()
+
+            async def failing() -> AsyncIterator[bytes]:
+                yield piece
+                raise RuntimeError("the client's body failed")
+
+            with pytest.raises(UpstreamProtocolError):
+                await client.post(url, "/v1/audio/transcriptions", failing(), HEADERS)
+    finally:
+        await client.aclose()
+    assert held < 16, held

@@ -6,7 +6,7 @@
 once), records the order in which requests started (their ``user`` field), counts clients that
 went away before the end, and can hold every request at the start (``POST /control {"hold": true}``)
 or answer every one with an error status (``{"fail_status": 503}``, no Retry-After; 0 clears it; ``fail_code``:
-the error's code), serve ``/v1/audio/transcriptions`` (its text: the upload's size),
+the error's code), serve ``/v1/audio/transcriptions`` (its text: the upload's size; ``sha256``: its digest),
 and answer its health check with another status (``{"health_status": 503}``; it counts health checks).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import sys
 from collections.abc import Sequence
@@ -63,12 +64,20 @@ class FakeUpstream:
             await send({"type": "lifespan.shutdown.complete"})
             return
         path = scope["path"]
-        body = b""
+        if path == TRANSCRIPTIONS and not self.fail_status:
+            hashed = await _hashed(receive)
+            if hashed is None:  # the upload was cut off on its way
+                self.aborted += 1
+            else:
+                await self._transcribe(*hashed, receive, send)
+            return
+        pieces = []
         while True:
             msg = await receive()
-            body += msg.get("body", b"")
+            pieces.append(msg.get("body", b""))
             if not msg.get("more_body"):
                 break
+        body = b"".join(pieces)
         if path in ("/health", "/v1/health_check"):
             self.health_checks += 1
             await _json(send, self.health_status, {"status": "ok" if self.health_status == 200 else "down"})
@@ -97,13 +106,12 @@ class FakeUpstream:
             await _json(send, self.fail_status, {"error": error})
         elif path in ("/v1/chat/completions", "/v1/completions"):
             await self._generate(json.loads(body), path, receive, send)
-        elif path == TRANSCRIPTIONS:
-            await self._transcribe(len(body), receive, send)
         else:
             await _json(send, 404, {"error": {"message": "not found", "type": "not_found_error"}})
 
-    async def _transcribe(self, size: int, receive: Receive, send: Send) -> None:
-        """A transcription: held like a completion; its text says how many bytes the upload had."""
+    async def _transcribe(self, size: int, digest: str, receive: Receive, send: Send) -> None:
+        """A transcription: held like a completion; its text says how many bytes the upload had (and
+        ``sha256`` their digest; the upload is hashed as it arrives, never held)."""
         self.in_flight += 1
         self.total += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -114,7 +122,7 @@ class FakeUpstream:
             if gone.done():
                 self.aborted += 1
                 return
-            data = json.dumps({"text": f"{size} bytes"}).encode()
+            data = json.dumps({"text": f"{size} bytes", "sha256": digest}).encode()
             headers = [(b"content-type", b"application/json"), (b"x-genmesh-audio-seconds", b"1.5")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": data})
@@ -187,6 +195,20 @@ class FakeUpstream:
                 self.completed += 1
             else:
                 self.aborted += 1
+
+
+async def _hashed(receive: Receive) -> tuple[int, str] | None:
+    """A request body's size and sha256, read as it arrives; None if it is cut off."""
+    digest, size = hashlib.sha256(), 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return None
+        piece = msg.get("body", b"")
+        digest.update(piece)
+        size += len(piece)
+        if not msg.get("more_body"):
+            return size, digest.hexdigest()
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -290,7 +290,12 @@ class EngineSettings(ServiceSettings):
         description="most channels an uploaded audio file may have (past it: 400 naming the file)",
     )
     audio_upload_timeout_s: float = Field(
-        default=60.0, gt=0, description="time for a transcription's upload to arrive once the headers are in"
+        default=300.0,
+        gt=0,
+        description=(
+            "time for a transcription's upload to arrive once the headers are in (the gateway's "
+            "--files-upload-timeout-s: it relays an upload at its client's pace)"
+        ),
     )
     speech_max_input_chars: int = Field(
         default=4096, ge=1, description="longest 'input' of /v1/audio/speech, in characters (OpenAI: 4096)"

@@ -181,7 +181,10 @@ class GatewaySettings(ServiceSettings):
     files_max_concurrent: int = Field(
         default=4,
         ge=1,
-        description="uploads and batch creations one replica handles at once; past it: 429 with Retry-After",
+        description=(
+            "uploads, batch creations and spooled transcriptions one replica handles at once; "
+            "past it: 429 with Retry-After"
+        ),
     )
     batch_output_max_bytes: int = Field(
         default=512 * 1024 * 1024,

@@ -60,7 +60,12 @@ class MicroserviceSettings(ServiceSettings):
         default=25 * 1000 * 1000, ge=1024, description="largest audio file a transcription may upload (OpenAI: 25 MB)"
     )
     audio_upload_timeout_s: float = Field(
-        default=60.0, gt=0, description="time for a transcription's upload to arrive once the headers are in"
+        default=300.0,
+        gt=0,
+        description=(
+            "time for a transcription's upload to arrive once the headers are in (the gateway's "
+            "--files-upload-timeout-s: it relays an upload at its client's pace)"
+        ),
     )
 
     def http_limits(self) -> HttpLimits:

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterable, Awaitable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,13 +109,18 @@ class Upstream:
         request_id: str,
         json_body: dict[str, Any] | None = None,
         timeouts: aiohttp.ClientTimeout | None = None,
-        raw: tuple[bytes, str] | None = None,
+        raw: tuple[bytes | AsyncIterable[bytes], str] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
         """Send a request and return as soon as the status and headers are in; the body is left to stream.
 
-        The caller owns the response and must ``close`` it. ``raw``: a body sent as it came (bytes, content type).
+        The caller owns the response and must ``close`` it. ``raw``: a body sent as it came (bytes, or
+        pieces sent as they come, each taken once the one before is sent; content type); ``extra_headers``:
+        the client's headers this request passes on.
         """
         headers = {"x-request-id": request_id} if raw is None else {"x-request-id": request_id, "content-type": raw[1]}
+        if extra_headers:
+            headers.update(extra_headers)
         with self._failures():
             return await self.session.request(
                 method,

@@ -57,6 +57,26 @@ class SpeechRequest(StrictRequest):
         return self.voice if isinstance(self.voice, str) else self.voice.get("id", "")
 
 
+# genmesh's metering of a streamed speech reply cut short (the engine's ``audio/sent.py``): the gateway
+# names each speech request (this header, its own id for it), and asks ``SPEECH_SENT_PATH`` once, after a
+# reply it did not relay whole, how many of the input's characters went out.
+SPEECH_ID_HEADER = "x-genmesh-speech-id"
+SPEECH_SENT_PATH = "/v1/audio/speech/sent"
+
+
+class SpeechSentQuery(StrictRequest):
+    speech_id: Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class SpeechSent(BaseModel):
+    """The characters of a streamed speech reply's input that were sent (the share of its phonemes
+    handed to the connection, rounded up), and whether the reply had ended when asked."""
+
+    speech_id: str
+    characters: int
+    ended: bool
+
+
 class TranscriptionRequest(StrictRequest):
     """The form fields of ``/v1/audio/transcriptions`` beside ``file`` (multipart, so every value
     arrives as a string; lists as repeated ``name[]`` fields, as the OpenAI SDK sends them)."""

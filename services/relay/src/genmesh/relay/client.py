@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 import aiohttp
@@ -226,8 +226,16 @@ class RelayClient:
             url = self._urls[(base_url, path)] = URL(base_url.rstrip("/") + path)
         return url
 
-    async def post(self, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> UpstreamResponse:
-        """Send a POST and return once the status and headers are in (wrap in a timeout as needed)."""
+    async def post(
+        self, base_url: str, path: str, body: bytes | AsyncIterable[bytes], headers: list[tuple[bytes, bytes]]
+    ) -> UpstreamResponse:
+        """Send a POST and return once the status and headers are in (wrap in a timeout as needed).
+
+        ``body``: the bytes, or an async iterable of pieces sent as they come (chunked), each taken
+        only when the connection has sent the one before it (a slow upstream slows the reading of
+        the pieces, so a relayed upload holds one piece here). A failure of the iterable itself
+        surfaces as ``UpstreamProtocolError``, unless the upstream has answered already; the
+        iterable's owner knows its own error (``UpstreamConnectError``: it was never iterated)."""
         session = self._session or self._open()
         try:
             resp = await session.post(

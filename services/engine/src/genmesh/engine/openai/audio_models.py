@@ -18,6 +18,7 @@ from genmesh.protocol import invalid_request, model_not_found
 from genmesh.protocol.audio import OPENAI_VOICES
 
 from ..audio.decode import AudioLimits
+from ..audio.sent import SentLedger
 from ..audio.voice import PiperVoice
 from ..audio.whisper import WhisperModel
 from ..audio.worker import AudioWorker
@@ -71,6 +72,7 @@ class AudioModels:
             else:
                 self.voice = Served(s.name, s.kind, s.path, PiperVoice, s.device, s.plugin_config)
         self._tasks: list[asyncio.Task[None]] = []
+        self.sent = SentLedger()  # what streamed speech replies have sent (the gateway meters it)
 
     def served(self) -> list[Served[WhisperModel] | Served[PiperVoice]]:
         return [m for m in (self.whisper, self.voice) if m is not None]

@@ -1,20 +1,33 @@
 """What the gateway meters and bounds of audio: the seconds transcribed and the characters spoken, per
 key (``usage``: ``audio_milliseconds``, ``speech_characters``) and per tenant (``/metrics``), for the
-audio endpoints and for a spoken chat turn alike; and a spoken chat turn's ``input_audio`` parts,
-each bounded by ``--audio-max-bytes`` once decoded (413 naming the part's data), before it is queued."""
+audio endpoints and for a spoken chat turn alike; a streamed speech reply cut short is charged the
+characters it sent, as its engine counted them (``characters_sent``); and a spoken chat turn's
+``input_audio`` parts, each bounded by ``--audio-max-bytes`` once decoded (413 naming the part's data),
+before it is queued."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import time
 from typing import Any
 
+import orjson
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from genmesh.protocol import OpenAIError
+from genmesh.protocol.audio import SPEECH_SENT_PATH, SpeechSent
+from genmesh.relay import UpstreamError
 
 from ..admission.auth import ApiKey
 from ..redis.keys import USAGE_TTL_S
 from ..state import GatewayState
+
+log = logging.getLogger("genmesh.gateway.audio")
+SENT_ASK_S = 8.0  # the most a cut speech reply's charge waits for its engine's count (it waits 5 s at most)
+_ASK_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json")]
 
 
 async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters: int, *, request: bool = False) -> None:
@@ -31,6 +44,32 @@ async def meter_audio(st: GatewayState, key: ApiKey, seconds: float, characters:
     k = st.limiter.keyspace.key_id(key.key_id)
     with contextlib.suppress(RedisError, OSError):  # lost with Redis away, as a token charge is
         await st.scripts.audio_charge(keys=[k.rate, k.usage], args=[millis, characters, USAGE_TTL_S, int(request)])
+
+
+async def characters_sent(st: GatewayState, base_url: str, speech_id: str, rid: bytes) -> int | None:
+    """The characters a streamed speech reply sent before it was cut (asked of the upstream that
+    streamed it, once, after it ended: ``SPEECH_SENT_PATH``); None when it cannot say (the caller
+    then charges the whole input)."""
+    deadline = time.monotonic() + SENT_ASK_S
+    body = orjson.dumps({"speech_id": speech_id})
+    headers = [*_ASK_HEADERS, (b"x-request-id", rid)]
+    try:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + SENT_ASK_S):
+            resp = await st.upstream.post(base_url, SPEECH_SENT_PATH, body, headers)
+        try:
+            pieces = []
+            while piece := await resp.read(deadline):
+                pieces.append(piece)
+                if sum(map(len, pieces)) > 4096:
+                    return None
+        finally:
+            resp.close()
+        if resp.status != 200:
+            return None
+        return max(0, SpeechSent.model_validate_json(b"".join(pieces)).characters)
+    except (TimeoutError, UpstreamError, ValidationError) as exc:
+        log.warning("the characters a cut speech reply sent are unknown (%s): charged its whole input", exc)
+        return None
 
 
 def check_input_audio(body: dict[str, Any], limit: int) -> None:

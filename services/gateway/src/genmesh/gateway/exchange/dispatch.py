@@ -2,7 +2,10 @@
 
 A connect failure (or a 502/503 before anything was generated, unless it blames the request:
 ``blame.py``) gives the slot back and tries another upstream of the model, in front of the queue;
-a timeout or a failure mid-request is the client's 504 or 502.
+a timeout or a failure mid-request is the client's 504 or 502. A streamed body (an upload relayed
+as it arrives: ``upload.py``) is tried elsewhere only while none of it has been sent; after that a
+failure is the client's 502 with Retry-After, and a fault of the client's own body (past its limit,
+gone) is answered as such, never counted against the upstream.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Protocol
 
-from genmesh.protocol import invalid_request, model_not_found
+from genmesh.protocol import OpenAIError, invalid_request, model_not_found
 from genmesh.relay import Outcome, StreamEnd, UpstreamConnectError, UpstreamError, UpstreamResponse, relay_stream
 
 from ..admission.tickets import NoUpstream, QueueFull, QueueTimeout, Ticket
@@ -22,7 +25,7 @@ from ..replies import bad_gateway, failures, upstream_timeout, with_retry_after
 from ..routing.config import ModelRoute
 from ..state import GatewayState
 from .blame import PEEK_BYTES, blames_request
-from .errors import admission_error
+from .errors import ClientGone, admission_error
 
 log = logging.getLogger("genmesh.gateway.http")
 
@@ -66,6 +69,17 @@ def route_of(st: GatewayState, body: dict[str, Any], path: str, kind: str | None
 # client that reads nothing holds the reply past it, and the reply is then cut off (``reply_deadline``).
 REPLY_GRACE_S = 0.5
 
+
+class StreamedBody(Protocol):
+    """A request body sent upstream as it comes (``upload.Upload``)."""
+
+    error: BaseException | None  # the client's own fault met while sending it
+
+    def pieces(self) -> AsyncIterator[bytes]: ...
+
+    def replayable(self) -> bool: ...
+
+
 _UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
 
 
@@ -74,7 +88,7 @@ async def connect(
     path: str,
     own_headers: list[tuple[bytes, bytes]],
     ticket: Ticket,
-    send_body: bytes,
+    send_body: bytes | StreamedBody,
     stream: bool,
     exclude: frozenset[int] = frozenset(),
     held: int | None = None,
@@ -102,18 +116,31 @@ async def connect(
         try:
             try:
                 async with asyncio.timeout(wait_s):
-                    resp = await st.upstream.post(up.url, path, send_body, headers)
+                    body = send_body if isinstance(send_body, bytes) else send_body.pieces()
+                    resp = await st.upstream.post(up.url, path, body, headers)
             except BaseException:
                 if stream:
                     up.stream_ended(ticket.id)
                 raise
-        except UpstreamConnectError as exc:
+        except UpstreamError as exc:
+            if not isinstance(send_body, bytes) and isinstance(send_body.error, OpenAIError | ClientGone):
+                raise send_body.error from None  # the client's body failed (too large, malformed, gone)
+            if not isinstance(exc, UpstreamConnectError):  # the upstream went away mid-request: worth a retry soon
+                up.record_failure(type(exc).__name__, sent_at, rid)
+                raise with_retry_after(
+                    bad_gateway(f"upstream request failed: {type(exc).__name__}"), route.retry_after_s
+                ) from exc
             up.record_failure(type(exc).__name__, sent_at, rid)
             await st.admission.release(ticket)
             exclude = exclude | {idx}
             front = True
             st.metrics.retries.labels(route.name).inc()
             log.warning("connect to %s failed (%s); trying another upstream", up.url, exc)
+            if not isinstance(send_body, bytes) and not send_body.replayable():
+                raise with_retry_after(
+                    bad_gateway(f"upstream of model '{route.name}' failed while the upload was sent"),
+                    route.retry_after_s,
+                ) from exc
             if not st.pool.any_available(route, exclude):
                 raise with_retry_after(
                     bad_gateway(f"no upstream of model '{route.name}' could be reached"), route.retry_after_s
@@ -122,11 +149,6 @@ async def connect(
         except TimeoutError as exc:
             up.record_failure("timeout", sent_at, rid)
             raise upstream_timeout("first token" if stream else "total", wait_s) from exc
-        except UpstreamError as exc:  # the upstream went away mid-request: worth a retry soon
-            up.record_failure(type(exc).__name__, sent_at, rid)
-            raise with_retry_after(
-                bad_gateway(f"upstream request failed: {type(exc).__name__}"), route.retry_after_s
-            ) from exc
         st.metrics.upstream_requests.labels(route.name, up.name).inc()
         if resp.status not in (502, 503):
             up.record_success()
@@ -134,7 +156,9 @@ async def connect(
         if blames_request(await resp.peek(PEEK_BYTES, time.monotonic() + wait_s)):
             return resp, idx, sent_at  # the client's answer (blame.py): relayed, not replayed, not counted
         up.record_failure(f"status {resp.status}", sent_at, rid)
-        if not st.pool.any_available(route, exclude | {idx}):
+        if not st.pool.any_available(route, exclude | {idx}) or not (
+            isinstance(send_body, bytes) or send_body.replayable()
+        ):
             return resp, idx, sent_at  # the client gets the upstream's own 502/503
         # nothing was generated: another upstream may serve it (a replica whose engine is down)
         if stream:

@@ -40,7 +40,7 @@ from . import metering
 from .audio import check_input_audio, meter_audio
 from .blame import blames_request
 from .body import read_body
-from .dispatch import EMBEDDINGS_PATH, connect, relay_from, reply_deadline, route_of
+from .dispatch import EMBEDDINGS_PATH, StreamedBody, connect, relay_from, reply_deadline, route_of
 from .errors import ClientGone, admission_error, authenticate
 
 log = logging.getLogger("genmesh.gateway.http")
@@ -245,7 +245,12 @@ class Exchange:
             prompt = body.get("messages", body.get("prompt", body.get("input")))
             attrs["gen_ai.input.messages"] = orjson.dumps(prompt).decode()
 
+    async def body_read(self) -> None:
+        """Returns once the body is read (an upload relayed as it comes: once its last piece is in), so
+        that the watcher reads the client's channel only then."""
+
     async def _watch(self, task: asyncio.Task[Any]) -> None:
+        await self.body_read()
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
@@ -293,7 +298,9 @@ class Exchange:
         await self.st.admission.release(ticket)
         await self.st.limiter.release(key, ticket.id)
 
-    async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
+    async def prepare(
+        self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool
+    ) -> tuple[bytes | StreamedBody, bool]:
         """The body to send upstream and whether a usage chunk the client did not ask for is added."""
         return prepare_body(raw, body, stream)
 

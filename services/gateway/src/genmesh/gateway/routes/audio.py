@@ -1,29 +1,32 @@
 """``POST /v1/audio/transcriptions`` and ``/v1/audio/speech`` through the gateway: authenticated,
 limited per key, queued for a slot of the model's own (a route of ``kind`` transcription or speech)
-and relayed as the upstream answers (the multipart upload byte for byte; JSON, text, an SSE
-transcript or audio back chunk by chunk). Metered per key as OpenAI bills them: the seconds of audio
-transcribed and the characters spoken (the engine says each in ``x-genmesh-audio-seconds`` and
-``x-genmesh-speech-characters``), in the key's usage and in the tenant's counters."""
+and relayed (the multipart upload byte for byte as it arrives, holding one piece: ``exchange/upload.py``;
+JSON, text, an SSE transcript or audio back chunk by chunk as the upstream answers). Metered per key as
+OpenAI bills them: the seconds of audio transcribed and the characters spoken (the engine says each in
+``x-genmesh-audio-seconds`` and ``x-genmesh-speech-characters``; a streamed speech reply cut short: the
+characters it sent, asked of the engine), in the key's usage and in the tenant's counters."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import uuid
 from typing import Any
 
-from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from genmesh.protocol import file_too_large, invalid_request, model_not_found
-from genmesh.protocol.server.audio_form import audio_form
+from genmesh.protocol import invalid_request, model_not_found
+from genmesh.protocol.audio import SPEECH_ID_HEADER
 from genmesh.protocol.server.inputs import decode_json_object
 from genmesh.relay import Outcome, UpstreamResponse
 
 from ..admission.auth import ApiKey
 from ..admission.tickets import Ticket
-from ..exchange.audio import meter_audio
-from ..exchange.dispatch import take_slot
+from ..exchange.audio import characters_sent, meter_audio
+from ..exchange.dispatch import StreamedBody, take_slot
 from ..exchange.exchange import Exchange
+from ..exchange.upload import Upload
 from ..routing.config import ModelRoute
 from ..state import GatewayState
 from . import completions
@@ -51,27 +54,6 @@ def audio_route(st: GatewayState, model: object, kind: str) -> ModelRoute:
     return route
 
 
-async def form_fields(raw: bytes, content_type: str, limit: int) -> dict[str, Any]:
-    """The text fields of a multipart body (the file is left to the engine); 400 naming ``file`` when
-    malformed or missing, 413 naming it when it is over ``limit`` bytes."""
-    if not content_type.startswith("multipart/form-data"):
-        raise invalid_request("send the audio as multipart/form-data with a 'file' field", param="file")
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    scope = {"type": "http", "method": "POST", "headers": [(b"content-type", content_type.encode("latin-1"))]}
-    async with audio_form(Request(scope, receive)) as (upload, fields):
-        if upload.size is not None and upload.size > limit:
-            raise file_too_large(limit, "audio file")
-        return dict(fields)
-
-
 class AudioExchange(Exchange):
     """One audio request: ``Exchange``'s way (limits, queue, slot, relay, release) with its own body
     (multipart or speech JSON), its own size limit and its own metering."""
@@ -79,14 +61,24 @@ class AudioExchange(Exchange):
     def __init__(self, st: GatewayState, path: str, receive: Receive, send: Send, rid: str, content_type: str) -> None:
         super().__init__(st, path, receive, send, rid)
         self.content_type = content_type
-        if path == TRANSCRIPTIONS_PATH:  # the upload goes on with its own content type (its boundary)
-            self.own_headers = [*self.own_headers, (b"content-type", content_type.encode("latin-1"))]
+        self.upload: Upload | None = None  # a transcription's body, relayed as it comes
+        self.spooling = contextlib.AsyncExitStack()  # a spooled upload's slot among --files-max-concurrent
+        self.speech_id = uuid.uuid4().hex  # speech: the engine counts what its stream sent under this id
+        if path == TRANSCRIPTIONS_PATH:
             self.max_body = st.settings.audio_max_bytes + 64 * 1024  # the audio file and the form's text fields
+        self.own_headers = [*self.own_headers, *self._headers()]
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        """A transcription's upload goes on with its own content type (its boundary); a speech request
+        with its id, for the engine's count of what it sent."""
+        if self.path == TRANSCRIPTIONS_PATH:
+            return [(b"content-type", self.content_type.encode("latin-1"))]
+        return [(SPEECH_ID_HEADER.encode(), self.speech_id.encode())]
 
     def trace(self, span: Any) -> None:
         super().trace(span)
-        if span is not None and self.path == TRANSCRIPTIONS_PATH:  # trace() set the headers anew
-            self.own_headers = [*self.own_headers, (b"content-type", self.content_type.encode("latin-1"))]
+        if span is not None:  # trace() set the headers anew
+            self.own_headers = [*self.own_headers, *self._headers()]
 
     async def before_body(self, key: ApiKey, ticket_id: str, priority: int, admit_by: float) -> None:
         """A transcription whose model the path alone names (the one transcription model) waits for its
@@ -95,13 +87,41 @@ class AudioExchange(Exchange):
             return
         of_kind = [r for r in self.st.config.models.values() if r.kind == KINDS[self.path]]
         if len(of_kind) != 1:
-            return  # the form's model field picks it: the queue comes after the body
+            return  # the form's model field picks it: the queue comes after the form's head (receive_body)
         ticket = Ticket(id=ticket_id, route=of_kind[0], tenant=key.tenant, priority=priority, admit_by=admit_by)
         self.held = (ticket, await take_slot(self.st, ticket))
 
+    async def run(self, authorization: str | None, priority_header: str | None) -> None:
+        try:
+            await super().run(authorization, priority_header)
+        finally:
+            if self.upload is not None:
+                await self.upload.close()
+            await self.spooling.aclose()
+
+    async def receive_body(self) -> bytes:
+        """A transcription's form up to its file (``Upload.head``): its text fields, the upload left to
+        be relayed as it comes once a slot is taken. A form whose ``model`` comes after its file, with
+        several transcription models to choose from, is spooled first (``Upload.spool``), holding one of
+        the replica's ``--files-max-concurrent`` upload slots while its spool lasts (429 past them)."""
+        if self.path != TRANSCRIPTIONS_PATH:
+            return await super().receive_body()
+        self.admitted()
+        settings = self.st.settings
+        self.upload = upload = Upload(self.receive, self.content_type, self.max_body, settings.audio_max_bytes)
+        fields = await upload.head()
+        if "model" not in fields and self.held is None and not upload.ended.is_set():
+            await self.spooling.enter_async_context(self.st.quotas.slot())
+            await upload.spool()  # the queue is the model's: its name must be known first
+        return b""
+
+    async def body_read(self) -> None:
+        if self.upload is not None:
+            await self.upload.ended.wait()
+
     async def parse(self, raw: bytes) -> dict[str, Any]:
-        if self.path == TRANSCRIPTIONS_PATH:
-            return await form_fields(raw, self.content_type, self.st.settings.audio_max_bytes)
+        if self.upload is not None:
+            return dict(self.upload.form.fields)
         return decode_json_object(raw, self.st.settings.max_json_depth, self.st.settings.max_json_containers)
 
     def streams(self, body: dict[str, Any]) -> bool:
@@ -113,26 +133,33 @@ class AudioExchange(Exchange):
     def _annotate(self, body: dict[str, Any], model: str, priority: int, tenant: str, stream: bool) -> None:
         """None of the GenAI request attributes: they name chat, embeddings and rerank operations only."""
 
-    async def prepare(self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool) -> tuple[bytes, bool]:
-        return raw, False
+    async def prepare(
+        self, key: ApiKey, raw: bytes, body: dict[str, Any], stream: bool
+    ) -> tuple[bytes | StreamedBody, bool]:
+        return (raw if self.upload is None else self.upload), False
 
     async def _finish(
         self, key: ApiKey, ticket: Ticket, resp: UpstreamResponse, out: Outcome, upstream: str, *, completed: bool
     ) -> None:
         self.request = None  # audio is charged in seconds and characters, never in tokens (any format)
         await super()._finish(key, ticket, resp, out, upstream, completed=completed)
-        await self._meter(key, resp)
+        await self._meter(key, resp, cut=not completed or out.error is not None)
 
-    async def _meter(self, key: ApiKey, resp: UpstreamResponse) -> None:
+    async def _meter(self, key: ApiKey, resp: UpstreamResponse, *, cut: bool) -> None:
         """The audio seconds (transcription) or characters (speech) of a reply the upstream began, counted
         per key whether or not the client took all of it (the engine says them in the reply's head), and
-        the request, once; a refusal is counted as a request only."""
+        the request, once; a refusal is counted as a request only. A speech reply cut short (``cut``) is
+        charged the characters it sent, as its engine counted them (``characters_sent``; the whole
+        input when the engine cannot say)."""
         seconds, characters = 0.0, 0
         if resp.status == 200:
             if self.path == TRANSCRIPTIONS_PATH:
                 seconds = _number(resp.header(b"x-genmesh-audio-seconds"), float)
             else:
                 characters = int(_number(resp.header(b"x-genmesh-speech-characters"), int))
+                if cut and (up := self.leg[1]) is not None:
+                    sent = await characters_sent(self.st, up.url, self.speech_id, self.rid_header[1])
+                    characters = characters if sent is None else min(sent, characters)
         await meter_audio(self.st, key, seconds, characters, request=True)
 
 

@@ -5,7 +5,12 @@ served voice (OpenAI's voice names each map to it, as do no voice and OPEA's ``d
 sent whole. The request is one session on the voice's bounded worker (``audio/worker.py``): its phonemes
 come from one espeak-ng run, and each chunk of at most ``speech_chunk_phonemes`` is one job, taken in turn
 with other requests' chunks, so long inputs take turns with short ones and a request that is dropped or
-times out stops within one chunk."""
+times out stops within one chunk.
+
+A streamed reply the gateway names (``x-genmesh-speech-id``) is entered in the engine's ``SentLedger``:
+each chunk's phonemes are counted as its audio is handed to the connection, and ``/v1/audio/speech/sent``
+answers the characters sent (the input's share of the phonemes sent), once the reply has ended: what the
+gateway charges for a reply cut short (the header ``x-genmesh-speech-characters`` says the whole input)."""
 
 from __future__ import annotations
 
@@ -19,12 +24,13 @@ from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from genmesh.protocol import OpenAIError, invalid_request
-from genmesh.protocol.audio import SPEECH_MEDIA_TYPES, SpeechRequest
+from genmesh.protocol.audio import SPEECH_ID_HEADER, SPEECH_MEDIA_TYPES, SpeechRequest, SpeechSent, SpeechSentQuery
 from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 from genmesh.protocol.server.streaming import EventStream
 
 from ...audio.encode import ENCODED, encode, pcm16, wav_header
 from ...audio.phonemes import PhonemesError
+from ...audio.sent import Sent
 from ...audio.voice import PiperVoice
 from ...audio.worker import AudioWorker, Session
 from .responding import add_api_route
@@ -35,6 +41,7 @@ STREAMED = ("wav", "pcm")
 CHARACTERS_HEADER = "x-genmesh-speech-characters"
 # No voice, or this name (OPEA's AudioSpeechRequest default), is the served voice.
 DEFAULT_VOICE = "default"
+SENT_WAIT_S = 5.0  # how long /v1/audio/speech/sent waits for a reply to end (a chunk's inference at most)
 
 
 class AudioStream(EventStream):
@@ -42,10 +49,16 @@ class AudioStream(EventStream):
     it ends (the client leaving stops the synthesis)."""
 
     def __init__(
-        self, chunks: AsyncIterator[bytes], session: Session, media_type: str, headers: dict[str, str]
+        self,
+        chunks: AsyncIterator[bytes],
+        session: Session,
+        media_type: str,
+        headers: dict[str, str],
+        sent: Sent | None = None,
     ) -> None:
         self.media_type = media_type
         self.session = session
+        self.sent = sent
         super().__init__(chunks, headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -53,6 +66,8 @@ class AudioStream(EventStream):
             await super().__call__(scope, receive, send)
         finally:
             self.session.close()
+            if self.sent is not None:
+                self.sent.end()
 
 
 def saying(voice: PiperVoice, phonemes: str, speed: float) -> Callable[[threading.Event], np.ndarray]:
@@ -78,11 +93,15 @@ async def samples(voice: PiperVoice, session: Session, chunks: list[str], speed:
 
 
 async def _streamed(
-    voice: PiperVoice, session: Session, chunks: list[str], speed: float, fmt: str
+    voice: PiperVoice, session: Session, chunks: list[str], speed: float, fmt: str, sent: Sent | None
 ) -> AsyncIterator[bytes]:
     if fmt == "wav":
         yield wav_header(voice.rate)
+    i = 0
     async for part in samples(voice, session, chunks, speed):
+        if sent is not None:
+            sent.send(len(chunks[i]))  # handed to the connection now: charged if the client leaves mid-way
+        i += 1
         yield pcm16(part)
 
 
@@ -142,8 +161,12 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         if not chunks:
             raise invalid_request("'input' holds nothing to say", param="input")
         if fmt in STREAMED:
-            stream = _streamed(voice, session, chunks, body.speed, fmt)
-            return AudioStream(stream, session, SPEECH_MEDIA_TYPES[fmt], headers)
+            speech_id = request.headers.get(SPEECH_ID_HEADER)
+            sent = None
+            if speech_id:
+                sent = audio.sent.enter(speech_id[:128], len(body.input), sum(len(c) for c in chunks))
+            stream = _streamed(voice, session, chunks, body.speed, fmt, sent)
+            return AudioStream(stream, session, SPEECH_MEDIA_TYPES[fmt], headers, sent)
         data = await unless_disconnected(request, whole_audio(voice, session, chunks, body.speed, fmt))
     except BaseException:
         session.close()
@@ -152,4 +175,15 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     return Response(data, media_type=SPEECH_MEDIA_TYPES[fmt], headers=headers)
 
 
+async def speech_sent(body: SpeechSentQuery, request: Request) -> SpeechSent:
+    """The characters a streamed speech reply sent (``SentLedger``), once it has ended or after
+    ``SENT_WAIT_S``; 404 for an id not entered (not streamed, or long ended)."""
+    entry = await audio_models(request).sent.wait(body.speech_id, SENT_WAIT_S)
+    if entry is None:
+        message = f"no streamed speech reply '{body.speech_id[:100]}'"
+        raise OpenAIError(message, status=404, type="not_found_error", param="speech_id", code="not_found")
+    return SpeechSent(speech_id=body.speech_id, characters=entry.characters_sent(), ended=entry.ended.is_set())
+
+
 add_api_route(router, "audio/speech", speech)
+add_api_route(router, "audio/speech/sent", speech_sent)
