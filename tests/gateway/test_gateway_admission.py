@@ -8,7 +8,6 @@ before the abuse: the uploads it refuses or queues would be tens of MiB each if 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +31,7 @@ from support.admission import (
     queued,
     slots,
 )
-from support.gateway_helpers import ADMIN_KEY, Fake, RedisServer, launch_gateway, model_config
+from support.gateway_helpers import ADMIN_KEY, Fake, RedisServer, launch_gateway_for, model_config
 from support.hostile import connect, read_status
 from support.polling import wait_until
 from support.servers import Server
@@ -53,11 +52,9 @@ def gateway(
             "kind": "transcription",
         },
     }
-    config = log_dir / "gateway.json"
-    config.write_text(json.dumps({"models": models}))
     flags = ("--auth", "on", "--unadmitted-body-timeout-s", str(UNADMITTED_S))
     flags += ("--files-key-max-bytes", str(KEY_QUOTA), "--files-max-concurrent", "2")
-    server = launch_gateway(log_dir, config, redis_server.url, *flags)
+    server = launch_gateway_for(log_dir, models, redis_server.url, *flags)
     yield server
     server.stop()
 

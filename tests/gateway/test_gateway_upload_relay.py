@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from support.admission import BOUNDARY, MIB, TRANSCRIPTIONS, abuse, head, new_key
-from support.gateway_helpers import ADMIN_KEY, Fake, RedisServer, launch_gateway, model_config
+from support.gateway_helpers import ADMIN_KEY, Fake, RedisServer, launch_gateway_for, model_config
 from support.hostile import connect, read_status
 from support.polling import wait_until
 from support.servers import Server
@@ -110,9 +110,7 @@ def gateway(
     replay = [{"url": door.url, "max_concurrency": 1}, {"url": fake_upstream.url, "max_concurrency": 1}]
     models["stt-replay"] = {**model_config(fake_upstream.url, upstreams=replay), "kind": "transcription"}
     models["stt-cut"] = {**model_config(cutter.url), "kind": "transcription"}
-    config = log_dir / "gateway.json"
-    config.write_text(json.dumps({"models": models}))
-    server = launch_gateway(log_dir, config, redis_server.url, "--auth", "on")
+    server = launch_gateway_for(log_dir, models, redis_server.url, "--auth", "on")
     yield server
     server.stop()
 

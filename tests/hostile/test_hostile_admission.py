@@ -7,7 +7,6 @@ peak RSS growing less than ``RSS_GROWTH_BOUND`` (24 MiB)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,7 +23,7 @@ from support.admission import (
     queued,
     slots,
 )
-from support.gateway_helpers import Fake, RedisServer, launch_gateway, model_config
+from support.gateway_helpers import Fake, RedisServer, launch_gateway_for, model_config
 from support.hostile import FULL, connect
 from support.polling import wait_until
 from support.servers import Server
@@ -40,9 +39,7 @@ def gateway(
     log_dir = tmp_path_factory.mktemp("admission-full")
     stt = model_config(fake_upstream.url, max_concurrency=1, max_queue_length=QUEUED * 2, max_queue_wait_s=10)
     models = {"chat": model_config(fake_upstream.url, max_concurrency=4), "stt": {**stt, "kind": "transcription"}}
-    config = log_dir / "gateway.json"
-    config.write_text(json.dumps({"models": models}))
-    server = launch_gateway(log_dir, config, redis_server.url, "--auth", "on")
+    server = launch_gateway_for(log_dir, models, redis_server.url, "--auth", "on")
     yield server
     server.stop()
 

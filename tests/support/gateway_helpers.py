@@ -7,6 +7,7 @@ Redis restart, the real engine) start them with ``start_gateway``.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -167,6 +168,13 @@ StartGateway = Callable[..., Server]
 def _write_config(path: Path, models: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump({"models": models}))
     return path
+
+
+def launch_gateway_for(log_dir: Path, models: dict[str, Any], redis_url: str, *extra: str) -> Server:
+    """A gateway routing ``models`` (the config file's ``models`` mapping, written to ``log_dir``)."""
+    config = log_dir / "gateway.json"
+    config.write_text(json.dumps({"models": models}))
+    return launch_gateway(log_dir, config, redis_url, *extra)
 
 
 def launch_gateway(log_dir: Path, config: Path, redis_url: str, *extra: str) -> Server:
