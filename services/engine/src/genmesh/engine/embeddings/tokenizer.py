@@ -34,9 +34,10 @@ class EmbeddingTokenizer:
                     param="input",
                 )
 
-    def fit(self, inputs: list[list[int]], truncate: int | None, special: bool) -> list[list[int]]:
+    def fit(self, inputs: list[list[int]], truncate: int | None, special: bool, left: bool = False) -> list[list[int]]:
         """Each input within the model's length. ``truncate``: keep that many tokens at most (-1:
-        the model's maximum), ending with the final special token as sentence-transformers does;
+        the model's maximum), its first ones (``left``: its last ones, TEI's ``truncation_direction``
+        ``Left``), the first and final special tokens kept as sentence-transformers and TEI keep them;
         unset: an input past the maximum is a 400 naming its index."""
         for i, ids in enumerate(inputs):
             if not ids:
@@ -54,6 +55,11 @@ class EmbeddingTokenizer:
         limit = self.max_length if truncate < 0 else min(truncate, self.max_length)
         if limit < 1 or (special and limit < 2):
             raise invalid_request(f"truncate_prompt_tokens {truncate} leaves no tokens", param="truncate_prompt_tokens")
-        return [
-            ids if len(ids) <= limit else (ids[: limit - 1] + ids[-1:] if special else ids[:limit]) for ids in inputs
-        ]
+        return [ids if len(ids) <= limit else truncated(ids, limit, special, left) for ids in inputs]
+
+
+def truncated(ids: list[int], limit: int, special: bool, left: bool) -> list[int]:
+    """``ids`` in ``limit`` tokens: its first (``left``: its last), its special ends kept (``special``)."""
+    if not special:
+        return ids[len(ids) - limit :] if left else ids[:limit]
+    return ids[:1] + ids[len(ids) - limit + 1 :] if left else ids[: limit - 1] + ids[-1:]

@@ -44,13 +44,6 @@ def _too_long(err: OpenAIError) -> OpenAIError:
     return err
 
 
-def truncated(ids: list[int], limit: int, left: bool) -> list[int]:
-    """``ids`` within ``limit`` tokens, the first and last (special) tokens kept, as TEI truncates."""
-    if len(ids) <= limit:
-        return ids
-    return ids[:1] + ids[len(ids) - limit + 1 :] if left else ids[: limit - 1] + ids[-1:]
-
-
 async def _encoded(model: EmbeddingModel, body: TeiEmbedRequest) -> list[list[int]]:
     inputs = body.texts()
     if not inputs or any(not item for item in inputs):
@@ -74,8 +67,7 @@ async def _encoded(model: EmbeddingModel, body: TeiEmbedRequest) -> list[list[in
                     "validation",
                 )
         return ids
-    left = body.truncation_direction.lower() == "left"
-    return [truncated(seq, limit, left) for seq in ids]
+    return model.tokenizer.fit(ids, -1, True, body.truncation_direction.lower() == "left")
 
 
 def _embedder(request: Request, prompt_name: str | None) -> EmbeddingModel:
@@ -144,7 +136,13 @@ async def rerank(request: Request, raw: Any) -> Response:
         truncate = body.truncate if body.truncate is not None else model.options.truncate
         try:
             done = await unless_disconnected(
-                request, model.score([body.query] * len(body.texts), body.texts, -1 if truncate else None)
+                request,
+                model.score(
+                    [body.query] * len(body.texts),
+                    body.texts,
+                    -1 if truncate else None,
+                    body.truncation_direction.lower() == "left",
+                ),
             )
         except OpenAIError as err:
             raise _too_long(err) from err
