@@ -152,14 +152,14 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("/embed", {"inputs": "x", "truncate": 1}, 422, "validation"),
     ("/embed", {"inputs": ""}, 400, "empty"),
     ("/embed", {"inputs": []}, 400, "empty"),
-    ("/embed", {"inputs": ["x"] * 2049}, 413, "validation"),
-    ("/embed", {"inputs": LONG}, 413, "validation"),
+    ("/embed", {"inputs": ["x"] * 2049}, 422, "validation"),
+    ("/embed", {"inputs": LONG}, 422, "validation"),
     ("/rerank", {"query": QUERY, "texts": []}, 400, "empty"),
     ("/rerank", {"query": QUERY, "texts": "one"}, 422, "validation"),
     ("/rerank", {"query": 3, "texts": ["a"]}, 422, "validation"),
     ("/rerank", {"query": QUERY, "texts": ["a"], "raw_scores": "no"}, 422, "validation"),
-    ("/rerank", {"query": QUERY, "texts": ["a"] * 1001}, 413, "validation"),
-    ("/rerank", {"query": QUERY, "texts": [LONG]}, 413, "validation"),
+    ("/rerank", {"query": QUERY, "texts": ["a"] * 1001}, 422, "validation"),
+    ("/rerank", {"query": QUERY, "texts": [LONG]}, 422, "validation"),
     ("/generate", {"inputs": 1}, 422, "validation"),
     ("/generate", {"inputs": ""}, 422, "validation"),
     ("/generate", {"inputs": "x", "parameters": {"max_new_tokens": "5"}}, 422, "validation"),
@@ -244,6 +244,7 @@ NATIVE_CALLS: list[tuple[str, Any]] = [
     ("/generate", {"inputs": "x", "parameters": {"max_new_tokens": 1}}),
     ("/generate_stream", {"inputs": "x", "parameters": {"max_new_tokens": 1}}),
     ("/", {"inputs": "x"}),
+    ("/predict", {"inputs": "x"}),
 ]
 
 
@@ -290,6 +291,56 @@ def test_the_gateway_refuses_natively_on_native_paths(embeddings_mesh: Mesh) -> 
     cohere = httpx.post(gw + "/rerank", json={"query": QUERY, "documents": "x"}, headers=auth, timeout=10)
     assert cohere.status_code == 400
     assert cohere.json()["error"]["param"] == "documents"
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_tei_routes_for_other_models_get_tei_s_refusal(name: str, hops: Any) -> None:
+    """TEI's /embed_sparse (SPLADE), /predict (a classifier) and /embed_all (token embeddings): TEI's
+    424 ``backend`` for a model that does not support them, not a 404; a body that is not JSON is
+    still a 400."""
+    for path in ("/embed_sparse", "/predict", "/embed_all"):
+        native_refusal(post(hops[name], path, {"inputs": "x"}), 424, "backend")
+        url, headers = hops[name]
+        r = httpx.post(url + path, content=b"{", headers={**headers, "content-type": "application/json"}, timeout=10)
+        native_refusal(r, 400, "validation")
+
+
+@pytest.mark.parametrize("name", HOPS)
+def test_tei_tokenize_and_decode(name: str, hops: Any) -> None:
+    """TEI's /tokenize (token objects: id, text, special, byte offsets start/stop) and /decode, on the
+    embedding model's tokenizer; vLLM's /tokenize body on the same path is still vLLM's at the engine."""
+    text = "Café au lait in Paris."
+    r = post(hops[name], "/tokenize", {"inputs": text})
+    assert r.status_code == 200, r.text
+    (tokens,) = r.json()
+    assert set(tokens[0]) == {"id", "text", "special", "start", "stop"}
+    assert (tokens[0]["special"], tokens[0]["start"], tokens[-1]["special"]) == (True, None, True)
+    words = [t for t in tokens if not t["special"]]
+    raw = text.encode()
+    assert all(t["text"] == raw[t["start"] : t["stop"]].decode() for t in words), words  # byte offsets
+    assert words[-1]["stop"] == len(raw)
+    assert len(raw) > len(text)
+    plain = post(hops[name], "/tokenize", {"inputs": [text, "Paris"], "add_special_tokens": False}).json()
+    assert len(plain) == 2
+    assert [t["id"] for t in plain[0]] == [t["id"] for t in words]
+    ids = [t["id"] for t in tokens]
+    decoded = post(hops[name], "/decode", {"ids": ids}).json()
+    assert decoded == [post(hops[name], "/decode", {"ids": [ids, ids]}).json()[0]]
+    assert decoded[0].replace(" ", "") == "cafeaulaitinparis."  # the uncased model's own normalisation
+    kept = post(hops[name], "/decode", {"ids": ids, "skip_special_tokens": False}).json()[0]
+    assert kept.startswith("[CLS]")
+    assert kept.endswith("[SEP]")
+    for path, body, status, kind in [
+        ("/tokenize", {"inputs": []}, 400, "empty"),
+        ("/tokenize", {"inputs": 5}, 422, "validation"),
+        ("/tokenize", {"inputs": ["x"] * 2049}, 422, "validation"),
+        ("/decode", {"ids": "x"}, 422, "validation"),
+        ("/decode", {"ids": [10**8]}, 422, "validation"),
+    ]:
+        native_refusal(post(hops[name], path, body), status, kind)
+    if name == "engine":
+        vllm = post(hops[name], "/tokenize", {"model": MODEL_NAME, "prompt": PROMPT}).json()
+        assert vllm["count"] == len(vllm["tokens"]) > 0
 
 
 FILLER = "The weather report mentioned rain and wind over the hills again. " * 40

@@ -4,11 +4,32 @@ masked (a single input is never padded), and an input is cut only when the reque
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from genmesh.protocol import invalid_request
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token of an input: its id, its text, and its byte offsets in the input (None: a special
+    token, whose text is the token itself)."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+def byte_offsets(text: str) -> list[int]:
+    """Where each character of ``text`` starts in its UTF-8 bytes (and the end, last)."""
+    at = [0]
+    for ch in text:
+        at.append(at[-1] + len(ch.encode("utf-8")))
+    return at
 
 
 class EmbeddingTokenizer:
@@ -23,6 +44,25 @@ class EmbeddingTokenizer:
     def encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
         """Blocking (run it on a worker thread): the Rust encoder releases the GIL."""
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=add_special_tokens)]
+
+    def tokens(self, texts: list[str], add_special_tokens: bool) -> list[list[Token]]:
+        """Blocking: each text's tokens as TEI's ``/tokenize`` lists them, with byte offsets."""
+        out = []
+        for text, enc in zip(texts, self._tok.encode_batch(texts, add_special_tokens=add_special_tokens), strict=True):
+            at = byte_offsets(text)
+            out.append(
+                [
+                    Token(i, tok, True, None, None) if special else Token(i, text[a:b], False, at[a], at[b])
+                    for i, tok, special, (a, b) in zip(
+                        enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets, strict=True
+                    )
+                ]
+            )
+        return out
+
+    def decode(self, batch: list[list[int]], skip_special_tokens: bool) -> list[str]:
+        """Blocking: each id list's text."""
+        return list(self._tok.decode_batch(batch, skip_special_tokens=skip_special_tokens))
 
     def check_ids(self, inputs: list[list[int]]) -> None:
         for i, ids in enumerate(inputs):

@@ -19,8 +19,8 @@ import orjson
 from starlette.types import Receive, Send
 
 from genmesh.protocol import OpenAIError
-from genmesh.protocol.native_errors import native_status_and_body
-from genmesh.protocol.tei import COMPAT_PATH, TEI_EMBED_PATH, TEI_SIMILARITY_PATH, is_tei_rerank
+from genmesh.protocol.native_errors import TEI_PATHS, native_status_and_body
+from genmesh.protocol.tei import COMPAT_PATH, TEI_TOKENIZE_PATH, is_tei_rerank
 from genmesh.protocol.tgi import DEFAULT_MAX_NEW_TOKENS, TGI_STREAM_PATH, is_tgi_request
 from genmesh.relay import Outcome, StreamEnd, UpstreamResponse
 from genmesh.relay.native import TgiStreamEnd
@@ -60,7 +60,7 @@ class NativeExchange(Exchange):
     def _embeds(self, body: dict[str, Any]) -> bool:
         if self.path == COMPAT_PATH:
             return not is_tgi_request(body)
-        return self.path in (TEI_EMBED_PATH, TEI_SIMILARITY_PATH)
+        return self.path in TEI_PATHS or self.path == TEI_TOKENIZE_PATH
 
     def streams(self, body: dict[str, Any]) -> bool:
         return self.path == TGI_STREAM_PATH or (
