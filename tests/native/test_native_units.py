@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from genmesh.engine.openai.routes.tei import truncated
+from genmesh.engine.embeddings.tokenizer import truncated
+from genmesh.gateway.replies import with_retry_after
 from genmesh.protocol import OpenAIError, invalid_request, service_unavailable
-from genmesh.protocol.native_errors import native, native_status_and_body
+from genmesh.protocol.native_errors import NATIVE_PATHS, native, native_body, native_status_and_body, refuses_natively
+from genmesh.protocol.server.http_server import error_bytes
 from genmesh.protocol.tei import is_similarity, is_tei_rerank
 from genmesh.protocol.tgi import is_tgi_request
 from genmesh.relay.native import TgiStreamEnd
@@ -45,9 +47,25 @@ def test_error_status_and_shape(err: OpenAIError, status: int, kind: str) -> Non
 
 def test_truncation_keeps_the_special_tokens_at_either_end() -> None:
     ids = [101, 1, 2, 3, 4, 5, 102]
-    assert truncated(ids, 4, left=False) == [101, 1, 2, 102]
-    assert truncated(ids, 4, left=True) == [101, 4, 5, 102]
-    assert truncated(ids, 7, left=True) == ids
+    assert truncated(ids, 4, special=True, left=False) == [101, 1, 2, 102]
+    assert truncated(ids, 4, special=True, left=True) == [101, 4, 5, 102]
+    assert truncated(ids, 4, special=False, left=True) == [3, 4, 5, 102]
+    assert truncated(ids, 4, special=False, left=False) == [101, 1, 2, 3]
+
+
+def test_refusals_before_the_body_are_native_on_the_native_paths() -> None:
+    err = with_retry_after(OpenAIError("no key", status=401, type="invalid_request_error"), 3)
+    for path in ("/embed", "/generate", "/generate_stream", "/", "/info", "/rerank", "/similarity"):
+        assert refuses_natively(path)
+        assert json.loads(error_bytes(err, path)) == {"error": "no key", "error_type": "validation"}
+    for path in ("/v1/rerank", "/v1/embeddings", "/health"):
+        assert not refuses_natively(path)
+        assert json.loads(error_bytes(err, path))["error"]["message"] == "no key"
+    assert "/rerank" not in NATIVE_PATHS  # after the body, Cohere's body on /rerank is refused in OpenAI's shape
+    # a 429's type whatever its code; its Retry-After stays on the error (http_server and routes send it)
+    busy = OpenAIError("busy", status=429, code="queue_full")
+    assert native_body(busy) == {"error": "busy", "error_type": "overloaded"}
+    assert err.headers["Retry-After"] == "3"
 
 
 def test_a_tgi_stream_ends_with_its_generated_text_or_its_error() -> None:

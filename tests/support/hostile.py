@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from genmesh.protocol.native_errors import NATIVE_PATHS
 from support.servers import MODEL_NAME, Server, free_port, start_server
 
 FULL = os.environ.get("GENMESH_FUZZ", "") == "full"
@@ -152,10 +153,6 @@ class Verdict:
     problem: str | None
 
 
-# TEI's and TGI's routes: their errors are {"error": str, "error_type": str}
-NATIVE_PATHS = frozenset(("/embed", "/similarity", "/generate", "/generate_stream", "/"))
-
-
 def judge(response: httpx.Response) -> Verdict:
     """What is wrong with an answer (None: nothing)."""
     status, body = response.status_code, response.content
@@ -169,7 +166,8 @@ def judge(response: httpx.Response) -> Verdict:
         err = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         return Verdict(status, len(body), f"{status} is not OpenAI error JSON: {body[:300]!r}")
-    if response.request.url.path in NATIVE_PATHS:  # TEI's and TGI's error shape (docs/native-apis.md)
+    # TEI's and TGI's routes: their errors are {"error": str, "error_type": str} (docs/native-apis.md)
+    if response.request.url.path in NATIVE_PATHS:
         if not (isinstance(err, str) and err and isinstance(json.loads(body).get("error_type"), str)):
             return Verdict(status, len(body), f"{status} is not TEI/TGI error JSON: {body[:300]!r}")
     elif not isinstance(err, dict) or set(err) != {"message", "type", "param", "code"} or not err["message"]:

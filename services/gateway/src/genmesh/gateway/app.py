@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
@@ -15,6 +17,7 @@ from genmesh.protocol import (
     ResponsesRequest,
     ScoreRequest,
 )
+from genmesh.protocol.native_errors import refuses_natively
 from genmesh.protocol.server.app import service_app, state_lifespan
 from genmesh.protocol.server.asgi import error_response
 from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
@@ -22,7 +25,7 @@ from genmesh.protocol.tgi import NATIVE_REQUEST_MODELS
 from .admission.auth import check_admin
 from .exchange import responses
 from .exchange.errors import authenticate
-from .exchange.native import NativeExchange
+from .exchange.native import NativeExchange, RerankExchange
 from .routes import (
     admin,
     aliases,
@@ -49,7 +52,7 @@ ADMIN_PATHS = frozenset({"/metrics"})
 
 class GatewayApp:
     """Serves each alias path as its ``/v1`` endpoint (``aliases.py``); sends the completion,
-    embeddings, rerank and score endpoints straight to the hot path, and
+    embeddings, rerank (``RerankExchange``: TEI's body too) and score endpoints straight to the hot path, and
     ``GET /console/status`` (polled by every open console) straight to its handler; the rest
     (lifespan included) to ``api``."""
 
@@ -58,8 +61,13 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            tei_path = refuses_natively(scope["path"])  # TEI's /rerank: refusals before the body are TEI's
             scope = aliases.canonical(scope)
             path = scope["path"]
+            if path == aliases.RERANK_PATH:
+                rerank = functools.partial(RerankExchange, tei_path=tei_path)
+                await completions.serve(self.api.state.gateway, scope, receive, send, rerank)
+                return
             if path in completions.PATHS:
                 await completions.serve(self.api.state.gateway, scope, receive, send)
                 return

@@ -17,6 +17,14 @@ TEI_EMBED_PATH = "/embed"
 TEI_SIMILARITY_PATH = "/similarity"
 TEI_RERANK_PATH = "/rerank"  # shared with Jina's and vLLM's /rerank: told apart by ``texts`` vs ``documents``
 INFO_PATH = "/info"
+TEI_TOKENIZE_PATH = "/tokenize"  # shared with vLLM's /tokenize: told apart by ``inputs`` (``is_tei_tokenize``)
+TEI_DECODE_PATH = "/decode"
+# TEI's routes for other kinds of model than the mesh's (SPLADE, classifiers) and for token embeddings:
+# answered with TEI's own refusal for a model that does not support them (424 ``backend``)
+TEI_SPARSE_PATH = "/embed_sparse"
+TEI_PREDICT_PATH = "/predict"
+TEI_EMBED_ALL_PATH = "/embed_all"
+UNSUPPORTED_PATHS = (TEI_SPARSE_PATH, TEI_PREDICT_PATH, TEI_EMBED_ALL_PATH)
 COMPAT_PATH = "/"  # TEI's and TGI's route by the body (``native_kind``)
 
 TruncationDirection = Literal["Left", "Right", "left", "right"]
@@ -92,3 +100,30 @@ class TeiEmbeddingType(BaseModel):
 class TeiClassifierType(BaseModel):
     id2label: dict[str, str]
     label2id: dict[str, int]
+
+
+class TeiTokenizeRequest(NativeRequest):
+    inputs: str | list[str]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class TeiToken(BaseModel):
+    """One token as TEI's ``/tokenize`` gives it: ``start`` and ``stop`` are byte offsets into the
+    input (None for a special token, whose ``text`` is the token itself)."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class TeiDecodeRequest(NativeRequest):
+    ids: list[TokenId] | list[list[TokenId]]
+    skip_special_tokens: bool = True
+
+
+def is_tei_tokenize(body: Any) -> bool:
+    """A ``/tokenize`` body in TEI's shape (``inputs``), not vLLM's (``prompt`` or ``messages``)."""
+    return isinstance(body, dict) and "inputs" in body and "prompt" not in body and "messages" not in body

@@ -129,9 +129,12 @@ class CrossEncoderModel:
             out.append(([*head, *chunk, self.sep], [0] * len(head) + [1] * (len(chunk) + 1)))
         return out
 
-    async def score(self, queries: list[str], docs: list[str], max_doc_tokens: int | None) -> Scored:
+    async def score(
+        self, queries: list[str], docs: list[str], max_doc_tokens: int | None, left: bool = False
+    ) -> Scored:
         """The score of each ``(queries[i], docs[i])``; ``max_doc_tokens``: cut each document to
-        that many tokens first (-1: to one window; None: chunk it whole)."""
+        that many tokens first, its first ones (``left``: its last ones) (-1: to one window; None:
+        chunk it whole)."""
         texts = list(dict.fromkeys(queries))
         encoded = await asyncio.to_thread(self._encode, texts + docs)
         by_text = dict(zip(texts, encoded[: len(texts)], strict=True))
@@ -139,7 +142,8 @@ class CrossEncoderModel:
         longest_query = max(len(ids) for ids in by_text.values())
         if max_doc_tokens is not None:  # -1: what one window takes (vLLM's "the model's maximum")
             cut = max_doc_tokens if max_doc_tokens >= 0 else self.max_length - longest_query - 3
-            doc_ids = [ids[: max(cut, 0)] for ids in doc_ids]
+            cut = max(cut, 0)
+            doc_ids = [ids[len(ids) - cut :] if left and len(ids) > cut else ids[:cut] for ids in doc_ids]
         if self.max_length - longest_query - 3 < 1:
             raise invalid_request(
                 f"the query is {longest_query} tokens; with the special tokens and a document it must fit "

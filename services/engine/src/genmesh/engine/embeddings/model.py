@@ -91,10 +91,13 @@ class EmbeddingModel:
         vectors = await self.batcher.embed(ids)
         return Embedded(vectors, sum(len(seq) for seq in ids))
 
-    async def score(self, queries: list[str], docs: list[str], max_doc_tokens: int | None) -> Scored:
+    async def score(
+        self, queries: list[str], docs: list[str], max_doc_tokens: int | None, left: bool = False
+    ) -> Scored:
         """``queries[i]`` against ``docs[i]``: the cosine of their normalised vectors (vLLM's score of an
-        embedding model). ``max_doc_tokens``: cut documents to that many tokens; else the model's
-        ``truncate`` option, else a document past the model's maximum is a 400 naming it."""
+        embedding model). ``max_doc_tokens``: cut documents to that many tokens (``left``: keeping
+        their last ones); else the model's ``truncate`` option, else a document past the model's
+        maximum is a 400 naming it."""
         texts = list(dict.fromkeys(queries))
         self.batcher.check_fits(len(texts) + len(docs), "documents")
         ids = await asyncio.to_thread(self.tokenizer.encode, texts + docs, True)
@@ -118,7 +121,7 @@ class EmbeddingModel:
                         code="context_length_exceeded",
                     )
         else:
-            doc_ids = self.tokenizer.fit(doc_ids, truncate, True)
+            doc_ids = self.tokenizer.fit(doc_ids, truncate, True, left)
         vectors = (await self.batcher.embed(query_ids + doc_ids)).astype(np.float64)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
         by_text = dict(zip(texts, vectors[: len(texts)], strict=True))

@@ -58,6 +58,7 @@ def create_app(settings: EngineSettings, repository: Repository, switch: Shutdow
             completions.router,
             responses.router,
             tokenize.router,
+            tokenize.tokenize_router,
             system.router,
             kserve.router,
             embeddings.router,

@@ -59,7 +59,7 @@ async def serve(
     try:
         if scope["method"] != "POST":
             err = OpenAIError("Method Not Allowed", status=405, type="invalid_request_error")
-            await Exchange(st, scope["path"], receive, send, rid).send_error(err)
+            await (exchange or Exchange)(st, scope["path"], receive, send, rid).send_error(err)
             return
         with server_span("POST", scope["path"], scope["headers"]) as root:
             ex = (exchange or Exchange)(st, scope["path"], receive, send, rid)

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import OpenAIError, from_validation_error, internal_error
+from ..native_errors import NATIVE_PATHS, native_status_and_body
 from .inputs import decode_json_object
 from .limits import HttpLimits
 from .logs import request_id_var
@@ -64,27 +65,36 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-def error_response(err: OpenAIError) -> JSONResponse:
+def error_response(err: OpenAIError, native: bool = False) -> JSONResponse:
+    """``err`` as OpenAI's error, or (``native``) as TEI's and TGI's, with their status."""
+    if native:
+        status, body = native_status_and_body(err)
+        return JSONResponse(body, status_code=status, headers=err.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_openai_error(_: Request, exc: Exception) -> JSONResponse:
+    """Errors as OpenAI's, and as TEI's and TGI's on their paths (``NATIVE_PATHS``)."""
+
+    def reply(request: Request, err: OpenAIError) -> JSONResponse:
+        return error_response(err, request.url.path in NATIVE_PATHS)
+
+    async def on_openai_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, OpenAIError)
-        return error_response(exc)
+        return reply(request, exc)
 
-    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(from_validation_error(exc))
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        return reply(request, from_validation_error(exc))
 
-    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         code = "request_too_large" if exc.status_code == 413 else None
-        return error_response(OpenAIError(str(exc.detail), status=exc.status_code, type=kind, code=code))
+        return reply(request, OpenAIError(str(exc.detail), status=exc.status_code, type=kind, code=code))
 
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return error_response(internal_error(f"internal error: {type(exc).__name__}"))
+        return reply(request, internal_error(f"internal error: {type(exc).__name__}"))
 
     async def on_disconnect(_: Request, __: Exception) -> Response:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

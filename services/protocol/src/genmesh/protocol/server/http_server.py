@@ -29,7 +29,7 @@ those, per connection and with no cost per reply chunk:
   buffer is above its high-water mark, the connection is aborted at once rather than closed
   (a close would wait, up to ``send_timeout_s``, for the client to take the buffered bytes).
 
-Every refusal is OpenAI error JSON.
+Every refusal is OpenAI error JSON, or TEI's and TGI's error JSON on their paths.
 """
 
 from __future__ import annotations
@@ -46,18 +46,20 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import OpenAIError, service_unavailable
+from ..native_errors import native_body, refuses_natively
 from .limits import HttpLimits
 
 log = logging.getLogger("genmesh.http")
 
 
-def error_bytes(err: OpenAIError) -> bytes:
-    return orjson.dumps(err.body())
+def error_bytes(err: OpenAIError, path: str) -> bytes:
+    """A refusal's body: OpenAI's error, TEI's and TGI's on their paths (``refuses_natively``)."""
+    return orjson.dumps(native_body(err) if refuses_natively(path) else err.body())
 
 
-def refusal_app(err: OpenAIError) -> Any:
+def refusal_app(err: OpenAIError, path: str) -> Any:
     """An ASGI app that answers ``err`` without reading the body, and closes the connection."""
-    body = error_bytes(err)
+    body = error_bytes(err, path)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(body)),
@@ -72,8 +74,8 @@ def refusal_app(err: OpenAIError) -> Any:
     return app
 
 
-def _raw_response(err: OpenAIError) -> bytes:
-    body = error_bytes(err)
+def _raw_response(err: OpenAIError, path: str) -> bytes:
+    body = error_bytes(err, path)
     head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
     return head % (err.status, _REASONS.get(err.status, b"Error"), len(body)) + body
 
@@ -180,7 +182,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             super().on_headers_complete()
             return
         self._refusal = None
-        app, self.app = self.app, refusal_app(refusal)
+        app, self.app = self.app, refusal_app(refusal, path)
         try:
             super().on_headers_complete()
         finally:
@@ -265,7 +267,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app's own reply, if it comes, goes nowhere
         if cycle is None or not cycle.response_started:  # never a second answer after the app's
-            self.transport.write(_raw_response(err))
+            self.transport.write(_raw_response(err, self._url_path()))
         self.transport.close()
 
     # the send deadline: the transport's buffer stays above its high-water mark

@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from ..errors import OpenAIError, invalid_request
-from ..native_errors import native_status_and_body, native_validation_error
-from .asgi import CheckedRoute
+from ..native_errors import native_validation_error
+from .asgi import CheckedRoute, error_response
 
 
 async def native_body(request: Request) -> dict[str, Any]:
@@ -26,8 +26,7 @@ async def native_body(request: Request) -> dict[str, Any]:
 
 
 def native_response(err: OpenAIError) -> JSONResponse:
-    status, body = native_status_and_body(err)
-    return JSONResponse(body, status_code=status, headers=err.headers)
+    return error_response(err, native=True)
 
 
 class NativeRoute(CheckedRoute):

@@ -4,9 +4,6 @@ cosine of the two vectors, an embedding model (``meta.scoring`` says which)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -26,8 +23,7 @@ from genmesh.protocol import (
 )
 from genmesh.protocol.embeddings import EmbeddingUsage
 from genmesh.protocol.rerank import RerankBilledUnits, RerankMeta, RerankTokens
-from genmesh.protocol.server.asgi import CheckedRoute, body_limits, unless_disconnected
-from genmesh.protocol.server.inputs import decode_json_object
+from genmesh.protocol.server.asgi import CheckedRoute, unless_disconnected
 from genmesh.protocol.tei import is_tei_rerank
 
 from ...embeddings.cross_encoder import CrossEncoderModel
@@ -36,28 +32,10 @@ from ..intake import log_user
 from . import tei
 from .responding import registry
 
-
-class _RerankRoute(CheckedRoute):
-    """A rerank path: TEI's body (``texts``) is served as TEI's ``/rerank`` (``tei.rerank``), any
-    other as Cohere's or Jina's (``documents``), with the documented ``RerankRequest``."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        cohere = super().get_route_handler()
-
-        async def either(request: Request) -> Response:
-            raw = await request.body()
-            if raw and b'"texts"' in raw:
-                limits = body_limits(request)
-                body = decode_json_object(raw, limits.max_json_depth, limits.max_json_containers)
-                if is_tei_rerank(body):
-                    return await tei.rerank(request, body)
-            return await cohere(request)
-
-        return either
-
-
 router = APIRouter(route_class=CheckedRoute)
-rerank_router = APIRouter(route_class=_RerankRoute)
+# a rerank path: TEI's body (``texts``) is served as TEI's ``/rerank`` (``tei.rerank``), any other as
+# Cohere's or Jina's (``documents``), with the documented ``RerankRequest``
+rerank_router = APIRouter(route_class=tei.tei_body_or(b'"texts"', is_tei_rerank, tei.rerank))
 
 
 def _scorer(request: Request, model: str | None, pairs: int, param: str) -> EmbeddingModel | CrossEncoderModel:

@@ -1,4 +1,5 @@
-"""``POST /tokenize``, ``POST /detokenize`` and ``GET /tokenizer_info`` (vLLM's endpoints and bodies)."""
+"""``POST /tokenize``, ``POST /detokenize`` and ``GET /tokenizer_info`` (vLLM's endpoints and bodies);
+TEI's body on ``/tokenize`` (``inputs``) is TEI's ``/tokenize`` (``tei.tokenize``)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from genmesh.protocol import (
     unsupported_parameter,
 )
 from genmesh.protocol.server.asgi import CheckedRoute
+from genmesh.protocol.tei import TEI_TOKENIZE_PATH, is_tei_tokenize
 
+from . import tei
 from .responding import engine, json_reply
 
 router = APIRouter(route_class=CheckedRoute)
+tokenize_router = APIRouter(route_class=tei.tei_body_or(b'"inputs"', is_tei_tokenize, tei.tokenize))
 
 
-@router.post("/tokenize", response_model=None)
+@tokenize_router.post(TEI_TOKENIZE_PATH, response_model=None)
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     st = engine(request, body.model)
     if isinstance(body, TokenizeChatRequest):
