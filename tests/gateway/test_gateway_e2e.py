@@ -9,6 +9,7 @@ import httpx
 import jsonschema
 import pytest
 
+from support.leaders import assert_leads
 from support.servers import (
     GENMESH_ENGINE_ONLY,
     MODEL_NAME,
@@ -141,8 +142,7 @@ def test_top_logprobs_and_prompt_scoring_through_the_mesh(
     gw = start_gateway({MODEL_NAME: {"upstreams": ups}})
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     greedy = {"model": MODEL_NAME, "messages": msg, "max_tokens": 1, "temperature": 0, "logprobs": True}
-    # twice: the second sees the prefix cache as the requests below do (in bf16, Zen 4's arithmetic, a
-    # cached prompt and a fresh one can swap two close leaders)
+    # twice: the second sees the prefix cache as the requests below do
     httpx.post(engine_url + "/v1/chat/completions", json=greedy, timeout=120)
     r = httpx.post(engine_url + "/v1/chat/completions", json=greedy, timeout=120)
     best = r.json()["choices"][0]["logprobs"]["content"][0]["token"]
@@ -150,7 +150,7 @@ def test_top_logprobs_and_prompt_scoring_through_the_mesh(
     r = httpx.post(gw.url + "/v1/chat/completions", json=hot, timeout=120)
     assert r.status_code == 200, r.text
     content = r.json()["choices"][0]["logprobs"]["content"]
-    assert content[0]["top_logprobs"][0]["token"] == best
+    assert_leads(content[0]["top_logprobs"], best)  # (within bf16's noise: support/leaders.py)
     assert all(len(e["top_logprobs"]) == 3 for e in content)
     with httpx.stream("POST", gw.url + "/v1/chat/completions", json={**hot, "stream": True}, timeout=120) as s:
         payloads = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
@@ -161,7 +161,7 @@ def test_top_logprobs_and_prompt_scoring_through_the_mesh(
         if ch.get("logprobs")
         for e in ch["logprobs"]["content"]
     ]
-    assert streamed[0]["top_logprobs"][0]["token"] == best
+    assert_leads(streamed[0]["top_logprobs"], best)
     assert all(len(e["top_logprobs"]) == 3 for e in streamed)
 
     ids = httpx.post(engine_url + "/tokenize", json={"prompt": "The capital of France is Paris"}, timeout=30).json()

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 from test_parameters import post, stream
 
+from support.leaders import assert_leads
 from support.servers import GENMESH_ENGINE_ONLY
 
 pytestmark = GENMESH_ENGINE_ONLY
@@ -83,10 +84,7 @@ def _streamed_completion_logprobs(url: str, body: dict[str, Any]) -> dict[str, l
 def test_chat_top_logprobs_unary_and_streamed(engine_url: str) -> None:
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     greedy = {"messages": msg, "max_tokens": 1, "temperature": 0, "logprobs": True}
-    # Once to fill the prefix cache, then the greedy token every later request sees: in bf16 (OpenVINO's
-    # arithmetic on Zen 4 and Sapphire Rapids) a prompt served from the cache and one computed afresh can
-    # differ enough to swap two close leaders (0.25 nats measured on Zen 4).
-    post(engine_url + CHAT, greedy)
+    post(engine_url + CHAT, greedy)  # the prompt in the prefix cache, as the requests below see it
     best = post(engine_url + CHAT, greedy)["choices"][0]["logprobs"]["content"][0]["token"]
     body = {"messages": msg, "max_tokens": 5, "temperature": 2.0, "seed": 3, "logprobs": True, "top_logprobs": 4}
     unary = post(engine_url + CHAT, body)["choices"][0]["logprobs"]["content"]
@@ -98,7 +96,7 @@ def test_chat_top_logprobs_unary_and_streamed(engine_url: str) -> None:
         for e in ch["logprobs"]["content"]
     ]
     for entries in (unary, streamed):
-        assert entries[0]["top_logprobs"][0]["token"] == best
+        assert_leads(entries[0]["top_logprobs"], best)  # (within bf16's noise: support/leaders.py)
         for e in entries:
             tops = e["top_logprobs"]
             assert len(tops) == 4
