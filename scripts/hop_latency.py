@@ -5,7 +5,9 @@
 Starts the engine, the microservice, Redis and the gateway (``genmesh.bench.servers.running_mesh``, the gateway's
 background slowed as ``hop_cpu.py``'s ``HOP_CPU_QUIET`` does), warms each up, then sends REQUESTS (default 60)
 streamed chat requests of MAX_TOKENS tokens (default 4) one at a time, each to the engine, the microservice and
-the gateway in turn (the order rotates per request). Per target: TTFT p50 and, per request, the CPU that the
+the gateway in turn (the order rotates per request; each prompt is sent to every engine once untimed first, so
+that every target finds it in the prefix cache and none pays its prefill). Per target: TTFT p50 and, per request,
+the CPU that the
 gateway, the microservice and the engine's API process spent while it ran (``/proc/<pid>/task/*/schedstat``,
 nanoseconds). CPU is what a hop does per request whatever else the machine runs; TTFT differences need a quiet
 machine. Writes ``hop-latency-LABEL.json`` in the working directory.
@@ -48,7 +50,10 @@ async def one_at_a_time(targets: dict[str, Endpoint], pids: dict[str, int], n: i
         for req in warm:  # every prompt path and connection warm
             for t, e in targets.items():
                 await send(clients[t], e, req)
+        engines = [t for t in names if t.endswith("engine")]
         for i, req in enumerate(chat_batch(n, max_tokens)):
+            for t in engines:  # the prompt in each engine's prefix cache first: every target then finds it there
+                await send(clients[t], targets[t], req)
             for t in names[i % len(names) :] + names[: i % len(names)]:
                 before = {p: cpu_s(pid) for p, pid in pids.items()}
                 out = await send(clients[t], targets[t], req)
