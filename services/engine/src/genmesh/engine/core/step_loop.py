@@ -261,14 +261,20 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
 
         sc = scheduler_config(ov_genai, config, config.num_kv_blocks)
         served = prepare_model(config)
-        properties = pipeline_properties(config.plugin_config, config.prompt_lookup)
+        properties = pipeline_properties(config.plugin_config, config.prompt_lookup, config.int8_extension)
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
         if config.draft_model is not None:
             draft = draft_folder(
-                ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type
+                ov_genai,
+                config.draft_model,
+                config.gguf_cache_dir,
+                config.gguf_reencode,
+                config.gguf_reencode_type,
+                config.int8_extension,
             )
-            properties["draft_model"] = draft_property(ov_genai, draft, config.device, config.plugin_config)
+            draft_config = pipeline_properties(config.plugin_config, False, config.int8_extension)
+            properties["draft_model"] = draft_property(ov_genai, draft, config.device, draft_config)
             log.info("speculative decoding with the draft model %s", draft)
         log.info("loading %s on %s", served.path, config.device)
         if served.tokenizer_gguf is not None:  # the exact compressed IR, with the GGUF's own tokenizer

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from genmesh.protocol import model_not_found
 
@@ -17,7 +18,10 @@ from ..core.config import CoreConfig
 from ..core.gguf_tokenizer import tokenizer_source
 from ..grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from ..metrics import EngineMetrics
+from ..models.cpu_threads import cpu_flags
 from ..models.source import ModelSource
+from ..native import build as native_build
+from ..native.selection import Int8Choice, choose
 from ..settings import EngineSettings, model_names
 from .prompts import PromptTokenizer
 
@@ -41,6 +45,16 @@ def grammar_limits(s: EngineSettings) -> GrammarLimits:
     )
 
 
+def int8_path(settings: EngineSettings) -> Int8Choice:
+    """The path for the exact form's Q4_1 matmuls on this CPU (``--int8-matmul``), the extension built
+    when the op is chosen and not built yet (blocking: seconds, or milliseconds once cached)."""
+
+    def build() -> Path:
+        return native_build.build(settings.gguf_cache_dir, settings.int8_build_timeout_s)
+
+    return choose(settings.int8_matmul, cpu_flags(), build, settings.device)
+
+
 @dataclass
 class EngineState:
     settings: EngineSettings
@@ -50,6 +64,7 @@ class EngineState:
     metrics: EngineMetrics
     generator: Generator
     scoring: Scoring
+    int8: Int8Choice  # which path multiplies the exact form's Q4_1 matrices, and why (/v1/config)
 
     @property
     def model_name(self) -> str:
@@ -79,6 +94,8 @@ class EngineState:
         supervised (replaced when it dies or hangs); ``on_fatal(exit status)`` is called if that
         keeps failing."""
         metrics = metrics if metrics is not None else EngineMetrics(source.served_name)
+        int8 = await asyncio.to_thread(int8_path, settings)
+        log.info("model %s: %s", source.served_name, int8.log_line())
         config = CoreConfig(
             model_path=str(source.path),
             device=settings.device,
@@ -99,6 +116,7 @@ class EngineState:
             gguf_cache_dir=settings.gguf_cache_dir,
             max_num_scoring_seqs=settings.max_num_scoring_seqs,
             scoring_chunk_tokens=settings.scoring_chunk_tokens,
+            int8_extension=str(int8.library) if int8.library is not None else None,
         )
         engine_metrics = metrics
 
@@ -132,7 +150,7 @@ class EngineState:
             raise
         log.info("model %s loaded (context %d tokens)", source.served_name, source.context_length)
         scoring = Scoring(core, settings.max_num_scoring_seqs, settings.scoring_queue_timeout_s)
-        return cls(settings, source, tokenizer, core, metrics, Generator(core, metrics), scoring)
+        return cls(settings, source, tokenizer, core, metrics, Generator(core, metrics), scoring, int8)
 
     async def close(self) -> None:
         await self.core.close()
