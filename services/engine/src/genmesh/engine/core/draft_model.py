@@ -28,28 +28,21 @@ def _complete(folder: Path, names: tuple[str, ...]) -> bool:
 
 
 def draft_folder(
-    ov_genai: Any,
-    path: str,
-    cache_dir: str,
-    reencode: bool = True,
-    target: Target = DEFAULT_TARGET,
-    extension: str | None = None,
+    ov_genai: Any, path: str, cache_dir: str, reencode: bool = True, target: Target = DEFAULT_TARGET
 ) -> Path:
-    """The IR folder of the draft at ``path`` (built once from a GGUF into its cache folder; with the
-    int8 ``extension``, its exact form's Q4_1 matmuls are ``genmesh::Q41MatMul``)."""
+    """The IR folder of the draft at ``path`` (built once from a GGUF into its cache folder)."""
     src = Path(path).expanduser()
     if src.is_dir():
         if not _complete(src, IR_FILES):
             raise ValueError(f"draft model folder {str(src)!r} lacks one of {', '.join(IR_FILES)}")
         return src
-    served = prepare(src, cache_dir, reencode, target, extension is not None)
+    served = prepare(src, cache_dir, reencode, target)
     folder = served.parent
     if not _complete(folder, IR_FILES[:1]):
         log.info("building the draft model's IR from %s (once)", served)
         scheduler = ov_genai.SchedulerConfig()
         scheduler.num_kv_blocks = 16  # built only to write its model
-        extensions = {"extensions": [extension]} if extension is not None else {}
-        pipe = ov_genai.ContinuousBatchingPipeline(str(served), scheduler, "CPU", {**SAVE_IR, **extensions})
+        pipe = ov_genai.ContinuousBatchingPipeline(str(served), scheduler, "CPU", SAVE_IR)
         del pipe
     if not _complete(folder, IR_FILES[1:]):
         log.info("building the draft model's tokenizer IRs from %s (once)", served)
@@ -60,6 +53,5 @@ def draft_folder(
 
 
 def draft_property(ov_genai: Any, folder: Path, device: str, plugin_config: dict[str, Any]) -> Any:
-    """The pipeline property that adds the draft (on the main model's device, with its plugin config and
-    the main pipeline's ``extensions``)."""
+    """The pipeline property that adds the draft (on the main model's device, with its plugin config)."""
     return ov_genai.draft_model(str(folder), device, **plugin_config)

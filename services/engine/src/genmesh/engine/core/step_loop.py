@@ -265,16 +265,13 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
         if config.draft_model is not None:
+            # The draft keeps OpenVINO's path (no genmesh::Q41MatMul in its IR): draft_model() reads the IR into
+            # OpenVINO GenAI's core when the property is made, before the pipeline adds its extensions, and
+            # ignores an "extensions" key of its own ("unsupported opset: genmesh"; docs/engine.md).
             draft = draft_folder(
-                ov_genai,
-                config.draft_model,
-                config.gguf_cache_dir,
-                config.gguf_reencode,
-                config.gguf_reencode_type,
-                config.int8_extension,
+                ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type
             )
-            draft_config = pipeline_properties(config.plugin_config, False, config.int8_extension)
-            properties["draft_model"] = draft_property(ov_genai, draft, config.device, draft_config)
+            properties["draft_model"] = draft_property(ov_genai, draft, config.device, config.plugin_config)
             log.info("speculative decoding with the draft model %s", draft)
         log.info("loading %s on %s", served.path, config.device)
         if served.tokenizer_gguf is not None:  # the exact compressed IR, with the GGUF's own tokenizer
