@@ -6,7 +6,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from genmesh.protocol import model_not_found
 
@@ -18,10 +17,9 @@ from ..core.config import CoreConfig
 from ..core.gguf_tokenizer import tokenizer_source
 from ..grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from ..metrics import EngineMetrics
-from ..models.cpu_threads import cpu_flags
+from ..models.int8_path import int8_choice
 from ..models.source import ModelSource
-from ..native import build as native_build
-from ..native.selection import Int8Choice, choose
+from ..native.selection import Int8Choice
 from ..settings import EngineSettings, model_names
 from .prompts import PromptTokenizer
 
@@ -43,16 +41,6 @@ def grammar_limits(s: EngineSettings) -> GrammarLimits:
         max_items=s.structured_max_items,
         free=free,
     )
-
-
-def int8_path(settings: EngineSettings) -> Int8Choice:
-    """The path for the exact form's Q4_1 matmuls on this CPU (``--int8-matmul``), the extension built
-    when the op is chosen and not built yet (blocking: seconds, or milliseconds once cached)."""
-
-    def build() -> Path:
-        return native_build.build(settings.gguf_cache_dir, settings.int8_build_timeout_s)
-
-    return choose(settings.int8_matmul, cpu_flags(), build, settings.device)
 
 
 @dataclass
@@ -94,7 +82,7 @@ class EngineState:
         supervised (replaced when it dies or hangs); ``on_fatal(exit status)`` is called if that
         keeps failing."""
         metrics = metrics if metrics is not None else EngineMetrics(source.served_name)
-        int8 = await asyncio.to_thread(int8_path, settings)
+        int8 = await asyncio.to_thread(int8_choice, settings)
         log.info("model %s: %s", source.served_name, int8.log_line())
         config = CoreConfig(
             model_path=str(source.path),
