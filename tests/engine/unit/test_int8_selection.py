@@ -61,7 +61,7 @@ def test_the_flag_forces_either_path() -> None:
 
 def test_a_failed_build_serves_openvino_s_path_and_says_why() -> None:
     choice = choose("auto", ZEN3, not_built)
-    assert (choice.path, choice.library) == ("openvino", None)
+    assert (choice.path, choice.library, choice.fell_back) == ("openvino", None, True)
     assert "could not be built: cmake is not installed" in choice.reason
     assert "could not be built" in choice.log_line()
 

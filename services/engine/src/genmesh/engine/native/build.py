@@ -86,10 +86,12 @@ def build(cache_dir: str | Path = DEFAULT_CACHE_DIR, timeout_s: float = DEFAULT_
         out = work / "out"
         out.mkdir()
         shutil.copy2(tree / LIBRARY, out / LIBRARY)
-        if not target.is_file():  # another process (a replica) may have finished first: keep its folder
-            if target.parent.exists():
-                shutil.rmtree(target.parent)  # an incomplete leftover
-            os.replace(out, target.parent)
+        try:
+            os.replace(out, target.parent)  # refused where the folder exists and holds something
+        except OSError:
+            if not target.is_file():  # an incomplete leftover, not another process's (a replica's) library
+                shutil.rmtree(target.parent, ignore_errors=True)
+                os.replace(out, target.parent)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target

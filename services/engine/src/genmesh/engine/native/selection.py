@@ -33,6 +33,7 @@ class Int8Choice:
     path: Literal["genmesh", "openvino"]
     reason: str
     library: Path | None = None
+    fell_back: bool = False  # the op was chosen but its extension could not be built
 
     @property
     def op(self) -> str | None:
@@ -75,5 +76,5 @@ def choose(mode: Mode, flags: frozenset[str], build: Callable[[], Path], device:
     try:
         library = build()
     except BuildError as exc:
-        return Int8Choice("openvino", f"{why}, but its extension could not be built: {exc}")
+        return Int8Choice("openvino", f"{why}, but its extension could not be built: {exc}", fell_back=True)
     return Int8Choice("genmesh", why, library)

@@ -83,7 +83,9 @@ class EngineState:
         keeps failing."""
         metrics = metrics if metrics is not None else EngineMetrics(source.served_name)
         int8 = await asyncio.to_thread(int8_choice, settings)
-        log.info("model %s: %s", source.served_name, int8.log_line())
+        log.log(
+            logging.WARNING if int8.fell_back else logging.INFO, "model %s: %s", source.served_name, int8.log_line()
+        )
         config = CoreConfig(
             model_path=str(source.path),
             device=settings.device,
