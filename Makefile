@@ -31,7 +31,7 @@ OPEA_STAMP := $(OPEA_VENV)/.installed
 
 .PHONY: tools shellcheck kubectl chromium prometheus vllm-cpu test-vllm llama-cpp bench-report lock
 .PHONY: help venv model lint test test-only run run-engine bench bench-engine clean bench-microservice redis bench-gateway
-.PHONY: model-qwen test-qwen test-long opea-venv test-opea
+.PHONY: model-qwen test-qwen test-long opea-venv test-opea native
 .PHONY: chaos fuzz eval eval-reference-check test-structured export-venv model-ir model-ir-int4 export-hf st-peer model-audio espeak eval-audio recorded-speech speech-peer bench-audio
 
 help:
@@ -46,6 +46,7 @@ help:
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
 	@echo "make eval-reference-check  the fp32 reference vs transformers' GGUF loader (MODEL=path.gguf)"
 	@echo "make eval-audio    the engine's Whisper vs transformers fp32 on ten synthesised and eight recorded clips (docs/audio.md)"
+	@echo "make native        build the engine's int8 extension (genmesh::Q41MatMul; cmake and g++, once per source)"
 	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
 	@echo "make model-qwen    fetch Qwen2.5-Coder 1.5B (Q4_K_M) and its 0.5B draft into ./models (~1.5 GiB, resumable)"
 	@echo "make test-qwen     tool calls and speculative decoding on Qwen2.5-Coder 1.5B (make model-qwen first)"
@@ -86,6 +87,15 @@ venv: $(STAMP)
 
 $(MODEL):
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
+
+# The engine's native kernels (services/engine/src/genmesh/engine/native; docs/int8-avx2.md): the int8
+# extension genmesh::Q41MatMul, built with cmake and g++ (Debian's, installed when missing) against the
+# openvino wheel into ~/.cache/genmesh/native/int8-<source hash>/ (~10 s once; then a lookup). make run goes on
+# without it (the engine then serves with OpenVINO's path and says why); make test needs it.
+native: $(STAMP)
+	@{ command -v cmake >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1; } || { echo "==> installing cmake and g++ (Debian)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q cmake g++; }
+	@$(BIN)/python -m genmesh.engine.native.build
 
 # The GGUF as published, then the copy the engine serves: OpenVINO GenAI misreads Q4_1, so the engine
 # serves an F16 re-encoding (genmesh.engine.core.gguf_reencode), made once here and checked by sha256.
@@ -154,12 +164,12 @@ lint: $(STAMP)
 	@echo "==> lint-imports (the engine's and the gateway's layers: contracts in pyproject.toml)"
 	$(BIN)/lint-imports
 
-test-only: $(STAMP) model redis tools $(EXPORT_STAMP) $(OPEA_STAMP)
+test-only: $(STAMP) model redis tools native $(EXPORT_STAMP) $(OPEA_STAMP)
 	$(BIN)/python -m pytest tests -m "not long"
 
 # The heavier cases make test leaves out to stay within its time budget (marker long: LONG in tests/conftest.py;
 # each feature keeps a lighter case in make test or a target of its own; docs/development.md).
-test-long: $(STAMP) model redis tools $(EXPORT_STAMP) $(OPEA_STAMP)
+test-long: $(STAMP) model redis tools native $(EXPORT_STAMP) $(OPEA_STAMP)
 	$(BIN)/python -m pytest tests -m long -p no:cacheprovider
 
 # OPEA's own orchestrator drives the mesh (issue 57, docs/opea.md): GenAIComps' ServiceOrchestrator and
@@ -233,7 +243,7 @@ speech-peer: model $(SPEECH_PEER_VENV)/.installed
 
 # make eval MODEL=path.gguf evaluates another GGUF (llama or qwen2), served under its file name; its fixture is
 # made once into ~/.cache/genmesh/accuracy by the fp32 reference (SmolLM2's is shipped).
-eval: $(STAMP) model redis $(EVAL_VENV)/.installed
+eval: $(STAMP) model redis native $(EVAL_VENV)/.installed
 	$(BIN)/python -m genmesh.accuracy.evaluate --lm-eval-python $(EVAL_VENV)/bin/python --model $(MODEL) $(EVAL_ARGS)
 
 # The one-off check of the numpy fp32 reference against transformers' own GGUF loader in torch fp32
@@ -288,11 +298,13 @@ RUN_ARGS ?=
 REPLICAS ?= 1
 ROUTING ?= least-loaded
 run: $(STAMP) model redis
+	@$(MAKE) --no-print-directory native || echo "==> the int8 extension could not be built: the engine serves with OpenVINO's path (docs/engine.md)"
 	@$(MAKE) --no-print-directory espeak || echo "==> espeak-ng could not be installed: the voice piper-joe will fail to load and be skipped (the rest of the mesh serves; docs/engine.md)"
 	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct \
 		--replicas $(REPLICAS) --routing $(ROUTING) $(RUN_ARGS)
 
 run-engine: $(STAMP) model
+	@$(MAKE) --no-print-directory native || echo "==> the int8 extension could not be built: the engine serves with OpenVINO's path (docs/engine.md)"
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"
 	$(BIN)/genmesh-engine --model $(MODEL) --port 8008
 

@@ -96,7 +96,7 @@ def run_case(case: str, folder: Path, precision: str, threads: int) -> dict[str,
         "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
     }
     if case in ("cb-extension", "llm-extension"):
-        props["extensions"] = [str(q41.LIBRARY)]
+        props["extensions"] = [str(q41.build_extension())]
     elif case == "cb-python-op":
         props["extensions"] = [python_op_class()]
     tokenizer = ov_genai.Tokenizer(str(folder / "tokenizer.gguf"))

@@ -1,70 +1,35 @@
 """The genmesh ``Q41MatMul`` custom OpenVINO operation from Python: build its extension, pack Q4_1 blocks,
 put the op into an exact-form IR, and an fp64 reference of the same blocks.
 
-The op itself (``q41_matmul.cpp``) is C++: an ``ov::op::Op`` whose ``evaluate()`` runs an int8 kernel (Q4_1
-weights x Q8_1 activations, ``_mm256_maddubs_epi16``). ``Q41MatMulStandIn`` below has the same type name and
-opset ("Q41MatMul", "genmesh"), so a model built with it in Python saves to an IR that the C++ extension reads.
+The op itself is the engine's (``genmesh/engine/native/int8/q41_matmul.cpp``), C++: an ``ov::op::Op`` whose
+``evaluate()`` runs an int8 kernel (Q4_1 weights x Q8_1 activations, ``_mm256_maddubs_epi16``).
+``Q41MatMulStandIn`` (genmesh.engine.native.q41_op) has the same type name and opset ("Q41MatMul", "genmesh"),
+so a model built with it in Python saves to an IR that the C++ extension reads.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
-import openvino.opset13 as ops
+
+from genmesh.engine.native import build as native_build
+from genmesh.engine.native.q41_op import BLOCK_BYTES, QK, pack_blocks, q41_matmul, stand_in_class, unpack_blocks
 
 HERE = Path(__file__).resolve().parent
-BUILD = HERE / "build"
-LIBRARY = BUILD / "libgenmesh_int8.so"
-SOURCES = (HERE / "q41_matmul.cpp", HERE / "CMakeLists.txt")
-QK = 32
-BLOCK_BYTES = 20  # f16 d, f16 m, 16 bytes of nibbles
+BUILD = HERE / "build"  # the probe's IRs (gitignored)
+Q41MatMulStandIn = stand_in_class()  # the engine's (genmesh.engine.native.q41_op), subclassed by probe.py
+
+__all__ = ["BLOCK_BYTES", "QK", "Q41MatMulStandIn", "pack_blocks", "q41_matmul", "unpack_blocks"]
 
 
 def build_extension() -> Path:
-    """The extension's shared library, (re)built with cmake against the openvino wheel when missing or older
-    than its sources (~10 s)."""
-    if LIBRARY.is_file() and all(LIBRARY.stat().st_mtime >= s.stat().st_mtime for s in SOURCES):
-        return LIBRARY
-    cmake_dir = Path(ov.__file__).parent / "cmake"
-    subprocess.run(["cmake", "-S", str(HERE), "-B", str(BUILD), f"-DOpenVINO_DIR={cmake_dir}"], check=True)
-    subprocess.run(["cmake", "--build", str(BUILD), f"-j{os.cpu_count() or 1}"], check=True)
-    return LIBRARY
-
-
-class Q41MatMulStandIn(ov.Op):  # type: ignore[misc]
-    """Builds and saves the op from Python (shape inference only; the C++ extension evaluates it)."""
-
-    class_type_info = ov.DiscreteTypeInfo("Q41MatMul", "genmesh")
-
-    def __init__(self, inputs: list[Any] | None = None, kernel: str = "auto") -> None:
-        self._kernel = kernel
-        super().__init__(self, inputs)
-
-    def validate_and_infer_types(self) -> None:
-        shape = self.get_input_partial_shape(0)
-        shape[shape.rank.get_length() - 1] = self.get_input_partial_shape(1)[0]
-        self.set_output_type(0, ov.Type.f32, shape)
-
-    def clone_with_new_inputs(self, new_inputs: list[Any]) -> Q41MatMulStandIn:
-        return Q41MatMulStandIn(new_inputs, self._kernel)
-
-    def get_type_info(self) -> Any:
-        return Q41MatMulStandIn.class_type_info
-
-    def visit_attributes(self, visitor: Any) -> bool:
-        visitor.on_attributes({"kernel": self._kernel})
-        return True
-
-
-def q41_matmul(x: Any, blocks: np.ndarray, kernel: str = "auto") -> Any:
-    """A ``Q41MatMul`` node: ``x`` [..., K] f32 times the Q4_1 ``blocks`` [N, K/32*20] u8, transposed."""
-    return Q41MatMulStandIn([x, ops.constant(blocks).output(0)], kernel)
+    """The engine's int8 extension (genmesh.engine.native.build: cached under ~/.cache/genmesh/native by
+    source hash; built with cmake against the openvino wheel when missing, ~10 s)."""
+    return native_build.build()
 
 
 def through_ir(core: ov.Core, model: ov.Model) -> ov.Model:
@@ -73,27 +38,6 @@ def through_ir(core: ov.Core, model: ov.Model) -> ov.Model:
     with tempfile.TemporaryDirectory(prefix="q41-") as tmp:
         ov.save_model(model, f"{tmp}/model.xml", compress_to_fp16=False)
         return core.read_model(f"{tmp}/model.xml")
-
-
-def pack_blocks(q: np.ndarray, d: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """GGUF Q4_1 blocks [N, nb*20] from values ``q`` [N, nb, 32] (0..15), scales ``d`` and minimums ``m``
-    [N, nb] (f16): per block f16 d, f16 m, then byte j = element j | element j+16 << 4."""
-    n, nb, _ = q.shape
-    out = np.empty((n, nb, BLOCK_BYTES), np.uint8)
-    out[..., 0:2] = np.ascontiguousarray(d, dtype=np.float16).view(np.uint8).reshape(n, nb, 2)
-    out[..., 2:4] = np.ascontiguousarray(m, dtype=np.float16).view(np.uint8).reshape(n, nb, 2)
-    out[..., 4:] = (q[..., :16] & 0xF) | ((q[..., 16:] & 0xF) << 4)
-    return out.reshape(n, nb * BLOCK_BYTES)
-
-
-def unpack_blocks(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(q [N, nb, 32] u8, d [N, nb] f16, m [N, nb] f16) of packed Q4_1 ``blocks``."""
-    n = blocks.shape[0]
-    b = blocks.reshape(n, -1, BLOCK_BYTES)
-    d = np.ascontiguousarray(b[..., 0:2]).view(np.float16)[..., 0]
-    m = np.ascontiguousarray(b[..., 2:4]).view(np.float16)[..., 0]
-    q = np.concatenate([b[..., 4:] & 0xF, b[..., 4:] >> 4], axis=-1)
-    return q, d, m
 
 
 def reference(x: np.ndarray, blocks: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The ``Q41MatMul`` custom op (scripts/int8_probe: Q4_1 weights x Q8_1 activations, AVX2 ``maddubs``), one layer
+"""The ``Q41MatMul`` custom op (genmesh.engine.native: Q4_1 weights x Q8_1 activations, AVX2 ``maddubs``), one layer
 at a time through OpenVINO's CPU plugin, against an fp64 numpy reference of the same blocks.
 
 Blocks come from ``gguf``'s own Q4_1 quantiser (ggml's format, byte for byte). Two references: the layer on the
@@ -6,7 +6,8 @@ activations as given (what the exact form computes; the op differs by its int8 a
 relative, as llama.cpp's Q4_1 x Q8_1), and the layer on the activations as the op quantises them (what its
 integer arithmetic must reproduce to f32 rounding: measured ~1e-7).
 
-Marked long: it builds the C++ extension with cmake and g++ (~10 s), which make test does not need yet.
+The extension is the engine's (genmesh.engine.native: built by make native, cached by source hash; built here
+with cmake and g++ in ~10 s when missing).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from gguf import GGMLQuantizationType, quants
 
 from int8_probe import q41
 from int8_probe.bench_layer import exact_layer
-
-pytestmark = pytest.mark.long
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
 

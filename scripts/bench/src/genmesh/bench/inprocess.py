@@ -14,6 +14,7 @@ from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET,
 from genmesh.engine.core.ipc import SamplingParams
 from genmesh.engine.core.pipeline_config import SCHEDULER_FIELDS as FIELDS
 from genmesh.engine.core.pipeline_config import generation_config, pipeline_properties, scheduler_config
+from genmesh.engine.models.int8_path import int8_choice
 from genmesh.engine.settings import EngineSettings, parse_settings
 
 from .render import say
@@ -38,20 +39,22 @@ def _greedy(ov_genai: Any, max_tokens: int, look: tuple[int, int]) -> Any:
     return generation_config(ov_genai, params)
 
 
-def served_file(model: str) -> str:
+def served_file(model: str, q41_op: bool = False) -> str:
     """What the engine's core loads for ``model`` with its defaults: a GGUF's faithful re-encoding (the
     file OpenVINO GenAI reads as the GGUF means it, core/gguf_reencode.py), an IR folder as it is. The
-    baseline runs the served model, never the misread one."""
+    baseline runs the served model, never the misread one (``q41_op``: the exact form with the int8 op,
+    where the engine chose it)."""
     if Path(model).is_dir():
         return model
-    served = prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET)
+    served = prepare(model, DEFAULT_CACHE_DIR, True, DEFAULT_TARGET, q41_op)
     return str(served.parent) if exact_ir(served) is not None else str(served)
 
 
 def _pipeline(ov_genai: Any, model: str, config: Any, properties: dict[str, Any]) -> Any:
     """The pipeline the engine core builds for ``model``: an exact compressed IR folder (gguf_exact.py)
-    with its GGUF's tokenizer, or the served file or folder as it is."""
-    served = served_file(model)
+    with its GGUF's tokenizer, or the served file or folder as it is (with the int8 op where
+    ``properties`` carry its extension)."""
+    served = served_file(model, "extensions" in properties)
     gguf = Path(served) / "model.gguf"
     if Path(served).is_dir() and not Path(model).is_dir() and gguf.exists():
         return ov_genai.ContinuousBatchingPipeline(served, ov_genai.Tokenizer(str(gguf)), config, "CPU", **properties)
@@ -67,7 +70,10 @@ def _load(model: str, flags: Sequence[str], prompts: list[str], warmup: int, war
     say("in-process: loading the pipeline")
     t0, settings = time.perf_counter(), engine_settings(model, flags)
     config = scheduler_config(ov_genai, settings)  # the engine core's builder
-    properties = pipeline_properties(settings.device_config, settings.uses_prompt_lookup)
+    int8 = int8_choice(settings)  # the engine's path for the Q4_1 matmuls on this CPU
+    say(f"in-process: {int8.log_line()}")
+    library = str(int8.library) if int8.library is not None else None
+    properties = pipeline_properties(settings.device_config, settings.uses_prompt_lookup, library)
     pipe = _pipeline(ov_genai, model, config, properties)
     load_s, tok = time.perf_counter() - t0, pipe.get_tokenizer()
     texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]

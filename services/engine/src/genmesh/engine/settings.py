@@ -17,6 +17,9 @@ from genmesh.protocol.server.limits import HttpLimits, UploadLimits
 from genmesh.protocol.server.settings import ServiceSettings
 
 from .core.gguf_reencode import DEFAULT_CACHE_DIR, DEFAULT_TARGET, Target
+from .native.build import DEFAULT_TIMEOUT_S as INT8_BUILD_TIMEOUT_S
+from .native.selection import DEFAULT_MODE as INT8_DEFAULT_MODE
+from .native.selection import Mode as Int8Mode
 
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 DQ_GROUP_SIZE = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
@@ -196,6 +199,20 @@ class EngineSettings(ServiceSettings):
     )
     gguf_cache_dir: str = Field(
         default=DEFAULT_CACHE_DIR, description="where re-encoded GGUFs and their OpenVINO IRs are kept"
+    )
+    # The exact form's Q4_1 matmuls: genmesh::Q41MatMul (native/, int8 dot products with AVX2 maddubs) or
+    # OpenVINO's own (native/selection.py; docs/engine.md, "Integer matmuls on AVX2 CPUs").
+    int8_matmul: Int8Mode = Field(
+        default=INT8_DEFAULT_MODE,
+        description="who multiplies the exact form's Q4_1 matrices: auto (genmesh's int8 op where the CPU has "
+        "AVX2 without VNNI or AMX, OpenVINO's CPU plugin elsewhere), genmesh (the op: the file's Q4_1 blocks "
+        "times int8 activations, built with cmake and g++ once) or openvino",
+    )
+    int8_build_timeout_s: float = Field(
+        default=INT8_BUILD_TIMEOUT_S,
+        gt=0,
+        description="each step (configure, compile) of building the int8 extension when it is not built yet "
+        "(make native builds it ahead); past it the engine serves with OpenVINO's path",
     )
     max_num_scoring_seqs: int = Field(
         default=8, ge=0, description="prompt-logprob / top-logprob scoring sessions at once (0: scoring off)"

@@ -25,6 +25,11 @@ GenAI reorders the rows of a llama GGUF's ``attn_q``/``attn_k`` (llama.cpp's RoP
 undone, per head); the converter finds each weight's GGUF tensor and row order by its scales, and
 refuses (the caller falls back to the F16 re-encoding) unless every ``q`` and scale then equals the
 file's.
+
+With ``q41_op`` (the engine's int8 path, native/selection.py), each Q4_1 MatMul becomes one
+``genmesh::Q41MatMul`` over the file's own blocks instead of ``W x + M S(x)``: int8 dot products of the
+blocks with the activations quantised per block of 32 (docs/int8-avx2.md). Such an IR needs the
+extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..native.q41_op import pack_blocks, q41_matmul
 from .gguf_kquants import QK, UNPACK, Blocks
 
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
@@ -183,10 +189,30 @@ def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
     return out
 
 
-def rewrite(model: Any, reader: Any) -> int:
+def _is_q4_1(w: Blocks) -> bool:
+    import numpy as np
+
+    return w.m is not None and w.scale.dtype == np.float16  # Q4_K's scale and minimum are f32
+
+
+def _q41_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
+    """``Q41MatMul(x, the file's blocks)`` for a Q4_1 ``matmul`` (x [..., K] times W [N, K] transposed),
+    else None (another layout: left to OpenVINO)."""
+    attrs = matmul.get_attributes()
+    if attrs.get("transpose_a") or not attrs.get("transpose_b"):
+        return None
+    x = matmul.input(0).get_source_output()
+    if x.get_element_type().get_type_name() != "f32" or w.m is None:
+        return None
+    op = q41_matmul(x, pack_blocks(w.q, w.scale, w.m.astype(np.float16)))
+    op.set_friendly_name(f"{matmul.get_friendly_name()}/q41")
+    return op
+
+
+def rewrite(model: Any, reader: Any, q41_op: bool = False) -> int:
     """Rewrite every misread MatMul/Gather weight of ``model`` (the IR OpenVINO GenAI built from
-    ``reader``'s GGUF) into the exact form, in place. Returns how many; raises NotExact if a
-    weight is not the file's."""
+    ``reader``'s GGUF) into the exact form, in place (``q41_op``: a Q4_1 MatMul into
+    ``genmesh::Q41MatMul``). Returns how many; raises NotExact if a weight is not the file's."""
     import numpy as np
     import openvino.opset13 as ops
 
@@ -216,7 +242,11 @@ def rewrite(model: Any, reader: Any) -> int:
             continue
         out = dec.user.output(0)
         consumers = list(out.get_target_inputs())
-        if dec.user.get_type_name() == "Gather":
+        as_op = q41_op and _is_q4_1(w) and dec.user.get_type_name() == "MatMul"
+        op = _q41_op(np, dec.user, w) if as_op else None
+        if op is not None:
+            exact = op
+        elif dec.user.get_type_name() == "Gather":
             exact = _gathered_minimum(ops, np, dec.user, out, w.m)
         else:
             x = dec.user.input(0).get_source_output()
@@ -224,7 +254,8 @@ def rewrite(model: Any, reader: Any) -> int:
             if at not in sums:
                 sums[at] = _block_sums(ops, np, x, w.m.shape[1])
             exact = ops.add(out, ops.matmul(sums[at], _minimums(ops, np, w.m), False, True))
-        exact.set_friendly_name(f"{dec.user.get_friendly_name()}/exact_minimum")
+        if op is None:
+            exact.set_friendly_name(f"{dec.user.get_friendly_name()}/exact_minimum")
         for consumer in consumers:
             consumer.replace_source_output(exact.output(0))
     if names:
@@ -262,9 +293,10 @@ def _genai_ir(src: Path, work: Path) -> Path:
     return xml
 
 
-def build(src: str | Path, folder: str | Path) -> int:
+def build(src: str | Path, folder: str | Path, q41_op: bool = False) -> int:
     """Write the exact IR of the GGUF ``src`` into ``folder`` (``openvino_model.xml``/``.bin`` and a
     link to ``src`` for the tokenizer), atomically: the folder appears complete or not at all.
+    ``q41_op``: Q4_1 MatMuls as ``genmesh::Q41MatMul`` (the IR then needs the extension).
     Returns how many MatMuls were rewritten."""
     import openvino as ov
     from gguf import GGUFReader
@@ -287,13 +319,18 @@ def build(src: str | Path, folder: str | Path) -> int:
         genai_xml = _genai_ir(genai_src, work / "genai")
         core = ov.Core()
         model = core.read_model(str(genai_xml))
-        done = rewrite(model, reader)
+        done = rewrite(model, reader, q41_op)
+        ops_written = sum(op.get_type_name() == "Q41MatMul" for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
         shutil.rmtree(work / "genai")
         (work / "q8_0-copy.gguf").unlink(missing_ok=True)
         (work / GGUF_LINK).symlink_to(src)
-        (work / MARKER).write_text(json.dumps({"version": VERSION, "source": str(src), "rewritten_matmuls": done}))
+        (work / MARKER).write_text(
+            json.dumps(
+                {"version": VERSION, "source": str(src), "rewritten_matmuls": done, "q41_matmul_ops": ops_written}
+            )
+        )
         os.chmod(work, 0o755)
         if (folder / MARKER).is_file():  # another process (a replica) finished first: keep its folder
             return done

@@ -117,6 +117,7 @@ def cache_folder(src: Path, cache_dir: Path, target: str) -> Path:
 
 SERVED_NAME = "model.gguf"
 EXACT_KEY = "exact-v2"  # the exact form's cache key: bumped with gguf_exact.VERSION
+EXACT_OP_KEY = f"{EXACT_KEY}-q41op"  # the exact form with genmesh::Q41MatMul (needs the int8 extension to load)
 
 
 def exact_ir(served: Path) -> Path | None:
@@ -129,11 +130,11 @@ def exact_ir(served: Path) -> Path | None:
     return None
 
 
-def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> Path | None:
+def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]], q41_op: bool = False) -> Path | None:
     """``src``'s exact folder (made once), or None when its types are not covered (then: F16)."""
     from .gguf_exact import COPIED_TYPES, EXACT_TYPES, GGUF_LINK, NotExact, build
 
-    served = cache_folder(src, cache_dir, EXACT_KEY) / GGUF_LINK
+    served = cache_folder(src, cache_dir, EXACT_OP_KEY if q41_op else EXACT_KEY) / GGUF_LINK
     if exact_ir(served) is not None:
         return served
     other = sorted({kind for _, kind in todo} - EXACT_TYPES - COPIED_TYPES)
@@ -153,7 +154,7 @@ def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> P
         served.parent,
     )
     try:
-        build(src, served.parent)
+        build(src, served.parent, q41_op)
     except NotExact as exc:
         log.warning("%s: the exact compressed form failed (%s); serving the F16 re-encoding", src, exc)
         return None
@@ -161,25 +162,30 @@ def _prepare_exact(src: Path, cache_dir: Path, todo: list[tuple[str, str]]) -> P
 
 
 def prepare(
-    src: str | Path, cache_dir: str | Path, reencode_unfaithful: bool = True, target: Target = DEFAULT_TARGET
+    src: str | Path,
+    cache_dir: str | Path,
+    reencode_unfaithful: bool = True,
+    target: Target = DEFAULT_TARGET,
+    q41_op: bool = False,
 ) -> Path:
     """The GGUF to serve for ``src``, in a folder of its own under ``cache_dir`` (OpenVINO GenAI
     writes the IR it builds beside it): ``src``'s faithful re-encoding, made once and written
     atomically, or a link to ``src`` when OpenVINO reads it as it is (or re-encoding is off).
     With ``target`` "exact" and a file of covered types: a link to ``src`` in the folder of its
-    exact compressed IR (``exact_ir`` finds it)."""
+    exact compressed IR (``exact_ir`` finds it); ``q41_op``: the exact IR whose Q4_1 MatMuls are
+    ``genmesh::Q41MatMul`` (gguf_exact.py; its own folder)."""
     src = Path(src).resolve()
     cache = Path(cache_dir).expanduser()
     todo: list[tuple[str, str]] | None = None
     if target == "exact" and reencode_unfaithful:
-        exact_served = cache_folder(src, cache, EXACT_KEY) / SERVED_NAME
+        exact_served = cache_folder(src, cache, EXACT_OP_KEY if q41_op else EXACT_KEY) / SERVED_NAME
         if exact_ir(exact_served) is not None:
             return exact_served
         as_read = cache_folder(src, cache, "F16") / SERVED_NAME
         if as_read.is_symlink():  # a file OpenVINO GenAI reads as it is (found so at an earlier load)
             return as_read
         todo = unfaithful(src)
-        exact = _prepare_exact(src, cache, todo) if todo else None
+        exact = _prepare_exact(src, cache, todo, q41_op) if todo else None
         if exact is not None:
             return exact
     if target == "exact":

@@ -46,7 +46,8 @@ def prepare_model(config: CoreConfig) -> ServedModel:
     path = Path(config.model_path)
     if path.is_dir():
         return ServedModel(path, path / IR_XML, False)
-    served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
+    q41_op = config.int8_extension is not None  # the exact IR with genmesh::Q41MatMul (its own folder)
+    served = prepare(path, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type, q41_op)
     exact = exact_ir(served)
     if exact is not None:
         tokenizer = tokenizer_source(served.resolve(), config.gguf_cache_dir)  # the API process's copy too
@@ -73,6 +74,7 @@ def start_scorer(ov: Any, np: Any, config: CoreConfig, served: ServedModel) -> S
         config.plugin_config,
         config.max_num_scoring_seqs,
         config.scoring_chunk_tokens,
+        config.int8_extension,
     )
     log.info("scorer set up (%s, compiled on first use; %d sessions)", served.ir, config.max_num_scoring_seqs)
     return scorer

@@ -43,11 +43,17 @@ def scheduler_config(ov_genai: Any, source: Any, num_kv_blocks: int | None = Non
     return sc
 
 
-def pipeline_properties(plugin_config: dict[str, Any], prompt_lookup: bool) -> dict[str, Any]:
+def pipeline_properties(
+    plugin_config: dict[str, Any], prompt_lookup: bool, extension: str | None = None
+) -> dict[str, Any]:
     """What ``ContinuousBatchingPipeline`` takes besides the scheduler config: the device's plugin
-    config, and ``prompt_lookup`` (which makes it a prompt-lookup pipeline: every request then
-    sets ``num_assistant_tokens`` and ``max_ngram_size``)."""
-    return {**plugin_config, "prompt_lookup": True} if prompt_lookup else dict(plugin_config)
+    config, ``prompt_lookup`` (which makes it a prompt-lookup pipeline: every request then
+    sets ``num_assistant_tokens`` and ``max_ngram_size``), and ``extensions`` (OpenVINO GenAI adds
+    them to its ``ov::Core`` before it reads the model: the int8 extension's ``genmesh::Q41MatMul``)."""
+    properties = {**plugin_config, "prompt_lookup": True} if prompt_lookup else dict(plugin_config)
+    if extension is not None:
+        properties["extensions"] = [extension]
+    return properties
 
 
 def _structured_output(ov_genai: Any, c: m.Constraint) -> Any:

@@ -218,12 +218,22 @@ class Scorer:
 
 
 def load_scorer(
-    ov: Any, np: Any, ir_path: Path, device: str, plugin_config: dict[str, Any], max_sessions: int, chunk_tokens: int
+    ov: Any,
+    np: Any,
+    ir_path: Path,
+    device: str,
+    plugin_config: dict[str, Any],
+    max_sessions: int,
+    chunk_tokens: int,
+    extension: str | None = None,
 ) -> Scorer:
-    """A scorer whose model compiles when the first scoring request comes."""
+    """A scorer whose model compiles when the first scoring request comes (``extension``: the int8
+    extension's library, which an IR with ``genmesh::Q41MatMul`` needs)."""
 
     def load() -> Any:
         core = ov.Core()
+        if extension is not None:
+            core.add_extension(extension)
         return core.compile_model(core.read_model(str(ir_path)), device, plugin_config)
 
     return Scorer(np, load, max_sessions, chunk_tokens)

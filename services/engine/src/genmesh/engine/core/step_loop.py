@@ -261,10 +261,13 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
 
         sc = scheduler_config(ov_genai, config, config.num_kv_blocks)
         served = prepare_model(config)
-        properties = pipeline_properties(config.plugin_config, config.prompt_lookup)
+        properties = pipeline_properties(config.plugin_config, config.prompt_lookup, config.int8_extension)
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
         if config.draft_model is not None:
+            # The draft keeps OpenVINO's path (no genmesh::Q41MatMul in its IR): draft_model() reads the IR into
+            # OpenVINO GenAI's core when the property is made, before the pipeline adds its extensions, and
+            # ignores an "extensions" key of its own ("unsupported opset: genmesh"; docs/engine.md).
             draft = draft_folder(
                 ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type
             )

@@ -17,7 +17,9 @@ from ..core.config import CoreConfig
 from ..core.gguf_tokenizer import tokenizer_source
 from ..grammar import FreeJsonCaps, GrammarLimits, any_object_grammar
 from ..metrics import EngineMetrics
+from ..models.int8_path import int8_choice
 from ..models.source import ModelSource
+from ..native.selection import Int8Choice
 from ..settings import EngineSettings, model_names
 from .prompts import PromptTokenizer
 
@@ -50,6 +52,7 @@ class EngineState:
     metrics: EngineMetrics
     generator: Generator
     scoring: Scoring
+    int8: Int8Choice  # which path multiplies the exact form's Q4_1 matrices, and why (/v1/config)
 
     @property
     def model_name(self) -> str:
@@ -79,6 +82,10 @@ class EngineState:
         supervised (replaced when it dies or hangs); ``on_fatal(exit status)`` is called if that
         keeps failing."""
         metrics = metrics if metrics is not None else EngineMetrics(source.served_name)
+        int8 = await asyncio.to_thread(int8_choice, settings)
+        log.log(
+            logging.WARNING if int8.fell_back else logging.INFO, "model %s: %s", source.served_name, int8.log_line()
+        )
         config = CoreConfig(
             model_path=str(source.path),
             device=settings.device,
@@ -99,6 +106,7 @@ class EngineState:
             gguf_cache_dir=settings.gguf_cache_dir,
             max_num_scoring_seqs=settings.max_num_scoring_seqs,
             scoring_chunk_tokens=settings.scoring_chunk_tokens,
+            int8_extension=str(int8.library) if int8.library is not None else None,
         )
         engine_metrics = metrics
 
@@ -132,7 +140,7 @@ class EngineState:
             raise
         log.info("model %s loaded (context %d tokens)", source.served_name, source.context_length)
         scoring = Scoring(core, settings.max_num_scoring_seqs, settings.scoring_queue_timeout_s)
-        return cls(settings, source, tokenizer, core, metrics, Generator(core, metrics), scoring)
+        return cls(settings, source, tokenizer, core, metrics, Generator(core, metrics), scoring, int8)
 
     async def close(self) -> None:
         await self.core.close()

@@ -84,8 +84,15 @@ add_api_route(router, "models", models, "GET")
 
 @router.get("/v1/config")
 async def config(request: Request) -> JSONResponse:
-    """OVMS's model status: each servable's version 1, its state and error code and message."""
-    reply = {s.name: {"model_version_status": [s.status.version_status()]} for s in registry(request).servables()}
+    """OVMS's model status: each servable's version 1, its state and error code and message; a loaded chat
+    model also says which path multiplies its Q4_1 matrices and why (``int8_matmul``)."""
+    reg = registry(request)
+    reply: dict[str, dict[str, Any]] = {
+        s.name: {"model_version_status": [s.status.version_status()]} for s in reg.servables()
+    }
+    for model in reg.models.values():
+        if model.state is not None:
+            reply[model.name]["int8_matmul"] = model.state.int8.describe()
     return JSONResponse(reply)
 
 

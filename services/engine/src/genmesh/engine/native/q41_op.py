@@ -1,0 +1,88 @@
+"""``genmesh::Q41MatMul`` from Python: the node written into a model, and GGUF Q4_1 blocks packed for it.
+
+The op itself is C++ (``int8/q41_matmul.cpp``): ``Q41MatMul(x, blocks)``, ``x`` f32 ``[..., K]``, ``blocks``
+u8 ``[N, K/32*20]`` (GGUF ``block_q4_1``: f16 ``d``, f16 ``m``, 16 bytes whose byte ``j`` holds element ``j``
+in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W^T``. ``Q41MatMulStandIn``
+has the same type name and opset, so a model built with it saves to an IR that an ``ov.Core`` with the
+extension (``build.build()``) reads as the C++ op. OpenVINO is imported when first used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+QK = 32
+BLOCK_BYTES = 20  # f16 d, f16 m, 16 bytes of nibbles
+TYPE_NAME, OPSET = "Q41MatMul", "genmesh"
+
+
+def pack_blocks(q: Any, d: Any, m: Any) -> Any:
+    """GGUF Q4_1 blocks [N, nb*20] from values ``q`` [N, nb, 32] (0..15), scales ``d`` and minimums ``m``
+    [N, nb] (f16, or exactly representable in f16): per block f16 d, f16 m, then byte j = element j |
+    element j+16 << 4."""
+    import numpy as np
+
+    n, nb, _ = q.shape
+    out = np.empty((n, nb, BLOCK_BYTES), np.uint8)
+    out[..., 0:2] = np.ascontiguousarray(d, dtype=np.float16).view(np.uint8).reshape(n, nb, 2)
+    out[..., 2:4] = np.ascontiguousarray(m, dtype=np.float16).view(np.uint8).reshape(n, nb, 2)
+    out[..., 4:] = (q[..., :16] & 0xF) | ((q[..., 16:] & 0xF) << 4)
+    return out.reshape(n, nb * BLOCK_BYTES)
+
+
+def unpack_blocks(blocks: Any) -> tuple[Any, Any, Any]:
+    """(q [N, nb, 32] u8, d [N, nb] f16, m [N, nb] f16) of packed Q4_1 ``blocks``."""
+    import numpy as np
+
+    n = blocks.shape[0]
+    b = blocks.reshape(n, -1, BLOCK_BYTES)
+    d = np.ascontiguousarray(b[..., 0:2]).view(np.float16)[..., 0]
+    m = np.ascontiguousarray(b[..., 2:4]).view(np.float16)[..., 0]
+    q = np.concatenate([b[..., 4:] & 0xF, b[..., 4:] >> 4], axis=-1)
+    return q, d, m
+
+
+_STAND_IN: Any = None
+
+
+def stand_in_class() -> Any:
+    """The Python op class (made once: ``ov.Op`` needs OpenVINO imported)."""
+    global _STAND_IN
+    if _STAND_IN is not None:
+        return _STAND_IN
+    import openvino as ov
+
+    class Q41MatMulStandIn(ov.Op):  # type: ignore[misc]
+        """Builds and saves the op from Python (shape inference only; the C++ extension evaluates it)."""
+
+        class_type_info = ov.DiscreteTypeInfo(TYPE_NAME, OPSET)
+
+        def __init__(self, inputs: list[Any] | None = None, kernel: str = "auto") -> None:
+            self._kernel = kernel
+            super().__init__(self, inputs)
+
+        def validate_and_infer_types(self) -> None:
+            shape = self.get_input_partial_shape(0)
+            shape[shape.rank.get_length() - 1] = self.get_input_partial_shape(1)[0]
+            self.set_output_type(0, ov.Type.f32, shape)
+
+        def clone_with_new_inputs(self, new_inputs: list[Any]) -> Any:
+            return Q41MatMulStandIn(new_inputs, self._kernel)
+
+        def get_type_info(self) -> Any:
+            return Q41MatMulStandIn.class_type_info
+
+        def visit_attributes(self, visitor: Any) -> bool:
+            visitor.on_attributes({"kernel": self._kernel})
+            return True
+
+    _STAND_IN = Q41MatMulStandIn
+    return _STAND_IN
+
+
+def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
+    """A ``Q41MatMul`` node: ``x`` (an f32 output ``[..., K]``) times the Q4_1 ``blocks`` [N, K/32*20] u8,
+    transposed. ``kernel``: "auto" (AVX2 where the CPU has AVX2, FMA and F16C, else scalar), "avx2", "scalar"."""
+    import openvino.opset13 as ops
+
+    return stand_in_class()([x, ops.constant(blocks).output(0)], kernel)
