@@ -10,7 +10,10 @@ that every target finds it in the prefix cache and none pays its prefill). Per t
 the CPU that the
 gateway, the microservice and the engine's API process spent while it ran (``/proc/<pid>/task/*/schedstat``,
 nanoseconds). CPU is what a hop does per request whatever else the machine runs; TTFT differences need a quiet
-machine. Writes ``hop-latency-LABEL.json`` in the working directory.
+machine. Writes ``bench-results/hop-latency-LABEL.json``.
+
+``HOP_LATENCY_UPSTREAM=fake``: the engine is the gateway tests' fake upstream (``tests/support/fake_upstream.py``,
+no model, its tokens at once), so a hop's own latency is not lost in the engine's jitter (a few ms per request).
 
 Older code beside this one: ``HOP_LATENCY_BASE=/old/services/engine/src:/old/services/gateway/src:...`` (that
 checkout's ``services/*/src``) starts a second mesh whose servers run that code, and its three targets
@@ -25,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +38,7 @@ import psutil
 
 from genmesh.bench.datasets import RequestSpec, chat_batch
 from genmesh.bench.load import Endpoint, send, session
-from genmesh.bench.servers import MODEL_NAME, running_mesh
+from genmesh.bench.servers import MODEL_NAME, PORT, Mesh, running_mesh, start, start_gateway
 from hop_cpu import QUIET, cpu_s
 
 MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,6 +79,24 @@ async def one_at_a_time(targets: dict[str, Endpoint], pids: dict[str, int], n: i
     }
 
 
+FAKE_UPSTREAM = "tests/support/fake_upstream.py"
+
+
+@contextlib.contextmanager
+def fake_mesh(log_dir: Path) -> Iterator[Mesh]:
+    """The microservice and the gateway (with its Redis) in front of the fake upstream."""
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, FAKE_UPSTREAM, "--port", PORT, "--delay-ms", "0"]
+        fake = stack.enter_context(start("engine", argv, log_dir / "fake.log", 30.0))
+        argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", fake.url, "--port", PORT]
+        ms = stack.enter_context(
+            start("microservice", [*argv, "--log-level", "warning"], log_dir / "ms.log", 60.0, "/v1/health_check")
+        )
+        upstream = {"url": ms.url, "health_path": "/v1/health_check", "max_concurrency": 64}
+        gw = start_gateway(stack, Path(tmp), upstream, log_dir, MODEL_NAME, extra=QUIET)[0]
+        yield Mesh(fake, ms, gw)
+
+
 @contextlib.contextmanager
 def code_from(pythonpath: str | None) -> Iterator[None]:
     """Servers started inside run the code on ``pythonpath`` (ahead of the venv's own)."""
@@ -101,7 +123,9 @@ def main(argv: list[str]) -> int:
         for prefix, path in meshes.items():
             with code_from(path):
                 log_dir = Path(f"bench-results/hop-latency-{label}/{prefix or 'this'}")
-                m = stack.enter_context(running_mesh(MODEL, log_dir, gateway_flags=QUIET))
+                fake = os.environ.get("HOP_LATENCY_UPSTREAM") == "fake"
+                mesh = fake_mesh(log_dir) if fake else running_mesh(MODEL, log_dir, gateway_flags=QUIET)
+                m = stack.enter_context(mesh)
             assert m.gateway is not None
             assert m.microservice is not None
             for s in (m.engine, m.microservice, m.gateway):
@@ -116,7 +140,7 @@ def main(argv: list[str]) -> int:
             out.setdefault("added_ttft_ms_p50", {})[prefix + hop] = round(res[prefix + hop]["ttft_ms_p50"] - eng, 2)
             out.setdefault("own_cpu_ms_p50", {})[prefix + hop] = res[prefix + hop]["cpu_ms_p50"][prefix + hop]
     out |= {"seconds": round(time.monotonic() - t0, 1), "load1": psutil.getloadavg()[0]}
-    Path(f"hop-latency-{label}.json").write_text(json.dumps(out, indent=1))
+    Path(f"bench-results/hop-latency-{label}.json").write_text(json.dumps(out, indent=1))
     print(json.dumps({k: out[k] for k in ("added_ttft_ms_p50", "own_cpu_ms_p50", "seconds", "load1")}, indent=1))
     return 0
 
