@@ -204,9 +204,10 @@ class EngineSettings(ServiceSettings):
     # OpenVINO's own (native/selection.py; docs/engine.md, "Integer matmuls on AVX2 CPUs").
     int8_matmul: Int8Mode = Field(
         default=INT8_DEFAULT_MODE,
-        description="who multiplies the exact form's Q4_1 matrices: auto (genmesh's int8 op where the CPU has "
-        "AVX2 without VNNI or AMX, OpenVINO's CPU plugin elsewhere), genmesh (the op: the file's Q4_1 blocks "
-        "times int8 activations, built with cmake and g++ once) or openvino",
+        description="who multiplies the exact form's Q4_1 matrices: openvino (the CPU plugin; the default until "
+        "the op is measured on AVX2 CPUs), auto (genmesh's int8 op where the CPU has AVX2 without VNNI or AMX, "
+        "OpenVINO's elsewhere) or genmesh (the op: the file's Q4_1 blocks times int8 activations, built with "
+        "cmake and g++ once)",
     )
     int8_build_timeout_s: float = Field(
         default=INT8_BUILD_TIMEOUT_S,
