@@ -298,13 +298,11 @@ RUN_ARGS ?=
 REPLICAS ?= 1
 ROUTING ?= least-loaded
 run: $(STAMP) model redis
-	@$(MAKE) --no-print-directory native || echo "==> the int8 extension could not be built: the engine serves with OpenVINO's path (docs/engine.md)"
 	@$(MAKE) --no-print-directory espeak || echo "==> espeak-ng could not be installed: the voice piper-joe will fail to load and be skipped (the rest of the mesh serves; docs/engine.md)"
 	@$(BIN)/python scripts/launch_mesh.py --model $(MODEL) --served-model-name SmolLM2-135M-Instruct \
 		--replicas $(REPLICAS) --routing $(ROUTING) $(RUN_ARGS)
 
 run-engine: $(STAMP) model
-	@$(MAKE) --no-print-directory native || echo "==> the int8 extension could not be built: the engine serves with OpenVINO's path (docs/engine.md)"
 	@echo "==> starting the engine on http://127.0.0.1:8008 (model load takes ~10 s; Ctrl-C stops)"
 	$(BIN)/genmesh-engine --model $(MODEL) --port 8008
 
