@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import httpx
 import pytest
 import yaml
 
+from support.alongside import requests_alongside
 from support.batches import chat_line, client, create_key, jsonl, read_lines, usage, wait_for
 from support.embeddings_mesh import Mesh, both_models
 from support.gateway_helpers import ADMIN_KEY, RedisServer, launch_gateway
@@ -103,31 +103,10 @@ def tenancy(embeddings_mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> 
 def abuse(t: Tenancy, name: str) -> Iterator[None]:
     """Run the abuse in the block while the other tenant sends interactive chat requests one after
     another; then check the bounds and record the figures."""
-    stop, seen, errors = threading.Event(), [], []
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-
-    def other_tenant() -> None:
-        with httpx.Client(headers=t.auth(t.other), timeout=60) as http:
-            while not stop.is_set() or not seen:
-                began = time.monotonic()
-                try:
-                    r = http.post(t.gateway.url + "/v1/chat/completions", json=body)
-                except httpx.HTTPError as exc:
-                    errors.append(repr(exc))
-                    continue
-                if r.status_code != 200:
-                    errors.append(f"{r.status_code} {r.text[:200]}")
-                seen.append((time.monotonic() - began) * 1000)
-
-    thread = threading.Thread(target=other_tenant, daemon=True)
-    thread.start()
-    try:
+    with requests_alongside(t.gateway.url + "/v1/chat/completions", body, t.auth(t.other), timeout_s=60) as other:
         yield
-    finally:
-        stop.set()
-        thread.join(120)
-    assert not thread.is_alive(), "the other tenant's request never ended"
-    assert not errors, f"the other tenant was refused during {name}: {errors[:3]}"
+    seen = other.latencies_ms
     rc = t.redis.client()
     mem, stats = rc.info("memory"), rc.info("errorstats")
     assert "errorstat_OOM" not in stats, f"Redis refused a write during {name}: {stats}"

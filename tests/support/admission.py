@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from support.alongside import requests_alongside
 from support.gateway_helpers import ADMIN_KEY, Fake, KeySpace, upstream_name
 from support.hostile import connect, memory_status, read_status, record
 from support.servers import Server
@@ -69,32 +70,10 @@ def abuse(gateway: Server, name: str = "admission abuse", bound: int = RSS_GROWT
     pid = gateway.proc.pid
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = memory_status(pid, "VmRSS")
-    other = new_key(gateway, tenant="other")
-    stop, seen, errors = threading.Event(), [], []
+    other = {"Authorization": f"Bearer {new_key(gateway, tenant='other')}"}
     body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-
-    def other_tenant() -> None:
-        with httpx.Client(headers={"Authorization": f"Bearer {other}"}, timeout=30) as http:
-            while not stop.is_set() or not seen:
-                try:
-                    r = http.post(gateway.url + CHAT, json=body)
-                except httpx.HTTPError as exc:
-                    errors.append(repr(exc))
-                    continue
-                if r.status_code != 200:
-                    errors.append(f"{r.status_code} {r.text[:200]}")
-                seen.append(r.status_code)
-
-    thread = threading.Thread(target=other_tenant, daemon=True)
-    thread.start()
-    try:
+    with requests_alongside(gateway.url + CHAT, body, other, timeout_s=30):
         yield
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive()
-    assert not errors, errors[:3]
-    assert seen
     growth = memory_status(pid) - before
     record(f"{name}: gateway peak RSS growth MiB", "gateway", growth / MIB, f"< {bound / MIB:g}")
     assert growth < bound, f"the gateway's peak RSS grew {growth / MIB:.1f} MiB during {name}"

@@ -4,14 +4,13 @@ one, healthy, and its peak RSS grew by less than a bound."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
+from support.alongside import requests_alongside
 from support.hostile import memory_status
 from support.servers import Server
 
@@ -28,25 +27,8 @@ def unharmed(server: Server, rss_bound: int, path: str, body: dict[str, Any]) ->
     by less than ``rss_bound`` bytes."""
     pid = server.proc.pid
     before = peak_rss(pid)
-    done = threading.Event()
-    statuses: list[int] = []
-
-    def good() -> None:
-        with httpx.Client(timeout=120) as client:
-            while True:  # at least one, sent while the block runs
-                statuses.append(client.post(server.url + path, json=body).status_code)
-                if done.is_set():
-                    return
-
-    with ThreadPoolExecutor(1) as pool:
-        goods = pool.submit(good)
-        try:
-            yield
-        finally:
-            done.set()
-            goods.result(timeout=180)
-    assert statuses, "no request was sent alongside"
-    assert set(statuses) == {200}, statuses
+    with requests_alongside(server.url + path, body):
+        yield
     assert server.proc.poll() is None, f"the engine's API process ({pid}) exited: it would have been restarted"
     assert httpx.get(server.url + "/health", timeout=10).status_code == 200
     grew = peak_rss(pid) - before
