@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # int8_probe
 BUILD = ROOT / "scripts" / "build" / "fuse-probe"  # the variants' IRs (gitignored)
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 VARIANTS = ("unfused", "qkv", "gate_up", "both", "zp", "zp_both")
@@ -247,16 +248,9 @@ def write_variants(src: Path, out: Path = BUILD, names: tuple[str, ...] = VARIAN
 
 def logits(compiled: Any, ids: Any) -> Any:
     """All positions' logits of the stateful IR for one prompt (a fresh request: empty state)."""
-    import numpy as np
+    from int8_probe.logits_check import all_logits
 
-    t = ids.shape[1]
-    feed = {
-        "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
-        "position_ids": np.arange(t, dtype=np.int64)[None, :],
-        "beam_idx": np.zeros(1, dtype=np.int32),
-    }
-    return np.asarray(compiled.create_infer_request().infer(feed)["logits"], dtype=np.float32)
+    return all_logits(compiled, ids)
 
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
@@ -457,5 +451,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT / "scripts"))
     main()
