@@ -270,28 +270,56 @@ def runtime_ops(core: Any, model: Any, config: dict[str, Any]) -> collections.Co
     return kinds
 
 
-def check(folders: dict[str, Path], config: dict[str, Any]) -> None:
+def _log_softmax(x: Any) -> Any:
+    import numpy as np
+
+    x = np.asarray(x, np.float64) - np.asarray(x, np.float64).max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def check(folders: dict[str, Path], config: dict[str, Any], logits_config: dict[str, Any]) -> None:
+    """Per variant: its logits against the unfused IR's (``logits_config``: f32 unless --logits-precision),
+    and its compiled nodes by type (``config``: the benchmark's)."""
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
 
     core = ov.Core()
     tokenizer = ov_genai.Tokenizer(str(folders["unfused"] / "tokenizer.gguf"))
-    prompts = [np.asarray(tokenizer.encode(p).input_ids.data, dtype=np.int64) for p in PROMPTS]
-    ref: list[Any] = []
-    for name, folder in folders.items():
-        xml = str(folder / "openvino_model.xml")
-        compiled = core.compile_model(core.read_model(xml), "CPU", F32)
-        out = [logits(compiled, ids) for ids in prompts]
-        del compiled
-        if not ref:
-            ref = out
-        diffs = [float(np.abs(a - b).max()) for a, b in zip(out, ref, strict=True)]
-        top = [float((a.argmax(-1) == b.argmax(-1)).mean()) for a, b in zip(out, ref, strict=True)]
+    from int8_probe.logits_check import TEXT  # 64 tokens of English: more positions
+
+    prompts = [np.asarray(tokenizer.encode(p).input_ids.data, dtype=np.int64) for p in (*PROMPTS, TEXT)]
+
+    def run(xml: str, cfg: dict[str, Any]) -> list[Any]:
+        compiled = core.compile_model(core.read_model(xml), "CPU", cfg)
+        return [logits(compiled, ids) for ids in prompts]
+
+    def compare(out: list[Any], ref: list[Any]) -> dict[str, float]:
+        """max |Δ logit|; median and max |Δ logprob| of ``ref``'s top token; top-1 agreement (all positions)."""
+        lp, rp = [_log_softmax(a[0]) for a in out], [_log_softmax(a[0]) for a in ref]
+        top = [r.argmax(-1) for r in rp]
+        dlp = np.concatenate(
+            [np.abs(a[np.arange(len(t)), t] - r[np.arange(len(t)), t]) for a, r, t in zip(lp, rp, top, strict=True)]
+        )
+        agree = np.concatenate([a.argmax(-1) == t for a, t in zip(lp, top, strict=True)])
+        return {
+            "max_abs_logit_diff": round(max(float(np.abs(a - b).max()) for a, b in zip(out, ref, strict=True)), 6),
+            "median_abs_dlogprob": round(float(np.median(dlp)), 5),
+            "max_abs_dlogprob": round(float(dlp.max()), 5),
+            "top1_agreement": round(float(agree.mean()), 4),
+        }
+
+    xml_of = {name: str(folder / "openvino_model.xml") for name, folder in folders.items()}
+    exact_f32 = run(xml_of["unfused"], F32)  # the reference: the unfused exact IR in f32
+    ref = run(xml_of["unfused"], logits_config)
+    for name, xml in xml_of.items():
+        out = ref if name == "unfused" else run(xml, logits_config)
         kinds = runtime_ops(core, core.read_model(xml), config)
-        row: dict[str, Any] = {"variant": name, "prompt_tokens": [int(p.shape[1]) for p in prompts]}
-        scale = max(float(np.abs(a).max()) for a in ref)
-        row.update(max_abs_logit_diff=max(diffs), max_abs_logit=round(scale, 2), top1_agreement=min(top))
+        row: dict[str, Any] = {"variant": name, "positions": sum(int(p.shape[1]) for p in prompts)}
+        row["max_abs_logit"] = round(max(float(np.abs(a).max()) for a in ref), 2)
+        row["vs_unfused"] = compare(out, ref)
+        if logits_config != F32:
+            row["vs_unfused_f32"] = compare(out, exact_f32)
         row.update(runtime_nodes=sum(kinds.values()), runtime_types=dict(kinds.most_common()))
         print(json.dumps(row), flush=True)
 
@@ -428,6 +456,9 @@ def main() -> None:
     )
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset (unfused always runs)")
     p.add_argument("--precision", default=None, help="INFERENCE_PRECISION_HINT (unset: OpenVINO's, as the engine)")
+    p.add_argument(
+        "--logits-precision", default="f32", help="check: INFERENCE_PRECISION_HINT of the logits ('default': unset)"
+    )
     p.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS")
     p.add_argument("--rounds", type=int, default=7, help="bench: interleaved rounds")
     p.add_argument("--new-tokens", type=int, default=64, help="bench: greedy tokens per request")
@@ -443,7 +474,12 @@ def main() -> None:
     if a.precision:
         config["INFERENCE_PRECISION_HINT"] = a.precision
     if a.what == "check":
-        check(folders, config)
+        logits_config = dict(F32)
+        if a.logits_precision == "default":
+            del logits_config["INFERENCE_PRECISION_HINT"]
+        else:
+            logits_config["INFERENCE_PRECISION_HINT"] = a.logits_precision
+        check(folders, config, logits_config)
     elif a.what == "bench":
         bench(folders, config, a.rounds, a.new_tokens)
     elif a.what == "perf":
