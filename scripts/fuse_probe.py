@@ -183,9 +183,11 @@ def _rewrite(group: list[Branch], zp: bool) -> Any:
     if zp:
         q = _unpacked(packed, (n, blocks, qk)) if (d == 0).any() else None
         z, scale = zero_point_form(q, d[..., 0], m)
-        w = ops.multiply(
-            ops.subtract(ops.convert(codes, "f32"), ops.constant(z[..., None])), ops.constant(scale[..., None])
-        )
+        scale16 = scale.astype(np.float16)  # d or m: f16 values (the plugin holds an f32 copy)
+        if not np.array_equal(scale16.astype(np.float32), scale):
+            raise ValueError("a scale that is not an f16 value")
+        s_node = ops.convert(ops.constant(scale16[..., None]), "f32")
+        w = ops.multiply(ops.subtract(ops.convert(codes, "f32"), ops.constant(z[..., None])), s_node)
         y = ops.matmul(x, ops.reshape(w, shape, False), False, True)
     else:
         w = ops.convert(ops.reshape(ops.multiply(ops.convert(codes, "f16"), ops.constant(d)), shape, False), "f32")
