@@ -329,9 +329,10 @@ def check(folders: dict[str, Path], config: dict[str, Any], logits_config: dict[
 # --- bench: one stream through ContinuousBatchingPipeline -----------------------------------------------------
 
 
-def one_request(ov: Any, pipe: Any, ids: Any, gc: Any, request_id: int) -> dict[str, Any]:
-    """One greedy request driven as the engine's step loop does: per-step wall times."""
-    handle = pipe.add_request(request_id, ov.Tensor(ids), gc)
+def one_request(ov: Any, pipe: Any, ids: Any, gc: Any, request_id: int, concurrency: int = 1) -> dict[str, Any]:
+    """``concurrency`` greedy requests added at once and driven as the engine's step loop does: per-step wall
+    times (with several, a step decodes one token of each), the first request's tokens."""
+    handles = [pipe.add_request(request_id * 100 + i, ov.Tensor(ids), gc) for i in range(concurrency)]
     steps: list[float] = []
     tokens: list[int] = []
     cpu = time.process_time()
@@ -339,20 +340,20 @@ def one_request(ov: Any, pipe: Any, ids: Any, gc: Any, request_id: int) -> dict[
         t = time.perf_counter()
         pipe.step()
         steps.append(time.perf_counter() - t)
-        if handle.can_read():
-            for out in handle.read().values():
+        if handles[0].can_read():
+            for out in handles[0].read().values():
                 tokens.extend(out.generated_ids)
     cpu = time.process_time() - cpu
-    decode = steps[1:]  # step 1: the prompt (one chunk) and the first token
+    decode = steps[1:]  # step 1: the prompts (one chunk) and the first tokens
     return {
         "prefill_ms": steps[0] * 1e3,
         "tpot_ms": sum(decode) / len(decode) * 1e3,
-        "cpu_ms_per_token": cpu * 1e3 / max(1, len(tokens)),
+        "cpu_ms_per_token": cpu * 1e3 / max(1, len(tokens) * concurrency),
         "tokens": tokens,
     }
 
 
-def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tokens: int) -> None:
+def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tokens: int, concurrency: int = 1) -> None:
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
@@ -366,19 +367,19 @@ def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tok
         tokenizer = ov_genai.Tokenizer(str(folder / "tokenizer.gguf"))
         ids = np.asarray(tokenizer.encode(PROMPTS[0]).input_ids.data, dtype=np.int64)
         sc = ov_genai.SchedulerConfig()
-        sc.num_kv_blocks = 64  # room for one request; the engine's other scheduler fields are defaults
+        sc.num_kv_blocks = 64 * concurrency  # room for the requests; the engine's other scheduler fields are defaults
         sc.enable_prefix_caching = False  # each round's prompt is computed anew
         started = time.monotonic()
         pipes[name] = ov_genai.ContinuousBatchingPipeline(str(folder), tokenizer, sc, "CPU", **config)
         load_s = time.monotonic() - started
-        warm = one_request(ov, pipes[name], ids, gc, 0)
+        warm = one_request(ov, pipes[name], ids, gc, 0, concurrency)
         print(json.dumps({"variant": name, "load_s": round(load_s, 2), "warmup_tpot_ms": round(warm["tpot_ms"], 2)}))
     names = list(folders)
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # rotated: no variant always runs first
         for name in order:
-            results[name].append(one_request(ov, pipes[name], ids, gc, 1000 + r))
+            results[name].append(one_request(ov, pipes[name], ids, gc, 1000 + r, concurrency))
         row = {n: round(results[n][-1]["tpot_ms"], 2) for n in names}
         print(json.dumps({"round": r, "order": order, "tpot_ms": row, "load": os.getloadavg()[0]}), flush=True)
     base = results["unfused"]
@@ -464,6 +465,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS")
     p.add_argument("--rounds", type=int, default=7, help="bench: interleaved rounds")
     p.add_argument("--new-tokens", type=int, default=64, help="bench: greedy tokens per request")
+    p.add_argument("--concurrency", type=int, default=1, help="bench: requests decoded together (c)")
     p.add_argument("--requests", type=int, default=5, help="perf: requests per variant while perf records")
     p.add_argument("--perf-dir", type=Path, default=BUILD / "perf", help="perf: where perf.data files go")
     a = p.parse_args()
@@ -483,7 +485,7 @@ def main() -> None:
             logits_config["INFERENCE_PRECISION_HINT"] = a.logits_precision
         check(folders, config, logits_config)
     elif a.what == "bench":
-        bench(folders, config, a.rounds, a.new_tokens)
+        bench(folders, config, a.rounds, a.new_tokens, a.concurrency)
     elif a.what == "perf":
         profile(folders, config, a.requests, a.new_tokens, a.perf_dir)
 
