@@ -27,6 +27,21 @@ TEXT = (
 )
 
 
+def all_logits(compiled: Any, ids: Any) -> Any:
+    """Every position's logits of a compiled stateful IR for one prompt ``ids`` [1, T] (a fresh request: empty
+    state), f32 [1, T, vocab]."""
+    import numpy as np
+
+    t = ids.shape[1]
+    feed = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "position_ids": np.arange(t, dtype=np.int64)[None, :],
+        "beam_idx": np.zeros(1, dtype=np.int32),
+    }
+    return np.asarray(compiled.create_infer_request().infer(feed)["logits"], dtype=np.float32)
+
+
 def logprobs(core: Any, xml: Path, ids: Any, python_op: bool, dq: int = 0) -> Any:
     import numpy as np
 
@@ -37,15 +52,7 @@ def logprobs(core: Any, xml: Path, ids: Any, python_op: bool, dq: int = 0) -> An
     model = core.read_model(str(xml))
     config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
     cm = core.compile_model(model, "CPU", config)
-    req = cm.create_infer_request()
-    t = ids.shape[1]
-    feed = {
-        "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
-        "position_ids": np.arange(t, dtype=np.int64)[None, :],
-        "beam_idx": np.zeros(1, dtype=np.int32),
-    }
-    logits = req.infer(feed)["logits"][0].astype(np.float64)
+    logits = all_logits(cm, ids)[0].astype(np.float64)
     logits -= logits.max(axis=-1, keepdims=True)
     return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
 

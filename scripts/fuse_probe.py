@@ -1,0 +1,494 @@
+"""Issue 56, item 3: fewer, larger nodes for one stream. A probe, not the engine's path.
+
+The exact IR (gguf_exact.py) computes each Q4_1 MatMul as ``W x + M S(x)``: a compressed fully-connected
+(u4 values times f16 block scales), a minimums MatMul over the block sums ``S(x)`` (one ReduceSum per shared
+input already) and an Add. Q, K and V read one input, as do gate and up. This writes variants of the exact IR
+whose MatMuls on one input are one MatMul (values, scales and minimums concatenated along N, one
+VariadicSplit after the Add):
+
+    unfused   the exact IR as the engine serves it
+    qkv       q/k/v fused per layer (3 inputs -> 1 x 3 nodes fewer in the graph)
+    gate_up   gate/up fused per layer
+    both      both
+    zp        every branch as one compressed MatMul whose f32 zero point ``-m/d`` carries the minimums:
+              ``(q - z) d = d q + m`` per block (no ReduceSum, no minimums' MatMul, no Add)
+    zp_both   zp, with q/k/v and gate/up fused
+
+and checks that each variant's logits equal the unfused IR's (f32, ``ov.Core``, a few prompts), counts the
+compiled model's nodes, and times one stream's decode through ``ContinuousBatchingPipeline`` the way the
+engine drives it (``add_request`` + ``step()``), the variants interleaved round by round:
+
+    .venv/bin/python scripts/fuse_probe.py check            # logits, node counts, the plugin's own fusions
+    .venv/bin/python scripts/fuse_probe.py bench --rounds 7 # decode speed, c=1 (quiet machine)
+
+Results: docs/int8-avx2.md ("Fewer nodes: fused QKV and gate/up (probe)").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # int8_probe
+BUILD = ROOT / "scripts" / "build" / "fuse-probe"  # the variants' IRs (gitignored)
+MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+VARIANTS = ("unfused", "qkv", "gate_up", "both", "zp", "zp_both")
+# (group sizes fused: q/k/v 3, gate/up 2; the minimums as an f32 zero point)
+FUSE = {
+    "unfused": ((), False),
+    "qkv": ((3,), False),
+    "gate_up": ((2,), False),
+    "both": ((2, 3), False),
+    "zp": ((), True),
+    "zp_both": ((2, 3), True),
+}
+PROMPTS = (
+    "The sea covers about seventy percent of the Earth's surface. Its waves are driven by the wind,",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "Write a short poem about the sea.",
+)
+QK = 32
+
+
+def exact_ir(model: Path = MODEL) -> Path:
+    """The engine's exact IR of ``model`` (gguf_reencode.prepare: the GGUF cache folder, built once if missing)."""
+    from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, prepare
+    from genmesh.engine.core.gguf_reencode import exact_ir as ir_of
+
+    xml = ir_of(prepare(model, DEFAULT_CACHE_DIR, target="exact"))
+    if xml is None:
+        raise SystemExit(f"{model}: no exact IR (the exact form does not cover it)")
+    return xml
+
+
+@dataclass
+class Branch:
+    """One exact-form Q4_1 MatMul: ``add = matmul(x, W) + minimum(S(x), M)``."""
+
+    matmul: Any
+    add: Any
+    minimum: Any  # MatMul(S(x), Convert(M)), transpose_b
+    codes: Any  # u4 Constant [n, blocks, 32]
+    scale: Any  # f16 Constant [n, blocks, 1]
+    mins: Any  # f16 Constant [n, blocks]
+
+
+def _src(node: Any, i: int) -> Any:
+    return node.input(i).get_source_output().get_node()
+
+
+def _kind(node: Any) -> str:
+    return str(node.get_type_name())
+
+
+def _branch(matmul: Any) -> Branch | None:
+    """``matmul`` as an exact-form branch (``Convert(Reshape(Multiply(Convert(u4), f16)))`` weight, one Add
+    consumer whose other input is the minimums' MatMul), else None."""
+    attrs = matmul.get_attributes()
+    if attrs.get("transpose_a") or not attrs.get("transpose_b"):
+        return None
+    conv = _src(matmul, 1)
+    reshape = _src(conv, 0) if _kind(conv) == "Convert" else None
+    mul = _src(reshape, 0) if reshape is not None and _kind(reshape) == "Reshape" else None
+    if mul is None or _kind(mul) != "Multiply":
+        return None
+    values, scale = _src(mul, 0), _src(mul, 1)
+    if _kind(values) != "Convert" or _kind(scale) != "Constant":
+        return None
+    codes = _src(values, 0)
+    if _kind(codes) != "Constant" or codes.get_element_type().get_type_name() != "u4":
+        return None
+    users = list(matmul.output(0).get_target_inputs())
+    if len(users) != 1 or _kind(users[0].get_node()) != "Add":
+        return None
+    add = users[0].get_node()
+    minimum = _src(add, 1 - users[0].get_index())
+    if _kind(minimum) != "MatMul" or _kind(_src(minimum, 1)) != "Convert":
+        return None
+    mins = _src(_src(minimum, 1), 0)
+    if _kind(mins) != "Constant" or mins.get_element_type().get_type_name() != "f16":
+        return None
+    return Branch(matmul, add, minimum, codes, scale, mins)
+
+
+def groups(model: Any) -> list[list[Branch]]:
+    """The exact-form branches of ``model`` grouped by their shared input (q/k/v: 3, gate/up: 2, o/down: 1)."""
+    by_input: dict[tuple[str, int], list[Branch]] = collections.defaultdict(list)
+    for op in model.get_ordered_ops():
+        if _kind(op) != "MatMul":
+            continue
+        b = _branch(op)
+        if b is not None:
+            x = op.input(0).get_source_output()
+            by_input[(x.get_node().get_friendly_name(), x.get_index())].append(b)
+    return list(by_input.values())
+
+
+def zero_point_form(q: Any, d: Any, m: Any) -> tuple[Any, Any]:
+    """``(z, s)`` f32 with ``(q - z) * s == d q + m`` per block: ``z = -m / d``, ``s = d`` (a block with
+    ``d = 0`` holds one value ``q0`` for all 32: ``z = q0 - 1``, ``s = m``). ``q`` [n, blocks, 32] (only read
+    for ``d = 0`` blocks: may be None when there are none), ``d``, ``m`` [n, blocks]."""
+    import numpy as np
+
+    d32, m32 = np.asarray(d, np.float32), np.asarray(m, np.float32)
+    zero = d32 == 0
+    z = np.divide(-m32, d32, out=np.zeros_like(m32), where=~zero)
+    s = d32.copy()
+    if zero.any():
+        q0 = q[..., 0]
+        if not (q[zero] == q0[zero][:, None]).all():
+            raise ValueError("a block with scale 0 and different values")
+        z[zero] = q0[zero].astype(np.float32) - 1
+        s[zero] = m32[zero]
+    return z, s
+
+
+def _unpacked(packed: Any, shape: tuple[int, ...]) -> Any:
+    import numpy as np
+
+    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO's u4: element 2k low
+
+
+def _rewrite(group: list[Branch], zp: bool) -> Any:
+    """One branch for ``group`` (values, scales and minimums concatenated along N, a VariadicSplit after when
+    there are several): ``W x + M S(x)`` as before, or (``zp``) one compressed MatMul whose f32 zero point
+    ``-m/d`` carries the minimums (no ``S(x)``, no minimums' MatMul, no Add)."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    first = group[0]
+    x = first.matmul.input(0).get_source_output()
+    sums = first.minimum.input(0).get_source_output()
+    sizes = [int(b.codes.get_output_shape(0)[0]) for b in group]
+    n, blocks, qk = sum(sizes), *(int(d) for d in first.codes.get_output_shape(0)[1:])
+    if any(tuple(b.codes.get_output_shape(0)[1:]) != (blocks, qk) for b in group) or qk != QK:
+        raise ValueError("branches of one input with different K")
+    if any(b.minimum.input(0).get_source_output() != sums for b in group):
+        raise ValueError("branches of one input with different block sums")
+    packed = np.concatenate([np.asarray(b.codes.get_data(), dtype=np.uint8).reshape(-1) for b in group])
+    codes = ov.op.Constant(ov.Tensor(packed, ov.Shape([n, blocks, qk]), ov.Type.u4), shared_memory=False)
+    d = np.concatenate([np.asarray(b.scale.get_data(), dtype=np.float16) for b in group])  # [n, blocks, 1]
+    m = np.concatenate([np.asarray(b.mins.get_data(), dtype=np.float16) for b in group])  # [n, blocks]
+    shape = ops.constant(np.array([n, blocks * qk], dtype=np.int64))
+    if zp:
+        q = _unpacked(packed, (n, blocks, qk)) if (d == 0).any() else None
+        z, scale = zero_point_form(q, d[..., 0], m)
+        scale16 = scale.astype(np.float16)  # d or m: f16 values (the plugin holds an f32 copy)
+        if not np.array_equal(scale16.astype(np.float32), scale):
+            raise ValueError("a scale that is not an f16 value")
+        s_node = ops.convert(ops.constant(scale16[..., None]), "f32")
+        w = ops.multiply(ops.subtract(ops.convert(codes, "f32"), ops.constant(z[..., None])), s_node)
+        y = ops.matmul(x, ops.reshape(w, shape, False), False, True)
+    else:
+        w = ops.convert(ops.reshape(ops.multiply(ops.convert(codes, "f16"), ops.constant(d)), shape, False), "f32")
+        y = ops.add(ops.matmul(x, w, False, True), ops.matmul(sums, ops.convert(ops.constant(m), "f32"), False, True))
+    name = first.matmul.get_friendly_name()
+    y.set_friendly_name(f"{name}/{'zp' if zp else 'exact_minimum'}{len(group)}")
+    if len(group) == 1:
+        first.add.output(0).replace(y.output(0))
+        return y
+    parts = ops.variadic_split(y, ops.constant(np.int64(-1)), ops.constant(np.array(sizes, dtype=np.int64)))
+    parts.set_friendly_name(f"{name}/fused{len(group)}/split")
+    for i, b in enumerate(group):
+        b.add.output(0).replace(parts.output(i))
+    return parts
+
+
+def fuse(model: Any, sizes: tuple[int, ...], zp: bool = False) -> int:
+    """Fuse, in place, every group of ``sizes`` branches sharing one input (``zp``: and write every branch in
+    the zero-point form). Returns how many groups were fused."""
+    done = 0
+    for group in groups(model):
+        if len(group) in sizes:
+            _rewrite(group, zp)
+            done += 1
+        elif zp:
+            for branch in group:
+                _rewrite([branch], zp)
+    model.validate_nodes_and_infer_types()
+    return done
+
+
+def write_variants(src: Path, out: Path = BUILD, names: tuple[str, ...] = VARIANTS) -> dict[str, Path]:
+    """Each variant's IR folder under ``out`` (the unfused one links the exact IR), with the GGUF's tokenizer."""
+    import openvino as ov
+
+    from genmesh.engine.core.gguf_tokenizer import tokenizer_gguf
+
+    folders: dict[str, Path] = {}
+    for name in names:
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        tokenizer_gguf((src.parent / "model.gguf").resolve(), folder)
+        xml = folder / "openvino_model.xml"
+        if name == "unfused":
+            for suffix in (".xml", ".bin"):
+                link = xml.with_suffix(suffix)
+                link.unlink(missing_ok=True)
+                link.symlink_to(src.with_suffix(suffix))
+        else:
+            model = ov.Core().read_model(str(src))
+            fused = fuse(model, *FUSE[name])
+            ov.save_model(model, str(xml), compress_to_fp16=False)
+            print(json.dumps({"variant": name, "fused_groups": fused, "ir": str(folder)}), flush=True)
+        folders[name] = folder
+    return folders
+
+
+# --- check: logits and nodes ---------------------------------------------------------------------------------
+
+
+def logits(compiled: Any, ids: Any) -> Any:
+    """All positions' logits of the stateful IR for one prompt (a fresh request: empty state)."""
+    from int8_probe.logits_check import all_logits
+
+    return all_logits(compiled, ids)
+
+
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+
+
+def runtime_ops(core: Any, model: Any, config: dict[str, Any]) -> collections.Counter[str]:
+    """The compiled model's nodes by the plugin's layer type, after OpenVINO GenAI's paged-attention
+    transformation (what ``ContinuousBatchingPipeline`` compiles)."""
+    from openvino._offline_transformations import paged_attention_transformation
+
+    paged_attention_transformation(model)
+    compiled = core.compile_model(model, "CPU", config)
+    kinds = collections.Counter(
+        str(op.get_rt_info()["layerType"].astype(str)) for op in compiled.get_runtime_model().get_ops()
+    )
+    del compiled
+    return kinds
+
+
+def _log_softmax(x: Any) -> Any:
+    import numpy as np
+
+    x = np.asarray(x, np.float64) - np.asarray(x, np.float64).max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def check(folders: dict[str, Path], config: dict[str, Any], logits_config: dict[str, Any]) -> None:
+    """Per variant: its logits against the unfused IR's (``logits_config``: f32 unless --logits-precision),
+    and its compiled nodes by type (``config``: the benchmark's)."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    core = ov.Core()
+    tokenizer = ov_genai.Tokenizer(str(folders["unfused"] / "tokenizer.gguf"))
+    from int8_probe.logits_check import TEXT  # 64 tokens of English: more positions
+
+    prompts = [np.asarray(tokenizer.encode(p).input_ids.data, dtype=np.int64) for p in (*PROMPTS, TEXT)]
+
+    def run(xml: str, cfg: dict[str, Any]) -> list[Any]:
+        compiled = core.compile_model(core.read_model(xml), "CPU", cfg)
+        return [logits(compiled, ids) for ids in prompts]
+
+    def compare(out: list[Any], ref: list[Any]) -> dict[str, float]:
+        """max |Δ logit|; median and max |Δ logprob| of ``ref``'s top token; top-1 agreement (all positions)."""
+        lp, rp = [_log_softmax(a[0]) for a in out], [_log_softmax(a[0]) for a in ref]
+        top = [r.argmax(-1) for r in rp]
+        dlp = np.concatenate(
+            [np.abs(a[np.arange(len(t)), t] - r[np.arange(len(t)), t]) for a, r, t in zip(lp, rp, top, strict=True)]
+        )
+        agree = np.concatenate([a.argmax(-1) == t for a, t in zip(lp, top, strict=True)])
+        return {
+            "max_abs_logit_diff": round(max(float(np.abs(a - b).max()) for a, b in zip(out, ref, strict=True)), 6),
+            "median_abs_dlogprob": round(float(np.median(dlp)), 5),
+            "max_abs_dlogprob": round(float(dlp.max()), 5),
+            "top1_agreement": round(float(agree.mean()), 4),
+        }
+
+    xml_of = {name: str(folder / "openvino_model.xml") for name, folder in folders.items()}
+    exact_f32 = run(xml_of["unfused"], F32)  # the reference: the unfused exact IR in f32
+    ref = run(xml_of["unfused"], logits_config)
+    for name, xml in xml_of.items():
+        out = ref if name == "unfused" else run(xml, logits_config)
+        kinds = runtime_ops(core, core.read_model(xml), config)
+        row: dict[str, Any] = {"variant": name, "positions": sum(int(p.shape[1]) for p in prompts)}
+        row["max_abs_logit"] = round(max(float(np.abs(a).max()) for a in ref), 2)
+        row["vs_unfused"] = compare(out, ref)
+        if logits_config != F32:
+            row["vs_unfused_f32"] = compare(out, exact_f32)
+        row.update(runtime_nodes=sum(kinds.values()), runtime_types=dict(kinds.most_common()))
+        print(json.dumps(row), flush=True)
+
+
+# --- bench: one stream through ContinuousBatchingPipeline -----------------------------------------------------
+
+
+def one_request(ov: Any, pipe: Any, ids: Any, gc: Any, request_id: int, concurrency: int = 1) -> dict[str, Any]:
+    """``concurrency`` greedy requests added at once and driven as the engine's step loop does: per-step wall
+    times (with several, a step decodes one token of each), the first request's tokens."""
+    handles = [pipe.add_request(request_id * 100 + i, ov.Tensor(ids), gc) for i in range(concurrency)]
+    steps: list[float] = []
+    tokens: list[int] = []
+    cpu = time.process_time()
+    while pipe.has_non_finished_requests():
+        t = time.perf_counter()
+        pipe.step()
+        steps.append(time.perf_counter() - t)
+        if handles[0].can_read():
+            for out in handles[0].read().values():
+                tokens.extend(out.generated_ids)
+    cpu = time.process_time() - cpu
+    decode = steps[1:]  # step 1: the prompts (one chunk) and the first tokens
+    return {
+        "prefill_ms": steps[0] * 1e3,
+        "tpot_ms": sum(decode) / len(decode) * 1e3,
+        "cpu_ms_per_token": cpu * 1e3 / max(1, len(tokens) * concurrency),
+        "tokens": tokens,
+    }
+
+
+def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tokens: int, concurrency: int = 1) -> None:
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    gc = ov_genai.GenerationConfig()
+    gc.max_new_tokens = gc.min_new_tokens = new_tokens
+    gc.do_sample = False
+    pipes: dict[str, Any] = {}
+    ids: Any = None
+    for name, folder in folders.items():
+        tokenizer = ov_genai.Tokenizer(str(folder / "tokenizer.gguf"))
+        ids = np.asarray(tokenizer.encode(PROMPTS[0]).input_ids.data, dtype=np.int64)
+        sc = ov_genai.SchedulerConfig()
+        sc.num_kv_blocks = 64 * concurrency  # room for the requests; the engine's other scheduler fields are defaults
+        sc.enable_prefix_caching = False  # each round's prompt is computed anew
+        started = time.monotonic()
+        pipes[name] = ov_genai.ContinuousBatchingPipeline(str(folder), tokenizer, sc, "CPU", **config)
+        load_s = time.monotonic() - started
+        warm = one_request(ov, pipes[name], ids, gc, 0, concurrency)
+        print(json.dumps({"variant": name, "load_s": round(load_s, 2), "warmup_tpot_ms": round(warm["tpot_ms"], 2)}))
+    names = list(folders)
+    results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotated: no variant always runs first
+        for name in order:
+            results[name].append(one_request(ov, pipes[name], ids, gc, 1000 + r, concurrency))
+        row = {n: round(results[n][-1]["tpot_ms"], 2) for n in names}
+        print(json.dumps({"round": r, "order": order, "tpot_ms": row, "load": os.getloadavg()[0]}), flush=True)
+    base = results["unfused"]
+    for name in names:
+        res = results[name]
+        ratios = [b["tpot_ms"] / v["tpot_ms"] for b, v in zip(base, res, strict=True)]  # > 1: faster
+        row = {
+            "variant": name,
+            "tpot_ms_median": round(statistics.median(v["tpot_ms"] for v in res), 2),
+            "decode_tok_s_median": round(1e3 / statistics.median(v["tpot_ms"] for v in res), 1),
+            "speed_vs_unfused_median_of_ratios": round(statistics.median(ratios), 3),
+            "per_round_ratios": [round(x, 3) for x in ratios],
+            "prefill_ms_median": round(statistics.median(v["prefill_ms"] for v in res), 1),
+            "cpu_ms_per_token_median": round(statistics.median(v["cpu_ms_per_token"] for v in res), 2),
+            "same_tokens_as_unfused": all(v["tokens"] == b["tokens"] for v, b in zip(res, base, strict=True)),
+        }
+        print(json.dumps(row), flush=True)
+
+
+def _dso_shares(data: Path) -> dict[str, float]:
+    """Where the samples of ``data`` fell, by shared object (perf report --sort dso), percent."""
+    import subprocess
+
+    out = subprocess.run(
+        ["perf", "report", "-i", str(data), "--sort", "dso", "--stdio", "--no-children", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    shares: dict[str, float] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].endswith("%"):
+            shares[" ".join(parts[1:])] = float(parts[0].rstrip("%"))
+    return shares
+
+
+def profile(folders: dict[str, Path], config: dict[str, Any], requests: int, new_tokens: int, out: Path) -> None:
+    """``perf record`` of this process over ``requests`` decode requests of each variant in turn (after the
+    loads and a warm-up): where one stream's time goes, by shared object (JIT code: perf's ``[JIT]``/anon)."""
+    import signal
+    import subprocess
+
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    gc = ov_genai.GenerationConfig()
+    gc.max_new_tokens = gc.min_new_tokens = new_tokens
+    gc.do_sample = False
+    out.mkdir(parents=True, exist_ok=True)
+    for name, folder in folders.items():
+        tokenizer = ov_genai.Tokenizer(str(folder / "tokenizer.gguf"))
+        ids = np.asarray(tokenizer.encode(PROMPTS[0]).input_ids.data, dtype=np.int64)
+        sc = ov_genai.SchedulerConfig()
+        sc.num_kv_blocks = 64
+        sc.enable_prefix_caching = False
+        pipe = ov_genai.ContinuousBatchingPipeline(str(folder), tokenizer, sc, "CPU", **config)
+        one_request(ov, pipe, ids, gc, 0)
+        data = out / f"{name}.perf.data"
+        cmd = ["perf", "record", "-F", "999", "-g", "-o", str(data), "-p", str(os.getpid())]
+        perf = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # perf attaches (a fixed pause: nothing to poll for)
+        tpot = [one_request(ov, pipe, ids, gc, 1 + i)["tpot_ms"] for i in range(requests)]
+        perf.send_signal(signal.SIGINT)
+        perf.wait(timeout=60)
+        del pipe
+        top = dict(list(_dso_shares(data).items())[:8])
+        print(json.dumps({"variant": name, "tpot_ms_median": round(statistics.median(tpot), 2), "dso_pct": top}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "what", choices=("write", "check", "bench", "perf"), help="write the IRs; check logits/nodes; time c=1; profile"
+    )
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset (unfused always runs)")
+    p.add_argument("--precision", default=None, help="INFERENCE_PRECISION_HINT (unset: OpenVINO's, as the engine)")
+    p.add_argument(
+        "--logits-precision", default="f32", help="check: INFERENCE_PRECISION_HINT of the logits ('default': unset)"
+    )
+    p.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS")
+    p.add_argument("--rounds", type=int, default=7, help="bench: interleaved rounds")
+    p.add_argument("--new-tokens", type=int, default=64, help="bench: greedy tokens per request")
+    p.add_argument("--concurrency", type=int, default=1, help="bench: requests decoded together (c)")
+    p.add_argument("--requests", type=int, default=5, help="perf: requests per variant while perf records")
+    p.add_argument("--perf-dir", type=Path, default=BUILD / "perf", help="perf: where perf.data files go")
+    a = p.parse_args()
+    names = tuple(dict.fromkeys(["unfused", *a.variants.split(",")]))
+    folders = {n: BUILD / n for n in names}
+    if a.what == "write" or not all((f / "openvino_model.xml").is_file() for f in folders.values()):
+        folders = write_variants(exact_ir(), BUILD, names)
+    # The engine's plugin config: f32 activations into the 4-bit FC (no dynamic quantization), 2 threads.
+    config: dict[str, Any] = {"INFERENCE_NUM_THREADS": a.threads, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    if a.precision:
+        config["INFERENCE_PRECISION_HINT"] = a.precision
+    if a.what == "check":
+        logits_config = dict(F32)
+        if a.logits_precision == "default":
+            del logits_config["INFERENCE_PRECISION_HINT"]
+        else:
+            logits_config["INFERENCE_PRECISION_HINT"] = a.logits_precision
+        check(folders, config, logits_config)
+    elif a.what == "bench":
+        bench(folders, config, a.rounds, a.new_tokens, a.concurrency)
+    elif a.what == "perf":
+        profile(folders, config, a.requests, a.new_tokens, a.perf_dir)
+
+
+if __name__ == "__main__":
+    main()
