@@ -6,7 +6,7 @@ input already) and an Add. Q, K and V read one input, as do gate and up. This wr
 whose MatMuls on one input are one MatMul (values, scales and minimums concatenated along N, one
 VariadicSplit after the Add):
 
-    unfused   the exact IR as the engine serves it
+    unfused   the exact IR without fusion (what the engine served before gguf_fuse.py)
     qkv       q/k/v fused per layer (3 inputs -> 1 x 3 nodes fewer in the graph)
     gate_up   gate/up fused per layer
     both      both
@@ -33,12 +33,15 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # int8_probe
+
+from genmesh.engine.core.gguf_fuse import fuse, groups, zero_point_form  # noqa: E402  (the test reads them here)
+
+__all__ = ["exact_ir", "fuse", "groups", "zero_point_form"]
 BUILD = ROOT / "scripts" / "build" / "fuse-probe"  # the variants' IRs (gitignored)
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 VARIANTS = ("unfused", "qkv", "gate_up", "both", "zp", "zp_both")
@@ -56,167 +59,17 @@ PROMPTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n",
     "Write a short poem about the sea.",
 )
-QK = 32
 
 
 def exact_ir(model: Path = MODEL) -> Path:
-    """The engine's exact IR of ``model`` (gguf_reencode.prepare: the GGUF cache folder, built once if missing)."""
-    from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, prepare
-    from genmesh.engine.core.gguf_reencode import exact_ir as ir_of
+    """The exact IR of ``model`` without the fusion the engine's now has (``gguf_exact.build(fused=False)``),
+    under BUILD: the baseline of every variant (built once, ~10 s)."""
+    from genmesh.engine.core.gguf_exact import IR_XML, MARKER, build
 
-    xml = ir_of(prepare(model, DEFAULT_CACHE_DIR, target="exact"))
-    if xml is None:
-        raise SystemExit(f"{model}: no exact IR (the exact form does not cover it)")
-    return xml
-
-
-@dataclass
-class Branch:
-    """One exact-form Q4_1 MatMul: ``add = matmul(x, W) + minimum(S(x), M)``."""
-
-    matmul: Any
-    add: Any
-    minimum: Any  # MatMul(S(x), Convert(M)), transpose_b
-    codes: Any  # u4 Constant [n, blocks, 32]
-    scale: Any  # f16 Constant [n, blocks, 1]
-    mins: Any  # f16 Constant [n, blocks]
-
-
-def _src(node: Any, i: int) -> Any:
-    return node.input(i).get_source_output().get_node()
-
-
-def _kind(node: Any) -> str:
-    return str(node.get_type_name())
-
-
-def _branch(matmul: Any) -> Branch | None:
-    """``matmul`` as an exact-form branch (``Convert(Reshape(Multiply(Convert(u4), f16)))`` weight, one Add
-    consumer whose other input is the minimums' MatMul), else None."""
-    attrs = matmul.get_attributes()
-    if attrs.get("transpose_a") or not attrs.get("transpose_b"):
-        return None
-    conv = _src(matmul, 1)
-    reshape = _src(conv, 0) if _kind(conv) == "Convert" else None
-    mul = _src(reshape, 0) if reshape is not None and _kind(reshape) == "Reshape" else None
-    if mul is None or _kind(mul) != "Multiply":
-        return None
-    values, scale = _src(mul, 0), _src(mul, 1)
-    if _kind(values) != "Convert" or _kind(scale) != "Constant":
-        return None
-    codes = _src(values, 0)
-    if _kind(codes) != "Constant" or codes.get_element_type().get_type_name() != "u4":
-        return None
-    users = list(matmul.output(0).get_target_inputs())
-    if len(users) != 1 or _kind(users[0].get_node()) != "Add":
-        return None
-    add = users[0].get_node()
-    minimum = _src(add, 1 - users[0].get_index())
-    if _kind(minimum) != "MatMul" or _kind(_src(minimum, 1)) != "Convert":
-        return None
-    mins = _src(_src(minimum, 1), 0)
-    if _kind(mins) != "Constant" or mins.get_element_type().get_type_name() != "f16":
-        return None
-    return Branch(matmul, add, minimum, codes, scale, mins)
-
-
-def groups(model: Any) -> list[list[Branch]]:
-    """The exact-form branches of ``model`` grouped by their shared input (q/k/v: 3, gate/up: 2, o/down: 1)."""
-    by_input: dict[tuple[str, int], list[Branch]] = collections.defaultdict(list)
-    for op in model.get_ordered_ops():
-        if _kind(op) != "MatMul":
-            continue
-        b = _branch(op)
-        if b is not None:
-            x = op.input(0).get_source_output()
-            by_input[(x.get_node().get_friendly_name(), x.get_index())].append(b)
-    return list(by_input.values())
-
-
-def zero_point_form(q: Any, d: Any, m: Any) -> tuple[Any, Any]:
-    """``(z, s)`` f32 with ``(q - z) * s == d q + m`` per block: ``z = -m / d``, ``s = d`` (a block with
-    ``d = 0`` holds one value ``q0`` for all 32: ``z = q0 - 1``, ``s = m``). ``q`` [n, blocks, 32] (only read
-    for ``d = 0`` blocks: may be None when there are none), ``d``, ``m`` [n, blocks]."""
-    import numpy as np
-
-    d32, m32 = np.asarray(d, np.float32), np.asarray(m, np.float32)
-    zero = d32 == 0
-    z = np.divide(-m32, d32, out=np.zeros_like(m32), where=~zero)
-    s = d32.copy()
-    if zero.any():
-        q0 = q[..., 0]
-        if not (q[zero] == q0[zero][:, None]).all():
-            raise ValueError("a block with scale 0 and different values")
-        z[zero] = q0[zero].astype(np.float32) - 1
-        s[zero] = m32[zero]
-    return z, s
-
-
-def _unpacked(packed: Any, shape: tuple[int, ...]) -> Any:
-    import numpy as np
-
-    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO's u4: element 2k low
-
-
-def _rewrite(group: list[Branch], zp: bool) -> Any:
-    """One branch for ``group`` (values, scales and minimums concatenated along N, a VariadicSplit after when
-    there are several): ``W x + M S(x)`` as before, or (``zp``) one compressed MatMul whose f32 zero point
-    ``-m/d`` carries the minimums (no ``S(x)``, no minimums' MatMul, no Add)."""
-    import numpy as np
-    import openvino as ov
-    import openvino.opset13 as ops
-
-    first = group[0]
-    x = first.matmul.input(0).get_source_output()
-    sums = first.minimum.input(0).get_source_output()
-    sizes = [int(b.codes.get_output_shape(0)[0]) for b in group]
-    n, blocks, qk = sum(sizes), *(int(d) for d in first.codes.get_output_shape(0)[1:])
-    if any(tuple(b.codes.get_output_shape(0)[1:]) != (blocks, qk) for b in group) or qk != QK:
-        raise ValueError("branches of one input with different K")
-    if any(b.minimum.input(0).get_source_output() != sums for b in group):
-        raise ValueError("branches of one input with different block sums")
-    packed = np.concatenate([np.asarray(b.codes.get_data(), dtype=np.uint8).reshape(-1) for b in group])
-    codes = ov.op.Constant(ov.Tensor(packed, ov.Shape([n, blocks, qk]), ov.Type.u4), shared_memory=False)
-    d = np.concatenate([np.asarray(b.scale.get_data(), dtype=np.float16) for b in group])  # [n, blocks, 1]
-    m = np.concatenate([np.asarray(b.mins.get_data(), dtype=np.float16) for b in group])  # [n, blocks]
-    shape = ops.constant(np.array([n, blocks * qk], dtype=np.int64))
-    if zp:
-        q = _unpacked(packed, (n, blocks, qk)) if (d == 0).any() else None
-        z, scale = zero_point_form(q, d[..., 0], m)
-        scale16 = scale.astype(np.float16)  # d or m: f16 values (the plugin holds an f32 copy)
-        if not np.array_equal(scale16.astype(np.float32), scale):
-            raise ValueError("a scale that is not an f16 value")
-        s_node = ops.convert(ops.constant(scale16[..., None]), "f32")
-        w = ops.multiply(ops.subtract(ops.convert(codes, "f32"), ops.constant(z[..., None])), s_node)
-        y = ops.matmul(x, ops.reshape(w, shape, False), False, True)
-    else:
-        w = ops.convert(ops.reshape(ops.multiply(ops.convert(codes, "f16"), ops.constant(d)), shape, False), "f32")
-        y = ops.add(ops.matmul(x, w, False, True), ops.matmul(sums, ops.convert(ops.constant(m), "f32"), False, True))
-    name = first.matmul.get_friendly_name()
-    y.set_friendly_name(f"{name}/{'zp' if zp else 'exact_minimum'}{len(group)}")
-    if len(group) == 1:
-        first.add.output(0).replace(y.output(0))
-        return y
-    parts = ops.variadic_split(y, ops.constant(np.int64(-1)), ops.constant(np.array(sizes, dtype=np.int64)))
-    parts.set_friendly_name(f"{name}/fused{len(group)}/split")
-    for i, b in enumerate(group):
-        b.add.output(0).replace(parts.output(i))
-    return parts
-
-
-def fuse(model: Any, sizes: tuple[int, ...], zp: bool = False) -> int:
-    """Fuse, in place, every group of ``sizes`` branches sharing one input (``zp``: and write every branch in
-    the zero-point form). Returns how many groups were fused."""
-    done = 0
-    for group in groups(model):
-        if len(group) in sizes:
-            _rewrite(group, zp)
-            done += 1
-        elif zp:
-            for branch in group:
-                _rewrite([branch], zp)
-    model.validate_nodes_and_infer_types()
-    return done
+    folder = BUILD / "exact-unfused"
+    if not (folder / MARKER).is_file():
+        build(model, folder, fused=False)
+    return folder / IR_XML
 
 
 def write_variants(src: Path, out: Path = BUILD, names: tuple[str, ...] = VARIANTS) -> dict[str, Path]:

@@ -172,7 +172,9 @@ def test_the_default_model_is_served_as_its_exact_form() -> None:
     # the GGUF's metadata alone, the one copy the API process uses too
     assert served.tokenizer_gguf == tokenizer_source(DEFAULT_MODEL, config.gguf_cache_dir)
     assert served.ir == served.path / "openvino_model.xml"
-    assert json.loads((served.path / MARKER).read_text())["rewritten_matmuls"] == 210  # 30 layers x 7
+    marker = json.loads((served.path / MARKER).read_text())
+    assert marker["rewritten_matmuls"] == 210  # 30 layers x 7
+    assert marker["fused_groups"] == 60  # q/k/v and gate/up of each layer (gguf_fuse.py)
     assert served.save_ir is False
 
 

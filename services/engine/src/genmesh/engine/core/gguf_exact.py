@@ -29,7 +29,9 @@ file's.
 With ``q41_op`` (the engine's int8 path, native/selection.py), each Q4_1 MatMul becomes one
 ``genmesh::Q41MatMul`` over the file's own blocks instead of ``W x + M S(x)``: int8 dot products of the
 blocks with the activations quantised per block of 32 (docs/int8-avx2.md). Such an IR needs the
-extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY).
+extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1 MatMuls that read
+one input (a layer's q/k/v, its gate/up) are then fused into one each (gguf_fuse.py: the same arithmetic, row
+for row; fewer nodes for the CPU plugin to run).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..native.q41_op import pack_blocks, q41_matmul
+from .gguf_fuse import fuse
 from .gguf_kquants import QK, UNPACK, Blocks
 
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
@@ -58,7 +61,7 @@ AS_READ_TYPES = frozenset({"F16", "Q8_0", "Q4_0"})
 IR_XML = "openvino_model.xml"
 GGUF_LINK = "model.gguf"  # the source GGUF, linked beside the IR: the tokenizer is built from it
 MARKER = "exact.json"  # written last into a complete folder: what was rewritten, by which version
-VERSION = 2  # bump when the rewrite changes (with gguf_reencode.EXACT_KEY, which keys the folder)
+VERSION = 3  # bump when the rewrite changes (with gguf_reencode.EXACT_KEY, which keys the folder); 3: fused
 
 
 class NotExact(RuntimeError):
@@ -293,10 +296,11 @@ def _genai_ir(src: Path, work: Path) -> Path:
     return xml
 
 
-def build(src: str | Path, folder: str | Path, q41_op: bool = False) -> int:
+def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool = True) -> int:
     """Write the exact IR of the GGUF ``src`` into ``folder`` (``openvino_model.xml``/``.bin`` and a
     link to ``src`` for the tokenizer), atomically: the folder appears complete or not at all.
-    ``q41_op``: Q4_1 MatMuls as ``genmesh::Q41MatMul`` (the IR then needs the extension).
+    ``q41_op``: Q4_1 MatMuls as ``genmesh::Q41MatMul`` (the IR then needs the extension); ``fused``: the
+    Q4_1 MatMuls of one input (q/k/v, gate/up) as one (gguf_fuse.py; not with ``q41_op``).
     Returns how many MatMuls were rewritten."""
     import openvino as ov
     from gguf import GGUFReader
@@ -320,6 +324,7 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False) -> int:
         core = ov.Core()
         model = core.read_model(str(genai_xml))
         done = rewrite(model, reader, q41_op)
+        fused_groups = fuse(model) if fused and not q41_op else 0
         ops_written = sum(op.get_type_name() == "Q41MatMul" for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
@@ -328,7 +333,13 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False) -> int:
         (work / GGUF_LINK).symlink_to(src)
         (work / MARKER).write_text(
             json.dumps(
-                {"version": VERSION, "source": str(src), "rewritten_matmuls": done, "q41_matmul_ops": ops_written}
+                {
+                    "version": VERSION,
+                    "source": str(src),
+                    "rewritten_matmuls": done,
+                    "fused_groups": fused_groups,
+                    "q41_matmul_ops": ops_written,
+                }
             )
         )
         os.chmod(work, 0o755)
