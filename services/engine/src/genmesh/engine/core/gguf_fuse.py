@@ -82,7 +82,18 @@ def groups(model: Any) -> list[list[Branch]]:
         if b is not None:
             x = op.input(0).get_source_output()
             by_input[(x.get_node().get_friendly_name(), x.get_index())].append(b)
-    return list(by_input.values())
+    return [sorted(group, key=_content_order) for group in by_input.values()]
+
+
+def _content_order(b: Branch) -> tuple[int, str]:
+    """A group's branches in an order of their own (larger first, then by the values' digest), not the graph's:
+    OpenVINO GenAI writes its graph in another order on other CPUs, and the fused constants' bytes (pinned by
+    fetch_model.py) must not follow it."""
+    import hashlib
+
+    import numpy as np
+
+    return -int(b.codes.get_output_shape(0)[0]), hashlib.sha256(np.asarray(b.codes.get_data()).tobytes()).hexdigest()
 
 
 def zero_point_form(q: Any, d: Any, m: Any) -> tuple[Any, Any]:
