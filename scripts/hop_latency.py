@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 
 from genmesh.bench.datasets import RequestSpec, chat_batch
+from genmesh.bench.hops import FAKE_UPSTREAM
 from genmesh.bench.load import Endpoint, send, session
 from genmesh.bench.servers import MODEL_NAME, PORT, Mesh, running_mesh, start, start_gateway
 from hop_cpu import QUIET, cpu_s
@@ -79,14 +80,11 @@ async def one_at_a_time(targets: dict[str, Endpoint], pids: dict[str, int], n: i
     }
 
 
-FAKE_UPSTREAM = "tests/support/fake_upstream.py"
-
-
 @contextlib.contextmanager
 def fake_mesh(log_dir: Path) -> Iterator[Mesh]:
     """The microservice and the gateway (with its Redis) in front of the fake upstream."""
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        argv = [sys.executable, FAKE_UPSTREAM, "--port", PORT, "--delay-ms", "0"]
+        argv = [sys.executable, str(FAKE_UPSTREAM), "--port", PORT, "--delay-ms", "0"]
         fake = stack.enter_context(start("engine", argv, log_dir / "fake.log", 30.0))
         argv = [sys.executable, "-m", "genmesh.microservice", "--llm-endpoint", fake.url, "--port", PORT]
         ms = stack.enter_context(

@@ -50,6 +50,7 @@ from typing import Any
 from ..native.q41_op import pack_blocks, q41_matmul
 from .gguf_fuse import fuse
 from .gguf_kquants import QK, UNPACK, Blocks
+from .ov_graph import input_node, u4_values
 
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
 
@@ -91,10 +92,6 @@ def rope_order(rows: int, head_dim: int) -> Any:
     return (np.arange(0, rows, head_dim)[:, None] + half[None, :]).reshape(-1)
 
 
-def _input_node(node: Any, i: int) -> Any:
-    return node.input(i).get_source_output().get_node()
-
-
 @dataclass
 class _Decompression:
     user: Any  # the MatMul (weight: input 1) or Gather (table: input 0) that reads the weight
@@ -111,20 +108,20 @@ def _decompressions(model: Any) -> Iterator[_Decompression]:
         kind = op.get_type_name()
         if kind not in ("MatMul", "Gather"):
             continue
-        node = _input_node(op, 1 if kind == "MatMul" else 0)
+        node = input_node(op, 1 if kind == "MatMul" else 0)
         for _ in range(3):  # Convert(Reshape(...)) between the MatMul and the Multiply
             if node.get_type_name() not in ("Convert", "Reshape"):
                 break
-            node = _input_node(node, 0)
+            node = input_node(node, 0)
         if node.get_type_name() != "Multiply":
             continue
-        sub, scale = _input_node(node, 0), _input_node(node, 1)
+        sub, scale = input_node(node, 0), input_node(node, 1)
         if sub.get_type_name() != "Subtract" or scale.get_type_name() != "Constant":
             continue
-        conv = _input_node(sub, 0)
+        conv = input_node(sub, 0)
         if conv.get_type_name() != "Convert":
             continue
-        weight = _input_node(conv, 0)
+        weight = input_node(conv, 0)
         if weight.get_type_name() != "Constant" or weight.get_element_type().get_type_name() not in ("u4", "u8"):
             continue
         yield _Decompression(op, sub, node, weight, scale)
@@ -137,7 +134,7 @@ def _weight_values(const: Any) -> Any:
     packed = np.asarray(const.get_data(), dtype=np.uint8)
     if const.get_element_type().get_type_name() == "u8":
         return packed.reshape(shape)
-    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO's u4: element 2k low
+    return u4_values(packed, shape)
 
 
 def _block_sums(ov_ops: Any, np: Any, x: Any, blocks: int) -> Any:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .gguf_kquants import QK
+from .ov_graph import input_node, u4_values
 
 
 @dataclass
@@ -34,10 +35,6 @@ class Branch:
     mins: Any  # f16 Constant [n, blocks]
 
 
-def _src(node: Any, i: int) -> Any:
-    return node.input(i).get_source_output().get_node()
-
-
 def _kind(node: Any) -> str:
     return str(node.get_type_name())
 
@@ -48,25 +45,25 @@ def _branch(matmul: Any) -> Branch | None:
     attrs = matmul.get_attributes()
     if attrs.get("transpose_a") or not attrs.get("transpose_b"):
         return None
-    conv = _src(matmul, 1)
-    reshape = _src(conv, 0) if _kind(conv) == "Convert" else None
-    mul = _src(reshape, 0) if reshape is not None and _kind(reshape) == "Reshape" else None
+    conv = input_node(matmul, 1)
+    reshape = input_node(conv, 0) if _kind(conv) == "Convert" else None
+    mul = input_node(reshape, 0) if reshape is not None and _kind(reshape) == "Reshape" else None
     if mul is None or _kind(mul) != "Multiply":
         return None
-    values, scale = _src(mul, 0), _src(mul, 1)
+    values, scale = input_node(mul, 0), input_node(mul, 1)
     if _kind(values) != "Convert" or _kind(scale) != "Constant" or scale.get_element_type().get_type_name() != "f16":
         return None  # (Q4_K's exact scales are f32: left as they are)
-    codes = _src(values, 0)
+    codes = input_node(values, 0)
     if _kind(codes) != "Constant" or codes.get_element_type().get_type_name() != "u4":
         return None
     users = list(matmul.output(0).get_target_inputs())
     if len(users) != 1 or _kind(users[0].get_node()) != "Add":
         return None
     add = users[0].get_node()
-    minimum = _src(add, 1 - users[0].get_index())
-    if _kind(minimum) != "MatMul" or _kind(_src(minimum, 1)) != "Convert":
+    minimum = input_node(add, 1 - users[0].get_index())
+    if _kind(minimum) != "MatMul" or _kind(input_node(minimum, 1)) != "Convert":
         return None
-    mins = _src(_src(minimum, 1), 0)
+    mins = input_node(input_node(minimum, 1), 0)
     if _kind(mins) != "Constant" or mins.get_element_type().get_type_name() != "f16":
         return None
     return Branch(matmul, add, minimum, codes, scale, mins)
@@ -115,12 +112,6 @@ def zero_point_form(q: Any, d: Any, m: Any) -> tuple[Any, Any]:
     return z, s
 
 
-def _unpacked(packed: Any, shape: tuple[int, ...]) -> Any:
-    import numpy as np
-
-    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)  # OpenVINO's u4: element 2k low
-
-
 def _rewrite(group: list[Branch], zp: bool) -> Any:
     """One branch for ``group`` (values, scales and minimums concatenated along N, a VariadicSplit after when
     there are several): ``W x + M S(x)`` as before, or (``zp``) one compressed MatMul whose f32 zero point
@@ -144,7 +135,7 @@ def _rewrite(group: list[Branch], zp: bool) -> Any:
     m = np.concatenate([np.asarray(b.mins.get_data(), dtype=np.float16) for b in group])  # [n, blocks]
     shape = ops.constant(np.array([n, blocks * qk], dtype=np.int64))
     if zp:
-        q = _unpacked(packed, (n, blocks, qk)) if (d == 0).any() else None
+        q = u4_values(packed, (n, blocks, qk)) if (d == 0).any() else None
         z, scale = zero_point_form(q, d[..., 0], m)
         scale16 = scale.astype(np.float16)  # d or m: f16 values (the plugin holds an f32 copy)
         if not np.array_equal(scale16.astype(np.float32), scale):
