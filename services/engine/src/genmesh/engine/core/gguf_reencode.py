@@ -116,7 +116,7 @@ def cache_folder(src: Path, cache_dir: Path, target: str) -> Path:
 
 
 SERVED_NAME = "model.gguf"
-EXACT_KEY = "exact-v3"  # the exact form's cache key: bumped with gguf_exact.VERSION
+EXACT_KEY = "exact-v4"  # the exact form's cache key: bumped with gguf_exact.VERSION
 EXACT_OP_KEY = f"{EXACT_KEY}-q41op"  # the exact form with genmesh::Q41MatMul (needs the int8 extension to load)
 
 
