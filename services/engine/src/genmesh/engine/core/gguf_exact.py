@@ -324,8 +324,8 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
         core = ov.Core()
         model = core.read_model(str(genai_xml))
         done = rewrite(model, reader, q41_op)
-        zero_point = fused and not q41_op
-        fused_groups = fuse(model, zp=True) if zero_point else 0
+        fused_groups = fuse(model, zp=True) if fused and not q41_op else 0
+        zero_point = any("/zp" in op.get_friendly_name() for op in model.get_ops())  # (Q4_1 only: gguf_fuse.KINDS)
         ops_written = sum(op.get_type_name() == "Q41MatMul" for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
