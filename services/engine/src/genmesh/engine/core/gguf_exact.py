@@ -339,7 +339,7 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
                     "source": str(src),
                     "rewritten_matmuls": done,
                     "fused_groups": fused_groups,
-                    "minimums": "zero_point" if zero_point else "block_sums",
+                    "minimums": "zero_point" if zero_point else "in_op" if ops_written else "block_sums",
                     "q41_matmul_ops": ops_written,
                 }
             )
