@@ -56,6 +56,11 @@ def main() -> None:
         help="wall: elapsed time; cpu: the process's CPU time (steadier on a shared machine; with --threads 1)",
     )
     p.add_argument("--max-cpu-isa", default=None, help="ONEDNN_MAX_CPU_ISA (set before OpenVINO loads)")
+    p.add_argument(
+        "--library",
+        default=None,
+        help="the extension to time (e.g. a copy of an earlier build); default: the engine's, built from the sources",
+    )
     a = p.parse_args()
     if a.max_cpu_isa:
         os.environ["ONEDNN_MAX_CPU_ISA"] = a.max_cpu_isa
@@ -66,7 +71,7 @@ def main() -> None:
     from int8_probe import q41
 
     core = ov.Core()
-    core.add_extension(str(q41.build_extension()))
+    core.add_extension(a.library or str(q41.build_extension()))
     base = {"INFERENCE_NUM_THREADS": a.threads, "INFERENCE_PRECISION_HINT": "f32"}
     rng = np.random.default_rng(0)
     shapes = a.shape or ["576x1536", "1536x8960"]
