@@ -1,6 +1,8 @@
 """One fully connected layer over the same Q4_1 blocks, timed through OpenVINO at several row counts: the exact
 form as the engine runs it today (u4 values x f16 scale per block, plus ``M S(x)``: docs/accuracy.md) against
-the ``Q41MatMul`` custom op (int8 activations, AVX2 ``maddubs``). Random blocks: this measures the kernels.
+the ``Q41MatMul`` custom op (int8 activations, AVX2 ``maddubs``), and the exact form's zero-point layer
+(``exact-zp``: one compressed MatMul with an f32 zero point, the engine's exact form since its VERSION 4).
+Random blocks: this measures the kernels.
 
     .venv/bin/python scripts/int8_probe/bench_layer.py --shape 576x1536 --shape 1536x8960 --rows 1,32 \
         --threads 2 [--max-cpu-isa AVX2]
@@ -42,6 +44,23 @@ def exact_layer(ov: Any, ops: Any, np: Any, q: Any, d: Any, m: Any) -> Any:
     return ov.Model([ops.add(main, minimum)], [x])
 
 
+def zero_point_layer(ov: Any, ops: Any, np: Any, q: Any, d: Any, m: Any) -> Any:
+    """The exact form's zero-point layer (``gguf_exact.VERSION`` 4, ``gguf_fuse.zero_point_form``): one
+    compressed MatMul ``x ((Convert(u4 q) - z) * d)^T`` with the f32 zero point ``z = -m/d`` per block."""
+    from genmesh.engine.core.gguf_fuse import zero_point_form
+
+    n, nb, qk = q.shape
+    x = ops.parameter([-1, -1, nb * qk], np.float32, name="x")
+    flat = q.reshape(-1)
+    packed = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)
+    codes = ov.op.Constant(ov.Tensor(packed, ov.Shape([n, nb, qk]), ov.Type.u4), shared_memory=False)
+    z, scale = zero_point_form(q, d, m)
+    s = ops.convert(ops.constant(scale.astype(np.float16)[..., None]), "f32")
+    w = ops.multiply(ops.subtract(ops.convert(codes, "f32"), ops.constant(z[..., None])), s)
+    w = ops.reshape(w, ops.constant(np.array([n, nb * qk], dtype=np.int64)), False)
+    return ov.Model([ops.matmul(x, w, False, True)], [x])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", action="append", help="KxN (inputs x outputs); repeatable", default=[])
@@ -56,6 +75,11 @@ def main() -> None:
         help="wall: elapsed time; cpu: the process's CPU time (steadier on a shared machine; with --threads 1)",
     )
     p.add_argument("--max-cpu-isa", default=None, help="ONEDNN_MAX_CPU_ISA (set before OpenVINO loads)")
+    p.add_argument(
+        "--library",
+        default=None,
+        help="the extension to time (e.g. a copy of an earlier build); default: the engine's, built from the sources",
+    )
     a = p.parse_args()
     if a.max_cpu_isa:
         os.environ["ONEDNN_MAX_CPU_ISA"] = a.max_cpu_isa
@@ -66,7 +90,7 @@ def main() -> None:
     from int8_probe import q41
 
     core = ov.Core()
-    core.add_extension(str(q41.build_extension()))
+    core.add_extension(a.library or str(q41.build_extension()))
     base = {"INFERENCE_NUM_THREADS": a.threads, "INFERENCE_PRECISION_HINT": "f32"}
     rng = np.random.default_rng(0)
     shapes = a.shape or ["576x1536", "1536x8960"]
@@ -83,6 +107,9 @@ def main() -> None:
         for dq in (0,) if a.max_cpu_isa == "AVX2" else (0, 32):
             forms[f"exact-dq{dq}"] = core.compile_model(
                 exact_layer(ov, ops, np, q, d, m), "CPU", {**base, "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
+            )
+            forms[f"exact-zp-dq{dq}"] = core.compile_model(
+                zero_point_layer(ov, ops, np, q, d, m), "CPU", {**base, "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
             )
         for kernel in ("avx2", "scalar"):
             model = ov.Model([q41.q41_matmul(x.output(0), blocks, kernel).output(0)], [x])

@@ -78,6 +78,27 @@ def test_layer_matches_fp64_reference(core: ov.Core, kernel: str, k: int, n: int
     assert rel(y, exact) < 0.02  # int8 activations: ~0.5 % measured
 
 
+# The M > 1 kernel (eight output columns repacked per group, four activation rows per tile): every row count
+# on both sides of the 4-row tile and the M = 1 path, and N with tails outside the groups of eight (N = 4: no
+# group at all; 13 = 8 + 5; 203 = 25 * 8 + 3, split across both threads).
+GEMM_ROWS = (1, 3, 4, 5, 8, 17, 64, 65, 512)
+
+
+@pytest.mark.parametrize(("k", "n"), [(64, 4), (128, 13), (96, 203)])
+def test_every_row_count_and_column_tail_matches_fp64(core: ov.Core, k: int, n: int) -> None:
+    rng = np.random.default_rng(11 * n + k)
+    blocks = gguf_blocks(rng, n, k)
+    avx2, scalar = layer(core, k, blocks, "avx2"), layer(core, k, blocks, "scalar")
+    for m in GEMM_ROWS:
+        x = rng.standard_normal((1, m, k)).astype(np.float32)
+        y = avx2(x)[0]
+        assert y.shape == (1, m, n)
+        as_quantised = q41.reference(q41.quantise_q8_1(x.reshape(m, k)), blocks).reshape(y.shape)
+        assert rel(y, as_quantised) < 1e-5, m  # measured ~1e-7: f32 rounding only
+        assert rel(y, q41.reference(x, blocks).reshape(y.shape)) < 0.02, m  # int8 activations: ~0.5 %
+        np.testing.assert_allclose(y, scalar(x)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_kernels_agree_and_zero_blocks_stay_finite(core: ov.Core) -> None:
     rng = np.random.default_rng(7)
     blocks = gguf_blocks(rng, 40, 256)
