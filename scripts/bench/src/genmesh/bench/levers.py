@@ -151,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
             peer = llama_peer(args.model, True, parallel, args.llama_threads, extra=more or (), fallback=fallback)
             if peer.note:
                 raise SystemExit(f"genmesh-bench levers: {peer.label}: {peer.note}")
-            say(f"levers: starting {name} ({peer.version}, {shlex.join(more or []) or 'the report form'})")
+            form = "the report's form" if more is None else f"the report's flags + {shlex.join(more) or 'nothing'}"
+            say(f"levers: starting {name} ({peer.version}, {form})")
             server = stack.enter_context(start_peer(peer, args.log_dir / f"{name}.log"))
             say(f"levers: {name}: {peer.form or 'as given'}")
             servers[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
