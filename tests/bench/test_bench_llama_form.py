@@ -45,8 +45,8 @@ def test_the_default_form_runs_where_it_works_without_no_repack(
         assert httpx.get(server.url + "/health").status_code == 200
         assert "--no-repack" not in server.proc.args  # type: ignore[operator]
     assert [("--no-repack" in argv) for argv in starts(tmp_path)] == [False]  # started once, repacked
-    assert peer.form == NO_REPACK.default == "weights repacked (llama.cpp's default)"
-    assert peer.described.endswith("; weights repacked (llama.cpp's default)")
+    assert peer.form == NO_REPACK.default == "weights repacked where llama.cpp can (its default)"
+    assert peer.described.endswith("; weights repacked where llama.cpp can (its default)")
     assert "--no-repack" not in peer.settings
 
 

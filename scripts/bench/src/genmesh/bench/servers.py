@@ -333,9 +333,10 @@ def vllm_peer(
     return peer
 
 
-# llama.cpp repacks Q4_0/Q4_K/IQ4_NL weights into interleaved layouts at load (its default; faster on AVX2,
-# AVX-512 and AMX); on Sapphire Rapids its AMX repack crashed, so there the peer runs without (docs/benchmarking.md)
-NO_REPACK = Fallback(("--no-repack",), "weights repacked (llama.cpp's default)")
+# llama.cpp repacks Q4_0/Q4_K/IQ4_NL weights into interleaved layouts at load (its default; on AVX2, AVX-512 and
+# AMX). Its AMX repack crashed on Sapphire Rapids, so where the default form fails the peer runs without; on this
+# project's Zen 4 the repack was not faster (docs/benchmarking.md, docs/benchmarks-notes.md)
+NO_REPACK = Fallback(("--no-repack",), "weights repacked where llama.cpp can (its default)")
 
 
 def llama_peer(
