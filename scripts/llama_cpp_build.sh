@@ -22,8 +22,9 @@ Environment:
   JOBS                   parallel compile jobs                (default: nproc)
   DRY_RUN=1              print the commands instead of running them
 
-Prints the binary's path last. Start it for the report with --no-repack (the AMX repack path
-crashes on this CPU), e.g.: llama-server -m MODEL.gguf -np 32 -t 2 --no-repack
+Prints the binary's path last. The report starts it in its default form (weights repacked), e.g.
+llama-server -m MODEL.gguf -np 32 -t 2 -c 32768, and with --no-repack only where that form fails
+(llama.cpp's AMX repack crashed on Sapphire Rapids; docs/benchmarking.md).
 EOF
 }
 

@@ -46,6 +46,10 @@ def test_the_ratio_base_and_the_llama_server_variant_are_checked_before_anything
         run(parser.parse_args([*common, "--ratio-to", "f16"]))
     with pytest.raises(SystemExit, match=f"not be {LLAMA}"):
         run(parser.parse_args([*common, "--variant", f"{LLAMA}=", "--llama-server"]))
+    with pytest.raises(SystemExit, match="must differ"):
+        run(parser.parse_args([*common, "--llama-variant", "exact=--no-repack"]))
+    with pytest.raises(SystemExit, match="nothing to measure"):
+        run(parser.parse_args(common[:-2]))
     assert not (tmp_path / "logs").exists()  # no server was started
 
 

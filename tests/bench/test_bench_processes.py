@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from genmesh.bench.results import BENCH_CLIENT, Load, StealMeter, make_result, sample
+from genmesh.bench.results import BENCH_CLIENT, Load, StealMeter, make_result, sample, tree_name
 from support.polling import wait_until
 
 # A parent that starts a child; the child holds 200 MiB and spins until killed.
@@ -88,3 +88,16 @@ def test_a_servers_spawned_worker_is_measured_apart_as_its_core() -> None:
             child.kill()
         proc.kill()
         proc.wait(10)
+
+
+def test_a_tree_is_named_by_its_python_module_or_else_its_executable() -> None:
+    """``python -m genmesh.engine`` is ``engine``; llama-server's ``-m MODEL`` names a model, not a module."""
+    waits = "import sys; sys.stdin.read()"  # both wait on stdin, so each is alive while it is named
+    procs = [subprocess.Popen([sys.executable, "-c", waits, "-m", "genmesh.engine"], stdin=subprocess.PIPE)]
+    procs.append(subprocess.Popen(["/bin/sh", "-c", "read x", "-m", "model.gguf"], stdin=subprocess.PIPE))
+    try:
+        assert [tree_name(psutil.Process(p.pid)) for p in procs] == ["engine", "sh"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)

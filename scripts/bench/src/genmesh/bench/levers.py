@@ -1,7 +1,9 @@
 """``genmesh-bench levers``: engine settings side by side. Each ``--variant NAME=FLAGS`` is an engine started
 with FLAGS after the defaults, all loaded at once; at each level they alternate in rounds, so drift in the
 machine's speed lands on all. ``--llama-server`` adds llama.cpp's server on the same GGUF (the report's peer,
-``make llama-cpp``) as one more target in the rounds. Per variant: each figure's median over the rounds, and the
+``make llama-cpp``, in the form the report would run) as one more target in the rounds, and each
+``--llama-variant NAME=FLAGS`` one with the report's flags plus FLAGS, as it is (``--variant`` may then be left
+out: llama-server against itself). Per variant: each figure's median over the rounds, and the
 median of each round's throughput ratio to the first variant (or ``--ratio-to``'s)."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .datasets import DATASETS, RequestSpec, TokenCodec
 from .load import Endpoint, load_levels, measure
 from .render import fmt, level, say, table
 from .results import Result, percentile, save
-from .servers import MODEL_NAME, llama_peer, start, start_engine
+from .servers import MODEL_NAME, NO_REPACK, llama_peer, start_engine, start_peer
 
 FIGURES = {"output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f", "median_tpot_ms": ".1f"}
 COLUMNS = ["load", "variant", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "vs {}", "steal %"]
@@ -42,7 +44,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--variant", action="append", required=True, metavar="NAME=FLAGS", help="engine flags (repeat)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS", help="engine flags (repeat)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="the GGUF or IR folder every variant serves")
     p.add_argument("--dataset-name", choices=list(DATASETS), default="random")
     p.add_argument("--input-len", type=int, default=128, help="prompt tokens (mixed: median; shared-prefix: prefix)")
@@ -55,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--result-dir", type=Path, default=Path("bench-results"), help="where the JSON goes")
     p.add_argument("--log-dir", type=Path, default=Path("bench-results/levers"), help="engine logs")
     p.add_argument("--llama-server", action="store_true", help=f"also llama.cpp's llama-server, as variant {LLAMA}")
+    p.add_argument(
+        "--llama-variant", action="append", default=[], metavar="NAME=FLAGS", help="llama-server plus FLAGS (repeat)"
+    )
     p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
     p.add_argument("--ratio-to", metavar="NAME", help="the variant the ratios are to (default: the first)")
 
@@ -113,11 +118,14 @@ def _level(servers: dict[str, tuple[Endpoint, int]], sets: list[list[RequestSpec
 def run(args: argparse.Namespace) -> int:
     try:
         variants = dict(parse_variant(v) for v in args.variant)
+        llamas = dict(parse_variant(v) for v in args.llama_variant)
     except ValueError as exc:
         raise SystemExit(f"genmesh-bench levers: {exc}") from exc
-    if len(variants) != len(args.variant) or (args.llama_server and LLAMA in variants):
+    names = [*variants, *llamas, *([LLAMA] if args.llama_server else [])]
+    if not names:
+        raise SystemExit("genmesh-bench levers: nothing to measure: give --variant, --llama-variant or --llama-server")
+    if len(set(names)) != len(args.variant) + len(args.llama_variant) + args.llama_server:
         raise SystemExit(f"genmesh-bench levers: variant names must differ (and not be {LLAMA} with --llama-server)")
-    names = [*variants, *([LLAMA] if args.llama_server else [])]
     if (first := args.ratio_to or names[0]) not in names:
         raise SystemExit(f"genmesh-bench levers: --ratio-to {first}: not a variant ({', '.join(names)})")
     plan, codec = load_levels(args.concurrency, args.request_rates, args.rate_requests), TokenCodec(Path(args.model))
@@ -137,15 +145,19 @@ def run(args: argparse.Namespace) -> int:
             servers[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
             argvs[name] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
             asyncio.run(measure(servers[name][0], warmup))
-        if args.llama_server:
-            peer = llama_peer(args.model, True, max([32, *args.concurrency]), args.llama_threads)
+        report_form: list[tuple[str, list[str] | None]] = [(LLAMA, None)] if args.llama_server else []
+        for name, more in [*llamas.items(), *report_form]:  # a --llama-variant (more flags) runs as given
+            fallback, parallel = NO_REPACK if more is None else None, max([32, *args.concurrency])
+            peer = llama_peer(args.model, True, parallel, args.llama_threads, extra=more or (), fallback=fallback)
             if peer.note:
                 raise SystemExit(f"genmesh-bench levers: {peer.label}: {peer.note}")
-            say(f"levers: starting {LLAMA} ({peer.version})")
-            server = stack.enter_context(start(peer.key, peer.argv, args.log_dir / f"{LLAMA}.log", peer.timeout_s))
-            servers[LLAMA] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
-            argvs[LLAMA] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
-            asyncio.run(measure(servers[LLAMA][0], warmup))
+            form = "the report's form" if more is None else f"the report's flags + {shlex.join(more) or 'nothing'}"
+            say(f"levers: starting {name} ({peer.version}, {form})")
+            server = stack.enter_context(start_peer(peer, args.log_dir / f"{name}.log"))
+            say(f"levers: {name}: {peer.form or 'as given'}")
+            servers[name] = (Endpoint(server.url, MODEL_NAME), server.proc.pid)
+            argvs[name] = shlex.join(str(a) for a in server.proc.args)  # type: ignore[union-attr]
+            asyncio.run(measure(servers[name][0], warmup))
         for i, (rate, conc, n) in enumerate(plan):
             sets = [(fresh(seed=1 + i * k + r) if args.fresh_prompts else base)[:n] for r in range(k)]
             by_variant = _level(servers, sets, args.dataset_name, request_rate=rate, max_concurrency=conc)

@@ -36,6 +36,7 @@ from .servers import (
     st_peer,
     start,
     start_engine,
+    start_peer,
     vllm_peer,
 )
 
@@ -296,12 +297,14 @@ class Report:
             self.line(label, key, server.url, False, [server.proc.pid])
 
     def peer(self, p: Peer) -> None:
-        self.settings.append((p.label, p.version or "-", p.settings))
         say(f"{p.label}: {p.note or 'starting'}")
         try:
-            server = None if p.note else start(p.key, p.argv, self.args.log_dir / f"{p.key}.log", p.timeout_s, **p.env)
+            server = None if p.note else start_peer(p, self.args.log_dir / f"{p.key}.log")
         except Exception as exc:  # a peer that fails to start is reported, not fatal
             server, p.note = None, f"failed to start here: {exc}".splitlines()[0]
+        self.settings.append((p.label, p.version or "-", p.described))
+        if p.form:
+            say(f"{p.label}: {p.form}")
         if server is None:
             self.notes.append(f"{p.label}: {p.note}")
             return

@@ -82,7 +82,7 @@ def tree_name(proc: psutil.Process) -> str:
         argv = proc.cmdline()
         if "multiprocessing.spawn" in " ".join(argv[:4]) and (up := proc.parent()):  # a server's worker
             return f"{tree_name(up)} core"
-        if "-m" in argv[:-1]:
+        if "-m" in argv[:-1] and os.path.basename(argv[0]).startswith("python"):  # not llama-server's -m MODEL
             module = argv[argv.index("-m") + 1]
             return module.removeprefix("genmesh.")
         return os.path.basename(argv[0]) if argv else proc.name()

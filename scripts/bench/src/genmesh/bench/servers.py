@@ -79,6 +79,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class StartFailed(RuntimeError):
+    """A server that exited, was never ready or failed its first request; ``status`` says which, in words
+    that follow its name ("exited with code -11 (SIGSEGV) on start")."""
+
+    def __init__(self, name: str, status: str, log_path: Path) -> None:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:]) if log_path.is_file() else ""
+        super().__init__(f"{name} {status}:\n{tail}")
+        self.status = status
+
+
+def exit_text(code: int | None) -> str:
+    """A process's exit status in words: ``code -11 (SIGSEGV)`` for a signal (Popen's negative codes)."""
+    with contextlib.suppress(ValueError, TypeError):
+        if code is not None and code < 0:
+            return f"code {code} ({signal.Signals(-code).name})"
+    return f"code {code}"
+
+
 def start(
     name: str, argv: Sequence[str], log_path: Path, timeout_s: float, health: str | None = "/health", **env: str
 ) -> ManagedServer:
@@ -94,9 +112,12 @@ def start(
         while not answers(url + (health or "")):
             if proc.poll() is not None or time.monotonic() > deadline:
                 done = proc.poll() is not None
-                status = f"exited with {proc.returncode}" if done else f"not ready after {timeout_s:.0f}s"
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-                raise RuntimeError(f"{name} {status}:\n{tail}")
+                status = (
+                    f"exited with {exit_text(proc.returncode)} on start"
+                    if done
+                    else f"was not ready after {timeout_s:.0f} s"
+                )
+                raise StartFailed(name, status, log_path)
             time.sleep(0.2)  # polling interval while it starts
     except BaseException:
         server.stop()
@@ -195,6 +216,15 @@ OPEA_NOTE = (
 )
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """A peer's second form: its argv plus ``flags``, started where its default form (``default``: how the
+    settings line names it) exits, is never ready or fails its first request."""
+
+    flags: tuple[str, ...]
+    default: str
+
+
 @dataclass
 class Peer:
     key: str
@@ -205,6 +235,54 @@ class Peer:
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""  # why it cannot run here ("" when it can)
     version: str = ""
+    fallback: Fallback | None = None
+    form: str = ""  # which form ran and why (:func:`start_peer`; "" without a fallback)
+
+    @property
+    def described(self) -> str:
+        """The settings line, with the form that ran where the peer has two."""
+        return f"{self.settings}; {self.form}" if self.form else self.settings
+
+
+PROBE = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0.0}  # a first request
+
+
+def first_answer(server: ManagedServer, timeout_s: float) -> ManagedServer:
+    """``server`` once it has answered one short chat request with 200; else stopped, :class:`StartFailed`."""
+    try:
+        resp = httpx.post(f"{server.url}/v1/chat/completions", json=PROBE, timeout=timeout_s)
+        failure = None if resp.status_code == 200 else f"answered its first request with HTTP {resp.status_code}"
+    except httpx.HTTPError as exc:
+        failure = f"failed its first request ({type(exc).__name__})"
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.proc.wait(0.5 if failure else 0.0)  # a crash closes the connection a moment before the exit
+    if server.proc.poll() is not None:
+        failure = f"exited with {exit_text(server.proc.returncode)} on its first request"
+    if failure is None:
+        return server
+    server.stop()
+    raise StartFailed(server.name, failure, server.log_path)
+
+
+def start_peer(p: Peer, log: Path) -> ManagedServer:
+    """``p``'s server, healthy, its output in ``log``. One with a :class:`Fallback` must also answer a first short
+    request (:func:`first_answer`); where its default form fails, the fallback form is started instead (its output
+    in ``log`` with the flags in the name), and ``p.form`` says which form ran and why. This is the one place that
+    decides, by trying on every run, not by the CPU's name: llama-server's default (repacked) form crashed on
+    Sapphire Rapids with AMX and is faster elsewhere, so the peer runs at its best wherever it can."""
+    if p.fallback is None:
+        return start(p.key, p.argv, log, p.timeout_s, **p.env)
+    try:
+        server = first_answer(start(p.key, p.argv, log, p.timeout_s, **p.env), p.timeout_s)
+        p.form = p.fallback.default
+        return server
+    except StartFailed as exc:
+        why = exc.status
+    flags = list(p.fallback.flags)
+    log = log.with_name(f"{log.stem}{''.join(flags)}{log.suffix}")
+    server = first_answer(start(p.key, [*p.argv, *flags], log, p.timeout_s, **p.env), p.timeout_s)
+    p.form = f"`{' '.join(flags)}`: the default form {why}"
+    return server
 
 
 def is_default_model(model: str) -> bool:
@@ -255,21 +333,37 @@ def vllm_peer(
     return peer
 
 
-def llama_peer(model: str, cache_prompt: bool, parallel: int, threads: int) -> Peer:
-    flags = ["-np", str(parallel), "-t", str(threads), "--no-repack", "-c", str(parallel * 1024)]
+# llama.cpp repacks Q4_0/Q4_K/IQ4_NL weights into interleaved layouts at load (its default; on AVX2, AVX-512 and
+# AMX). Its AMX repack crashed on Sapphire Rapids, so where the default form fails the peer runs without; on this
+# project's Zen 4 the repack was not faster (docs/benchmarking.md, docs/benchmarks-notes.md)
+NO_REPACK = Fallback(("--no-repack",), "weights repacked where llama.cpp can (its default)")
+
+
+def llama_peer(
+    model: str,
+    cache_prompt: bool,
+    parallel: int,
+    threads: int,
+    binary: Path = LLAMA_SERVER,
+    extra: Sequence[str] = (),
+    fallback: Fallback | None = NO_REPACK,
+) -> Peer:
+    """llama.cpp's server (``make llama-cpp``) on ``model``, plus ``extra`` flags: in its default form where that
+    runs, else with the ``fallback``'s flags (:func:`start_peer`; None: as it is)."""
+    flags = ["-np", str(parallel), "-t", str(threads), "-c", str(parallel * 1024), *extra]
     no_cache = "" if cache_prompt else " `--no-cache-prompt`"
     settings = f"llama.cpp's own server on the same GGUF (`{Path(model).name}`), `{' '.join(flags)}`{no_cache}, "
     settings += "built with "
     cache = "on (its default)" if cache_prompt else "off (as if our engine ran with --no-enable-prefix-caching)"
     settings += f"`-DGGML_NATIVE=ON`; prompt cache {cache}"
-    argv = [str(LLAMA_SERVER), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
+    argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
     argv += [] if cache_prompt else ["--no-cache-prompt"]
     label = "(f) llama-server" + ("" if cache_prompt else " --no-cache-prompt")
-    peer = Peer("llama" if cache_prompt else "llama-nocache", label, settings, argv, 120.0)
-    if not LLAMA_SERVER.is_file() or not os.access(LLAMA_SERVER, os.X_OK):
-        peer.note = f"skipped: no {LLAMA_SERVER} (run `scripts/llama_cpp_build.sh`, ~12 min)"
+    peer = Peer("llama" if cache_prompt else "llama-nocache", label, settings, argv, 120.0, fallback=fallback)
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        peer.note = f"skipped: no {binary} (run `scripts/llama_cpp_build.sh`, ~12 min)"
     else:
-        version_file = LLAMA_SERVER.parent.parent / "VERSION"
+        version_file = binary.parent.parent / "VERSION"
         peer.version = version_file.read_text().strip() if version_file.is_file() else "unknown version"
     return peer
 
