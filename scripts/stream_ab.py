@@ -1,7 +1,8 @@
 """Two OpenAI-compatible servers, one stream at a time, alternating request by request: time per output token
 (from the first content chunk to the stream's end) and time to first token of each, and the median of the
-per-request TPOT ratios A/B (< 1: A decodes faster). A new connection per request (llama-server closes idle
-keep-alive connections). Used for docs/int8-avx2.md ("One stream against llama-server").
+per-request TPOT ratios A/B (< 1: A decodes faster). The requests are the bench's own (``genmesh.bench.load.send``:
+greedy, ``ignore_eos``, a keep-alive connection per server, re-sent once on one the server had closed). Used for
+docs/int8-avx2.md ("One stream against llama-server").
 
     .venv/bin/python scripts/stream_ab.py http://127.0.0.1:18100 http://127.0.0.1:18103 --requests 24
 """
@@ -9,41 +10,29 @@ keep-alive connections). Used for docs/int8-avx2.md ("One stream against llama-s
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
+import contextlib
 import statistics
-import time
 
-import httpx
+from genmesh.bench.datasets import RequestSpec
+from genmesh.bench.load import Endpoint, send, session
+from genmesh.bench.results import RequestOutput
 
 SUBJECTS = ("fish", "boat", "whale", "crab", "storm", "diver", "shell", "wave", "gull", "pirate")
 
 
-def one(url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, float]:
-    """(TTFT ms, TPOT ms) of one greedy streamed chat request of ``max_tokens`` tokens."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "ignore_eos": True,
-    }
-    started, first, tokens = time.perf_counter(), None, 0
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=120) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                first = time.perf_counter()
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    end = time.perf_counter()
-    if first is None or tokens < 2:
-        raise RuntimeError(f"{url}: no tokens streamed")
-    return (first - started) * 1e3, (end - first) * 1e3 / (tokens - 1)
+async def alternate(urls: tuple[str, str], model: str, n: int, max_tokens: int) -> dict[str, list[RequestOutput]]:
+    got: dict[str, list[RequestOutput]] = {url: [] for url in urls}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {url: await stack.enter_async_context(session(url, 1)) for url in urls}
+        for i in range(n):
+            req = RequestSpec(f"Write a short story about a {SUBJECTS[i % len(SUBJECTS)]} in the sea.", 0, max_tokens)
+            for url in urls if i % 2 == 0 else urls[::-1]:
+                out = await send(clients[url], Endpoint(url, model), req)
+                if out.tpot_s is None:
+                    raise SystemExit(f"{url}: {out.error or 'fewer than 2 tokens streamed'}")
+                got[url].append(out)
+    return got
 
 
 def main() -> None:
@@ -54,16 +43,12 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--model", default="SmolLM2-135M-Instruct")
     args = p.parse_args()
-    got: dict[str, list[tuple[float, float]]] = {args.a: [], args.b: []}
-    for i in range(args.requests):
-        prompt = f"Write a short story about a {SUBJECTS[i % len(SUBJECTS)]} in the sea."
-        for url in (args.a, args.b) if i % 2 == 0 else (args.b, args.a):
-            got[url].append(one(url, args.model, prompt, args.max_tokens))
+    got = asyncio.run(alternate((args.a, args.b), args.model, args.requests, args.max_tokens))
+    tpot = {url: [1e3 * (o.tpot_s or 0.0) for o in runs] for url, runs in got.items()}
     for url, runs in got.items():
-        ttft = statistics.median(r[0] for r in runs)
-        tpot = statistics.median(r[1] for r in runs)
-        print(f"{url}: TTFT p50 {ttft:.1f} ms, TPOT p50 {tpot:.2f} ms")
-    ratios = [a[1] / b[1] for a, b in zip(got[args.a], got[args.b], strict=True)]
+        ttft = statistics.median(1e3 * (o.ttft_s or 0.0) for o in runs)
+        print(f"{url}: TTFT p50 {ttft:.1f} ms, TPOT p50 {statistics.median(tpot[url]):.2f} ms")
+    ratios = [a / b for a, b in zip(tpot[args.a], tpot[args.b], strict=True)]
     print(f"TPOT A/B, median of per-request ratios: {statistics.median(ratios):.3f}")
 
 
