@@ -45,20 +45,13 @@ def exact_layer(ov: Any, ops: Any, np: Any, q: Any, d: Any, m: Any) -> Any:
 
 
 def zero_point_layer(ov: Any, ops: Any, np: Any, q: Any, d: Any, m: Any) -> Any:
-    """The exact form's zero-point layer (``gguf_exact.VERSION`` 4, ``gguf_fuse.zero_point_form``): one
-    compressed MatMul ``x ((Convert(u4 q) - z) * d)^T`` with the f32 zero point ``z = -m/d`` per block."""
-    from genmesh.engine.core.gguf_fuse import zero_point_form
+    """The exact form's zero-point layer (``gguf_exact.VERSION`` 4): ``exact_layer`` rewritten by the engine's own
+    ``gguf_fuse.fuse(zp=True)`` into one compressed MatMul ``x ((Convert(u4 q) - z) * d)^T``, ``z = -m/d``."""
+    from genmesh.engine.core.gguf_fuse import fuse
 
-    n, nb, qk = q.shape
-    x = ops.parameter([-1, -1, nb * qk], np.float32, name="x")
-    flat = q.reshape(-1)
-    packed = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)
-    codes = ov.op.Constant(ov.Tensor(packed, ov.Shape([n, nb, qk]), ov.Type.u4), shared_memory=False)
-    z, scale = zero_point_form(q, d, m)
-    s = ops.convert(ops.constant(scale.astype(np.float16)[..., None]), "f32")
-    w = ops.multiply(ops.subtract(ops.convert(codes, "f32"), ops.constant(z[..., None])), s)
-    w = ops.reshape(w, ops.constant(np.array([n, nb * qk], dtype=np.int64)), False)
-    return ov.Model([ops.matmul(x, w, False, True)], [x])
+    model = exact_layer(ov, ops, np, q, d, m)
+    fuse(model, zp=True)
+    return model
 
 
 def main() -> None:
