@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..native.q41_op import pack_blocks, q41_matmul
-from .gguf_fuse import fuse
+from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks
 from .ov_graph import input_node, u4_values
 
@@ -325,7 +325,7 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
         model = core.read_model(str(genai_xml))
         done = rewrite(model, reader, q41_op)
         fused_groups = fuse(model, zp=True) if fused and not q41_op else 0
-        zero_point = any("/zp" in op.get_friendly_name() for op in model.get_ops())  # (Q4_1 only: gguf_fuse.KINDS)
+        zero_point = in_zero_point_form(model)  # (Q4_1 only: gguf_fuse.KINDS)
         ops_written = sum(op.get_type_name() == "Q41MatMul" for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model

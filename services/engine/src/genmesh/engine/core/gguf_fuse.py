@@ -107,6 +107,14 @@ def _content_order(b: Branch) -> tuple[int, str]:
     return -int(b.codes.get_output_shape(0)[0]), hashlib.sha256(np.asarray(b.codes.get_data()).tobytes()).hexdigest()
 
 
+ZERO_POINT = "zp"  # a branch in the zero-point form is named ``<MatMul>/zp<group size>``
+
+
+def in_zero_point_form(model: Any) -> bool:
+    """Whether ``fuse(zp=True)`` wrote any branch of ``model`` in the zero-point form."""
+    return any(f"/{ZERO_POINT}" in op.get_friendly_name() for op in model.get_ops())
+
+
 class NoZeroPoint(ValueError):
     """A branch that the zero-point form cannot carry exactly: it is written as ``W x + M S(x)``."""
 
@@ -143,10 +151,8 @@ def _rewrite(group: list[Branch], zp: bool) -> Any:
     sums = first.minimum.input(0).get_source_output()
     sizes = [int(b.codes.get_output_shape(0)[0]) for b in group]
     n, blocks, qk = sum(sizes), *(int(d) for d in first.codes.get_output_shape(0)[1:])
-    if any(tuple(b.codes.get_output_shape(0)[1:]) != (blocks, qk) for b in group) or qk != QK:
-        raise ValueError("branches of one input with different K")
-    if any(b.minimum.input(0).get_source_output() != sums for b in group):
-        raise ValueError("branches of one input with different block sums")
+    if qk != QK:  # (a group's branches share K and the block sums: ``_fusable``)
+        raise ValueError(f"blocks of {qk} values, not {QK}")
     packed = np.concatenate([np.asarray(b.codes.get_data(), dtype=np.uint8).reshape(-1) for b in group])
     codes = ov.op.Constant(ov.Tensor(packed, ov.Shape([n, blocks, qk]), ov.Type.u4), shared_memory=False)
     half = first.kind == "f16"  # Q4_1: f16 scales and minimums; Q4_K: f32 (f16 minimums widened exactly)
@@ -173,7 +179,7 @@ def _rewrite(group: list[Branch], zp: bool) -> Any:
         w = ops.reshape(ops.multiply(ops.convert(codes, "f32"), ops.constant(d)), shape, False)
         y = ops.add(ops.matmul(x, w, False, True), ops.matmul(sums, ops.constant(m), False, True))
     name = first.matmul.get_friendly_name()
-    y.set_friendly_name(f"{name}/{'zp' if zp else 'exact_minimum'}{len(group)}")
+    y.set_friendly_name(f"{name}/{ZERO_POINT if zp else 'exact_minimum'}{len(group)}")
     if len(group) == 1:
         first.add.output(0).replace(y.output(0))
         return y

@@ -20,8 +20,9 @@ from .build import BuildError
 
 Mode = Literal["auto", "openvino", "genmesh"]
 MODES: tuple[Mode, ...] = ("auto", "openvino", "genmesh")
-# OpenVINO's path until the op is measured on its target CPUs: forced on Zen 4 it gave greedy 22 of 30 (floor 23)
-# and 0.77x at c=8 (docs/int8-avx2.md); ``auto`` becomes the default once make eval and the benchmarks pass there.
+# OpenVINO's path until the op is measured on its target CPUs: forced on Zen 4 (not one) it passes the bounded
+# make eval but runs 0.72x (c=1) and 0.96x (c=8) the zero-point exact form (docs/int8-avx2.md); ``auto`` becomes
+# the default once make eval and the benchmarks pass on an AVX2 CPU without VNNI.
 DEFAULT_MODE: Mode = "openvino"
 # /proc/cpuinfo flags with which OpenVINO's CPU plugin quantises activations to int8 itself
 INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
