@@ -20,6 +20,9 @@ Environment:
   LLAMA_CPP_PY_VERSION   llama-cpp-python version ("" newest) (default: 0.3.36)
   PYTHON                 interpreter that runs pip            (default: .venv/bin/python, else python3)
   JOBS                   parallel compile jobs                (default: nproc)
+  LLAMA_CPP_CMAKE_ARGS   more cmake arguments, after ours     (default: none), e.g. an AVX2-only peer on a
+                         newer CPU: LLAMA_CPP_CACHE=.cache/llama.cpp-avx2 LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF
+                         -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
   DRY_RUN=1              print the commands instead of running them
 
 Prints the binary's path last. The report starts it in its default form (weights repacked), e.g.
@@ -34,6 +37,7 @@ cd "$repo_root"
 cache="${LLAMA_CPP_CACHE:-.cache/llama.cpp}"
 version="${LLAMA_CPP_PY_VERSION-0.3.36}"
 jobs="${JOBS:-$(nproc)}"
+read -r -a extra_cmake_args <<<"${LLAMA_CPP_CMAKE_ARGS:-}"
 python="${PYTHON:-}"
 if [[ -z "$python" ]]; then
     if [[ -x .venv/bin/python ]]; then python=.venv/bin/python; else python=python3; fi
@@ -73,7 +77,7 @@ fi
 echo "==> [2/3] configuring and building llama-server ($jobs jobs; about 12 minutes on 2 cores)"
 run_traced cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=ON
+    -DLLAMA_BUILD_SERVER=ON "${extra_cmake_args[@]}"
 run_traced cmake --build "$work/build" --target llama-server -j "$jobs"
 
 echo "==> [3/3] caching the binary in $cache"
@@ -82,6 +86,7 @@ run_traced install -m 0755 "$work/build/bin/llama-server" "$binary"
 if ! is_dry_run; then
     printf '%s (llama.cpp bundled in %s)\n' "$("$binary" --version 2>&1 | grep -m1 -i version || echo unknown)" \
         "$(basename "$sdist" .tar.gz)" >"$cache/VERSION"
+    printf '%s\n' "${LLAMA_CPP_CMAKE_ARGS:-}" >"$cache/CMAKE_ARGS"  # named in the report's settings line
     cat "$cache/VERSION"
 fi
 echo "$binary"

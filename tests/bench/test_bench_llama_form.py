@@ -86,3 +86,13 @@ def test_a_peer_without_a_fallback_starts_once_as_given(
     with pytest.raises(StartFailed, match="on start"):
         start_peer(peer, tmp_path / "llama.log")
     assert len(starts(tmp_path)) == 1
+
+
+def test_the_settings_line_names_the_build_arguments_of_the_binary_that_runs(fake: Path) -> None:
+    """A llama-server built with LLAMA_CPP_CMAKE_ARGS (e.g. an AVX2-only peer on a newer CPU) says so; the
+    build script writes them beside the binary (CMAKE_ARGS), and ``--llama-binary`` picks that binary."""
+    assert "built with `-DGGML_NATIVE=ON`;" in llama_peer("m.gguf", True, 4, 2, binary=fake).settings
+    (fake.parent.parent / "CMAKE_ARGS").write_text("-DGGML_NATIVE=OFF -DGGML_AVX2=ON\n")
+    peer = llama_peer("m.gguf", True, 4, 2, binary=fake)
+    assert "built with `-DGGML_NATIVE=ON -DGGML_NATIVE=OFF -DGGML_AVX2=ON`;" in peer.settings
+    assert peer.argv[0] == str(fake)

@@ -27,6 +27,7 @@ from .load import Endpoint, load_levels, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
 from .servers import (
+    LLAMA_SERVER,
     MODEL_NAME,
     OPEA_NOTE,
     Peer,
@@ -111,6 +112,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-assistant-tokens", type=int, default=5, help="the (bd) line's draft tokens per step")
     p.add_argument("--ir-repo", type=Path, default=Path("models/repository"), help="the IR lines' exports (MODEL_REPO)")
     p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
+    p.add_argument(
+        "--llama-binary",
+        type=Path,
+        default=LLAMA_SERVER,
+        help=f"the llama-server to run (default {LLAMA_SERVER}; scripts/llama_cpp_build.sh builds others)",
+    )
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip py-spy on the engine")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="the Markdown report")
     p.add_argument("--assets-dir", type=Path, default=Path("docs/benchmarks"), help="PNGs and the JSON results")
@@ -370,7 +377,9 @@ class Report:
         if "vllm" in lines:
             self.peer(vllm_peer(args.model))
         for key in (key for key in ("llama", "llama-nocache") if key in lines):
-            self.peer(llama_peer(args.model, key == "llama", max(args.concurrency), args.llama_threads))
+            self.peer(
+                llama_peer(args.model, key == "llama", max(args.concurrency), args.llama_threads, args.llama_binary)
+            )
         if "opea" in lines:
             self.settings.append(("(g) OPEA text-generation", "-", "-"))
             self.notes.append(f"(g) OPEA text-generation microservice: {OPEA_NOTE}")

@@ -353,9 +353,10 @@ def llama_peer(
     flags = ["-np", str(parallel), "-t", str(threads), "-c", str(parallel * 1024), *extra]
     no_cache = "" if cache_prompt else " `--no-cache-prompt`"
     settings = f"llama.cpp's own server on the same GGUF (`{Path(model).name}`), `{' '.join(flags)}`{no_cache}, "
-    settings += "built with "
+    build_args = binary.parent.parent / "CMAKE_ARGS"  # scripts/llama_cpp_build.sh's LLAMA_CPP_CMAKE_ARGS, if any
+    built = build_args.read_text().strip() if build_args.is_file() else ""
     cache = "on (its default)" if cache_prompt else "off (as if our engine ran with --no-enable-prefix-caching)"
-    settings += f"`-DGGML_NATIVE=ON`; prompt cache {cache}"
+    settings += f"built with `-DGGML_NATIVE=ON{' ' + built if built else ''}`; prompt cache {cache}"
     argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", PORT, "-a", MODEL_NAME, *flags]
     argv += [] if cache_prompt else ["--no-cache-prompt"]
     label = "(f) llama-server" + ("" if cache_prompt else " --no-cache-prompt")
