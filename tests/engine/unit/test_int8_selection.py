@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from genmesh.engine.core.pipeline_config import pipeline_properties
-from genmesh.engine.native.build import BuildError
+from genmesh.engine.native.build import BuildError, build, library_path
 from genmesh.engine.native.selection import choose
 
 ZEN3 = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})  # AVX2 without VNNI: the op's target
@@ -84,6 +84,22 @@ def test_the_build_says_why_without_cmake(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "cmake is not installed" in done.stderr
     assert not list(tmp_path.glob("native/int8-*/*.so"))
+
+
+def test_a_library_an_image_ships_is_found_without_cmake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """services/Dockerfile builds the library into the image's prefix and removes the compilers: the engine
+    finds it there (after its own cache), and never tries to build."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no compiler
+    shipped = library_path(tmp_path / "prefix")
+    with pytest.raises(BuildError, match="cmake is not installed"):
+        build(tmp_path / "cache", shipped_dir=tmp_path / "prefix")
+    shipped.parent.mkdir(parents=True)
+    shipped.write_bytes(b"\x7fELF")
+    assert build(tmp_path / "cache", shipped_dir=tmp_path / "prefix") == shipped
+    cached = library_path(tmp_path / "cache")
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"\x7fELF")
+    assert build(tmp_path / "cache", shipped_dir=tmp_path / "prefix") == cached  # the cache first
 
 
 @pytest.mark.parametrize("mode", ["auto", "openvino", "genmesh"])

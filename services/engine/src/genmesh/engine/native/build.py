@@ -26,6 +26,9 @@ SOURCES = ("CMakeLists.txt", "q41_matmul.cpp")
 LIBRARY = "libgenmesh_int8.so"
 DEFAULT_CACHE_DIR = "~/.cache/genmesh"
 DEFAULT_TIMEOUT_S = 600.0  # one cmake step (configure or compile); ~10 s on 2 idle cores
+# Where an image ships the library prebuilt (services/Dockerfile builds it there, then removes the compilers):
+# looked up after the cache, so an engine without cmake or g++ still finds it. Read-only; never built into.
+SHIPPED_DIR = Path(sys.prefix) / "share" / "genmesh"
 
 
 class BuildError(RuntimeError):
@@ -62,12 +65,17 @@ def _run(cmd: list[str], timeout_s: float) -> None:
         raise BuildError(f"{' '.join(cmd[:2])} failed (exit {done.returncode}): {' / '.join(tail)}")
 
 
-def build(cache_dir: str | Path = DEFAULT_CACHE_DIR, timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
-    """The extension's shared library for the present sources: found in the cache, or built into it.
-    Raises ``BuildError`` saying why it cannot be built here."""
+def build(
+    cache_dir: str | Path = DEFAULT_CACHE_DIR, timeout_s: float = DEFAULT_TIMEOUT_S, shipped_dir: Path = SHIPPED_DIR
+) -> Path:
+    """The extension's shared library for the present sources: found in the cache or where an image ships it
+    (``shipped_dir``), or built into the cache. Raises ``BuildError`` saying why it cannot be built here."""
     target = library_path(cache_dir)
     if target.is_file():
         return target
+    shipped = library_path(shipped_dir)
+    if shipped.is_file():
+        return shipped
     cmake = shutil.which("cmake")
     if cmake is None:
         raise BuildError("cmake is not installed (make native installs it with g++ from Debian)")
