@@ -1,0 +1,203 @@
+// genmesh::Q4KMatMul: y = x W^T with W in GGUF Q4_K blocks and x quantised per 256 to int8 (Q8_K) at run time.
+//
+// Inputs:  x       f32 [..., K]              (K a multiple of 256)
+//          blocks  u8  [N, K/256 * 144]      the file's Q4_K super-blocks, row n = output n: f16 d, f16 dmin,
+//                                            12 bytes of 6-bit scales sc[s] and minimums mn[s] of the 8
+//                                            sub-blocks of 32 (ggml's get_scale_min_k4 packing), 128 bytes of
+//                                            nibbles: bytes 32c..32c+31 hold sub-block 2c in their low nibbles
+//                                            and 2c+1 in their high ones; w = d*sc[s]*q - dmin*mn[s]
+// Output:  y       f32 [..., N]
+//
+// Per super-block of 256 inputs: x ~= dx * qx (qx int8, dx = max|x| / 127 over the 256), bx[s] = sum of qx over
+// sub-block s, and
+//     sum_j w_j x_j ~= dx * (d * sum_s sc[s] * sum_{j in s} q_j qx_j  -  dmin * sum_s mn[s] * bx[s])
+// Both sums over s are integers: _mm256_maddubs_epi16 (u8 q x s8 qx -> i16 pairs, |pair| <= 2*15*127), then
+// _mm256_madd_epi16 with the sub-block's scale broadcast (-> i32, |lane| <= 8 * 2*3810*63 < 2^23 per
+// super-block); the minimums' sum is one 128-bit madd of the eight mn with the eight bx. So one float
+// multiply-add per super-block and output for the products, one for the minimums.
+
+#include "q4k_matmul.hpp"
+
+#include <vector>
+
+namespace genmesh {
+
+constexpr size_t QK_K = 256;         // weights per super-block
+constexpr size_t SUB = 8;            // sub-blocks of 32 per super-block
+constexpr size_t BLOCK_BYTES = 144;  // f16 d, f16 dmin, 12 bytes of scales and minimums, 128 of nibbles
+constexpr size_t ROWS = 4;           // activation rows per pass over a weight block (register tile)
+constexpr size_t M_CHUNK = 64;       // activation rows per pass over a task's weight rows (cache tile)
+
+// The activations of one call, quantised: q [M][K] int8, d [M][K/256] f32, bsum [M][K/256][8] i16 (|.| <= 4064).
+struct Q8_K {
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int16_t> bsum;
+};
+
+// The eight 6-bit scales and minimums of a super-block from its 12 packed bytes (ggml's get_scale_min_k4):
+// sub-blocks 0..3 in the low 6 bits of bytes 0..3 (scales) and 4..7 (minimums); 4..7 in the nibbles of bytes
+// 8..11 with their top 2 bits in the top bits of bytes 0..7.
+static inline void scales_mins(const uint8_t* p, uint8_t* sc, int16_t* mn) {
+    for (size_t j = 0; j < 4; ++j) {
+        sc[j] = p[j] & 63;
+        mn[j] = p[j + 4] & 63;
+        sc[j + 4] = (p[j + 8] & 0x0F) | ((p[j] >> 6) << 4);
+        mn[j + 4] = (p[j + 8] >> 4) | ((p[j + 4] >> 6) << 4);
+    }
+}
+
+// One activation row per super-block: d = max|x| / 127 over 256 values, q nearest-even, bsum per 32.
+template <Kernel k>
+static void quantise_row(const float* x, size_t K, int8_t* q, float* d, int16_t* bsum) {
+    for (size_t b = 0; b < K / QK_K; ++b) {
+        const float* xb = x + b * QK_K;
+        float amax;
+        if constexpr (k == Kernel::Avx2)
+            amax = amax_avx2(xb, QK_K);
+        else
+            amax = amax_scalar(xb, QK_K);
+        const float db = amax / 127.f, id = db != 0.f ? 1.f / db : 0.f;
+        d[b] = db;
+        for (size_t s = 0; s < SUB; ++s) {
+            int8_t* qs = q + b * QK_K + 32 * s;
+            int sum;
+            if constexpr (k == Kernel::Avx2)
+                sum = quantise32_avx2(xb + 32 * s, id, qs);
+            else
+                sum = quantise32_scalar(xb + 32 * s, id, qs);
+            bsum[b * SUB + s] = (int16_t)sum;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------- scalar path
+static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                        size_t n1) {
+    const size_t nsb = K / QK_K;
+    for (size_t n = n0; n < n1; ++n) {
+        for (size_t m = 0; m < M; ++m) {
+            const int8_t* qx = a.q.data() + m * K;
+            float acc = 0.f;
+            for (size_t b = 0; b < nsb; ++b) {
+                const uint8_t* blk = w + (n * nsb + b) * BLOCK_BYTES;
+                uint8_t sc[SUB];
+                int16_t mn[SUB];
+                scales_mins(blk + 4, sc, mn);
+                int isum = 0, imin = 0;
+                for (size_t s = 0; s < SUB; ++s) {
+                    const uint8_t* nib = blk + 16 + 32 * (s / 2);
+                    const int8_t* xs = qx + b * QK_K + 32 * s;
+                    int dot = 0;
+                    for (size_t j = 0; j < 32; ++j) dot += (s % 2 ? nib[j] >> 4 : nib[j] & 0x0F) * xs[j];
+                    isum += sc[s] * dot;
+                    imin += mn[s] * a.bsum[(m * nsb + b) * SUB + s];
+                }
+                const float d = half_to_float(load_u16(blk)), dmin = half_to_float(load_u16(blk + 2));
+                acc += a.d[m * nsb + b] * (d * (float)isum - dmin * (float)imin);
+            }
+            y[m * N + n] = acc;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------- AVX2 path
+// y[m0..m0+R][n..n+C]: per super-block, each 32 bytes of nibbles of a weight row serve R activation rows (its two
+// sub-blocks: one maddubs and one madd with the broadcast scale each), into C x R integer accumulators; then one
+// FMA per output for the products and a scalar multiply-add for the minimums.
+template <size_t C, size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
+                                                               size_t m0, size_t K, size_t N, size_t n) {
+    const size_t nsb = K / QK_K, row = nsb * BLOCK_BYTES;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[C][R];
+    float mins[C][R];
+    for (size_t c = 0; c < C; ++c)
+        for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps(), mins[c][r] = 0.f;
+    for (size_t b = 0; b < nsb; ++b) {
+        const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
+        alignas(16) int16_t mn[C][SUB];
+        uint8_t sc[C][SUB];
+        float d[C], dmin[C];
+        for (size_t c = 0; c < C; ++c) {
+            const uint8_t* blk = blk0 + c * row;
+            const char* next = (const char*)(blk + C * row);  // the next tile's rows: the prefetcher alone lags
+            _mm_prefetch(next, _MM_HINT_T0);
+            _mm_prefetch(next + 64, _MM_HINT_T0);
+            _mm_prefetch(next + 128, _MM_HINT_T0);
+            d[c] = f16(blk);
+            dmin[c] = f16(blk + 2);
+            scales_mins(blk + 4, sc[c], mn[c]);
+        }
+        __m256i isum[C][R];
+        for (size_t c = 0; c < C; ++c)
+            for (size_t r = 0; r < R; ++r) isum[c][r] = _mm256_setzero_si256();
+        for (size_t j = 0; j < 4; ++j) {
+            for (size_t c = 0; c < C; ++c) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk0 + c * row + 16 + 32 * j));
+                const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                const __m256i sl = _mm256_set1_epi16(sc[c][2 * j]), sh = _mm256_set1_epi16(sc[c][2 * j + 1]);
+                for (size_t r = 0; r < R; ++r) {
+                    const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 64 * j;
+                    const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qx)), sl);
+                    const __m256i ph =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qx + 32))), sh);
+                    isum[c][r] = _mm256_add_epi32(isum[c][r], _mm256_add_epi32(pl, ph));
+                }
+            }
+        }
+        for (size_t r = 0; r < R; ++r) {
+            const float dx = a.d[(m0 + r) * nsb + b];
+            const __m128i bx = _mm_loadu_si128((const __m128i*)(a.bsum.data() + ((m0 + r) * nsb + b) * SUB));
+            for (size_t c = 0; c < C; ++c) {
+                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d[c] * dx), _mm256_cvtepi32_ps(isum[c][r]), acc[c][r]);
+                __m128i p = _mm_madd_epi16(_mm_load_si128((const __m128i*)mn[c]), bx);
+                p = _mm_hadd_epi32(p, p);
+                p = _mm_hadd_epi32(p, p);
+                mins[c][r] += dmin[c] * dx * (float)_mm_cvtsi128_si32(p);
+            }
+        }
+    }
+    for (size_t c = 0; c < C; ++c)
+        for (size_t r = 0; r < R; ++r) y[(m0 + r) * N + n + c] = hsum8(acc[c][r]) - mins[c][r];
+}
+
+// C weight rows from n, every activation row m0..m1: R = 4 rows per tile, then the rest one by one.
+template <size_t C>
+static void weight_rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t m0, size_t m1, size_t K, size_t N,
+                             size_t n) {
+    size_t m = m0;
+    for (; m + ROWS <= m1; m += ROWS) tile_avx2<C, ROWS>(a, w, y, m, K, N, n);
+    for (; m < m1; ++m) tile_avx2<C, 1>(a, w, y, m, K, N, n);
+}
+
+// Activation rows in chunks of M_CHUNK (64 rows of K int8 stay in L2 while the task's weight rows pass); fewer
+// than 4 rows (decode): 4 weight rows per tile, else 2 (x 4 activation rows).
+static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                      size_t n1) {
+    for (size_t m0 = 0; m0 < M; m0 += M_CHUNK) {
+        const size_t m1 = std::min(M, m0 + M_CHUNK);
+        size_t n = n0;
+        if (m1 - m0 < ROWS)
+            for (; n + 4 <= n1; n += 4) weight_rows_avx2<4>(a, w, y, m0, m1, K, N, n);
+        for (; n + 2 <= n1; n += 2) weight_rows_avx2<2>(a, w, y, m0, m1, K, N, n);
+        for (; n < n1; ++n) weight_rows_avx2<1>(a, w, y, m0, m1, K, N, n);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------- the product
+void q4k_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    const size_t nsb = K / QK_K;
+    Q8_K a;
+    a.q.resize(M * K);
+    a.d.resize(M * nsb);
+    a.bsum.resize(M * nsb * SUB);
+    auto quantise = kernel == Kernel::Avx2 ? quantise_row<Kernel::Avx2> : quantise_row<Kernel::Scalar>;
+    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
+    parallel_rows(M, [&](size_t m) {
+        quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nsb, a.bsum.data() + m * nsb * SUB);
+    });
+    parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+}
+
+}  // namespace genmesh
