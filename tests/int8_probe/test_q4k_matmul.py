@@ -19,18 +19,11 @@ import pytest
 from gguf import GGMLQuantizationType, quants
 
 from genmesh.engine.core.gguf_kquants import q4_k
-from genmesh.engine.native.q41_op import Q4K_BLOCK_BYTES, QK_K, q4k_matmul
+from genmesh.engine.native.q41_op import QK_K, q4k_matmul
 from int8_probe import q41
+from int8_probe.bench_layer import q4k_blocks
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
-
-
-def q4k_blocks(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
-    """Random Q4_K blocks [n, k/256*144]: d, dmin of a trained model's size, random scales, minimums, nibbles."""
-    b = rng.integers(0, 256, (n, k // QK_K, Q4K_BLOCK_BYTES), dtype=np.uint8)
-    b[..., 0:2] = (rng.random((n, k // QK_K, 1)) * 4e-3 + 1e-4).astype(np.float16).view(np.uint8)
-    b[..., 2:4] = (rng.random((n, k // QK_K, 1)) * 4e-3).astype(np.float16).view(np.uint8)
-    return b.reshape(n, -1)
 
 
 def weights(blocks: np.ndarray) -> np.ndarray:
