@@ -30,6 +30,9 @@ SOURCES = (
     "q41_matmul.cpp",
     "q4k_matmul.hpp",
     "q4k_matmul.cpp",
+    "q8k.hpp",
+    "q6k_matmul.hpp",
+    "q6k_matmul.cpp",
 )
 LIBRARY = "libgenmesh_int8.so"
 DEFAULT_CACHE_DIR = "~/.cache/genmesh"

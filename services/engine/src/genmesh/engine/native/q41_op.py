@@ -1,12 +1,13 @@
-"""``genmesh::Q41MatMul`` and ``genmesh::Q4KMatMul`` from Python: the nodes written into a model, and GGUF Q4_1
-blocks packed for the first (the second takes a Q4_K matrix's bytes as the file has them).
+"""``genmesh::Q41MatMul``, ``Q4KMatMul`` and ``Q6KMatMul`` from Python: the nodes written into a model, and GGUF
+Q4_1 blocks packed for the first (the K-quant ops take a matrix's bytes as the file has them).
 
 The op itself is C++ (``int8/q41_matmul.cpp``): ``Q41MatMul(x, blocks)``, ``x`` f32 ``[..., K]``, ``blocks``
 u8 ``[N, K/32*20]`` (GGUF ``block_q4_1``: f16 ``d``, f16 ``m``, 16 bytes whose byte ``j`` holds element ``j``
 in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W^T``. ``Q41MatMulStandIn``
 has the same type name and opset, so a model built with it saves to an IR that an ``ov.Core`` with the
 extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, blocks)`` is the same with ``blocks`` u8
-``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``). OpenVINO is imported when first used.
+``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``), ``Q6KMatMul`` with ``[N, K/256*210]``,
+``block_q6_K`` (``int8/q6k_matmul.cpp``). OpenVINO is imported when first used.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any
 QK = 32
 BLOCK_BYTES = 20  # f16 d, f16 m, 16 bytes of nibbles
 TYPE_NAME, OPSET = "Q41MatMul", "genmesh"
-Q4K_TYPE_NAME = "Q4KMatMul"
-QK_K, Q4K_BLOCK_BYTES = 256, 144  # block_q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/minimums, 128 of nibbles
+QK_K = 256  # weights per K-quant super-block
+# GGUF type -> (the op's type name, bytes per super-block): block_q4_K is f16 d, f16 dmin, 12 bytes of 6-bit
+# scales and minimums, 128 of nibbles; block_q6_K 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
+K_OPS = {"Q4_K": ("Q4KMatMul", 144), "Q6_K": ("Q6KMatMul", 210)}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:
@@ -92,9 +95,10 @@ def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
     return stand_in_class()([x, ops.constant(blocks).output(0)], kernel)
 
 
-def q4k_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
-    """A ``Q4KMatMul`` node: ``x`` (an f32 output ``[..., K]``) times the GGUF Q4_K ``blocks`` [N, K/256*144] u8
-    (the file's bytes, row n = output n), transposed. ``kernel`` as ``q41_matmul``'s."""
+def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:
+    """A ``Q4KMatMul`` (``kind`` "Q4_K") or ``Q6KMatMul`` ("Q6_K") node: ``x`` (an f32 output ``[..., K]``) times
+    the GGUF ``blocks`` [N, K/256 * bytes] u8 (the file's bytes, row n = output n), transposed. ``kernel`` as
+    ``q41_matmul``'s."""
     import openvino.opset13 as ops
 
-    return stand_in_class(Q4K_TYPE_NAME)([x, ops.constant(blocks).output(0)], kernel)
+    return stand_in_class(K_OPS[kind][0])([x, ops.constant(blocks).output(0)], kernel)

@@ -6,6 +6,7 @@
 
 #include "q41_matmul.hpp"
 #include "q4k_matmul.hpp"
+#include "q6k_matmul.hpp"
 
 namespace genmesh {
 
@@ -53,4 +54,5 @@ bool BlockMatMul::evaluate(ov::TensorVector& outputs, const ov::TensorVector& in
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
     std::make_shared<ov::OpExtension<genmesh::Q41MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q4KMatMul>>(),
+    std::make_shared<ov::OpExtension<genmesh::Q6KMatMul>>(),
 }));

@@ -18,22 +18,13 @@
 
 #include "q4k_matmul.hpp"
 
+#include "q8k.hpp"
+
 #include <vector>
 
 namespace genmesh {
 
-constexpr size_t QK_K = 256;         // weights per super-block
-constexpr size_t SUB = 8;            // sub-blocks of 32 per super-block
 constexpr size_t BLOCK_BYTES = 144;  // f16 d, f16 dmin, 12 bytes of scales and minimums, 128 of nibbles
-constexpr size_t ROWS = 4;           // activation rows per pass over a weight block (register tile)
-constexpr size_t M_CHUNK = 64;       // activation rows per pass over a task's weight rows (cache tile)
-
-// The activations of one call, quantised: q [M][K] int8, d [M][K/256] f32, bsum [M][K/256][8] i16 (|.| <= 4064).
-struct Q8_K {
-    std::vector<int8_t> q;
-    std::vector<float> d;
-    std::vector<int16_t> bsum;
-};
 
 // The eight 6-bit scales and minimums of a super-block from its 12 packed bytes (ggml's get_scale_min_k4):
 // sub-blocks 0..3 in the low 6 bits of bytes 0..3 (scales) and 4..7 (minimums); 4..7 in the nibbles of bytes
@@ -44,30 +35,6 @@ static inline void scales_mins(const uint8_t* p, uint8_t* sc, int16_t* mn) {
         mn[j] = p[j + 4] & 63;
         sc[j + 4] = (p[j + 8] & 0x0F) | ((p[j] >> 6) << 4);
         mn[j + 4] = (p[j + 8] >> 4) | ((p[j + 4] >> 6) << 4);
-    }
-}
-
-// One activation row per super-block: d = max|x| / 127 over 256 values, q nearest-even, bsum per 32.
-template <Kernel k>
-static void quantise_row(const float* x, size_t K, int8_t* q, float* d, int16_t* bsum) {
-    for (size_t b = 0; b < K / QK_K; ++b) {
-        const float* xb = x + b * QK_K;
-        float amax;
-        if constexpr (k == Kernel::Avx2)
-            amax = amax_avx2(xb, QK_K);
-        else
-            amax = amax_scalar(xb, QK_K);
-        const float db = amax / 127.f, id = db != 0.f ? 1.f / db : 0.f;
-        d[b] = db;
-        for (size_t s = 0; s < SUB; ++s) {
-            int8_t* qs = q + b * QK_K + 32 * s;
-            int sum;
-            if constexpr (k == Kernel::Avx2)
-                sum = quantise32_avx2(xb + 32 * s, id, qs);
-            else
-                sum = quantise32_scalar(xb + 32 * s, id, qs);
-            bsum[b * SUB + s] = (int16_t)sum;
-        }
     }
 }
 
@@ -162,41 +129,18 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t r = 0; r < R; ++r) y[(m0 + r) * N + n + c] = hsum8(acc[c][r]) - mins[c][r];
 }
 
-// C weight rows from n, every activation row m0..m1: R = 4 rows per tile, then the rest one by one.
-template <size_t C>
-static void weight_rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t m0, size_t m1, size_t K, size_t N,
-                             size_t n) {
-    size_t m = m0;
-    for (; m + ROWS <= m1; m += ROWS) tile_avx2<C, ROWS>(a, w, y, m, K, N, n);
-    for (; m < m1; ++m) tile_avx2<C, 1>(a, w, y, m, K, N, n);
-}
-
-// Activation rows in chunks of M_CHUNK (64 rows of K int8 stay in L2 while the task's weight rows pass); fewer
-// than 4 rows (decode): 4 weight rows per tile, else 2 (x 4 activation rows).
 static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
                       size_t n1) {
-    for (size_t m0 = 0; m0 < M; m0 += M_CHUNK) {
-        const size_t m1 = std::min(M, m0 + M_CHUNK);
-        size_t n = n0;
-        if (m1 - m0 < ROWS)
-            for (; n + 4 <= n1; n += 4) weight_rows_avx2<4>(a, w, y, m0, m1, K, N, n);
-        for (; n + 2 <= n1; n += 2) weight_rows_avx2<2>(a, w, y, m0, m1, K, N, n);
-        for (; n < n1; ++n) weight_rows_avx2<1>(a, w, y, m0, m1, K, N, n);
-    }
+    kquant_tiles(M, n0, n1, [&](auto C, auto R, size_t m, size_t n) {
+        tile_avx2<decltype(C)::value, decltype(R)::value>(a, w, y, m, K, N, n);
+    });
 }
 
 // ------------------------------------------------------------------------------------------------- the product
 void q4k_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
-    const size_t nsb = K / QK_K;
     Q8_K a;
-    a.q.resize(M * K);
-    a.d.resize(M * nsb);
-    a.bsum.resize(M * nsb * SUB);
-    auto quantise = kernel == Kernel::Avx2 ? quantise_row<Kernel::Avx2> : quantise_row<Kernel::Scalar>;
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
-    parallel_rows(M, [&](size_t m) {
-        quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nsb, a.bsum.data() + m * nsb * SUB);
-    });
+    quantise_q8_k(x, M, K, kernel, a);
     parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
