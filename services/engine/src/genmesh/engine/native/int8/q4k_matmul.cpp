@@ -71,16 +71,15 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
 // ------------------------------------------------------------------------------------------------- AVX2 path
 // y[m0..m0+R][n..n+C]: per super-block, each 32 bytes of nibbles of a weight row serve R activation rows (its two
 // sub-blocks: one maddubs and one madd with the broadcast scale each), into C x R integer accumulators; then one
-// FMA per output for the products and a scalar multiply-add for the minimums.
+// FMA per output for the products and one for the minimums (their madd's four i32 in the low half).
 template <size_t C, size_t R>
 __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
                                                                size_t m0, size_t K, size_t N, size_t n) {
     const size_t nsb = K / QK_K, row = nsb * BLOCK_BYTES;
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[C][R];
-    float mins[C][R];
     for (size_t c = 0; c < C; ++c)
-        for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps(), mins[c][r] = 0.f;
+        for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nsb; ++b) {
         const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
         alignas(16) int16_t mn[C][SUB];
@@ -118,15 +117,15 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
             const __m128i bx = _mm_loadu_si128((const __m128i*)(a.bsum.data() + ((m0 + r) * nsb + b) * SUB));
             for (size_t c = 0; c < C; ++c) {
                 acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d[c] * dx), _mm256_cvtepi32_ps(isum[c][r]), acc[c][r]);
-                __m128i p = _mm_madd_epi16(_mm_load_si128((const __m128i*)mn[c]), bx);
-                p = _mm_hadd_epi32(p, p);
-                p = _mm_hadd_epi32(p, p);
-                mins[c][r] += dmin[c] * dx * (float)_mm_cvtsi128_si32(p);
+                // the minimums' four partial sums in the low half of the accumulator (no horizontal sum here)
+                const __m128i p = _mm_madd_epi16(_mm_load_si128((const __m128i*)mn[c]), bx);
+                acc[c][r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin[c] * dx),
+                                             _mm256_cvtepi32_ps(_mm256_zextsi128_si256(p)), acc[c][r]);
             }
         }
     }
     for (size_t c = 0; c < C; ++c)
-        for (size_t r = 0; r < R; ++r) y[(m0 + r) * N + n + c] = hsum8(acc[c][r]) - mins[c][r];
+        for (size_t r = 0; r < R; ++r) y[(m0 + r) * N + n + c] = hsum8(acc[c][r]);
 }
 
 static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
