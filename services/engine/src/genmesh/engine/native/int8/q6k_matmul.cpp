@@ -43,7 +43,8 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
                             int dot = 0;
                             for (size_t i = 16 * half; i < 16 * half + 16; ++i) {
                                 const uint8_t lo = ql[64 * h + 32 * (l % 2) + i];
-                                const int q = ((l < 2 ? lo : lo >> 4) & 0x0F) | (((qh[32 * h + i] >> (2 * l)) & 3) << 4);
+                                const int hi = (qh[32 * h + i] >> (2 * l)) & 3;
+                                const int q = ((l < 2 ? lo : lo >> 4) & 0x0F) | (hi << 4);
                                 dot += (q - 32) * xs[128 * h + 32 * l + i];
                             }
                             isum += sc[8 * h + 2 * l + half] * dot;
@@ -108,8 +109,8 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
                     _mm256_loadu_si256((const __m256i*)(a.bsum16.data() + ((m0 + r) * nsb + b) * 2 * SUB));
                 const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bx), 5);  // 32 * sc[s] * bx[s]
                 const float dx = a.d[(m0 + r) * nsb + b];
-                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c][r], offset)),
-                                            acc[c][r]);
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c][r], offset));
+                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), p, acc[c][r]);
             }
         }
     }
