@@ -156,23 +156,7 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
             __m256i v[8];
             for (size_t c = 0; c < GROUP; ++c)
                 v[c] = _mm256_loadu_si256((const __m256i*)(w + (n + c) * row + b * BLOCK_BYTES + 16 + 32 * j));
-            __m256i t[8], u[8];
-            for (size_t c = 0; c < 8; c += 2) {
-                t[c] = _mm256_unpacklo_epi32(v[c], v[c + 1]);
-                t[c + 1] = _mm256_unpackhi_epi32(v[c], v[c + 1]);
-            }
-            for (size_t c = 0; c < 8; c += 4) {
-                u[c] = _mm256_unpacklo_epi64(t[c], t[c + 2]);
-                u[c + 1] = _mm256_unpackhi_epi64(t[c], t[c + 2]);
-                u[c + 2] = _mm256_unpacklo_epi64(t[c + 1], t[c + 3]);
-                u[c + 3] = _mm256_unpackhi_epi64(t[c + 1], t[c + 3]);
-            }
-            // u[k] (k < 4) holds dwords g = k and g = k + 4 of columns 0..3 in its two halves, u[k + 4] of 4..7
-            for (size_t k = 0; k < 4; ++k) {
-                _mm256_storeu_si256((__m256i*)(o + (8 * j + k) * 32), _mm256_permute2x128_si256(u[k], u[k + 4], 0x20));
-                _mm256_storeu_si256((__m256i*)(o + (8 * j + k + 4) * 32),
-                                    _mm256_permute2x128_si256(u[k], u[k + 4], 0x31));
-            }
+            transpose_dwords_8x8(v, o + 8 * j * 32);
         }
         int32_t* sc = (int32_t*)(o + 1024);
         int32_t* mn = sc + 64;
@@ -182,9 +166,8 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
             uint8_t s[SUB];
             int16_t m[SUB];
             scales_mins(blk + 4, s, m);
-            for (size_t k = 0; k < SUB; ++k) sc[8 * k + c] = (int32_t)s[k] * 0x10001;
-            for (size_t k = 0; k < 4; ++k)
-                mn[8 * k + c] = (int32_t)((uint32_t)m[2 * k] | ((uint32_t)m[2 * k + 1] << 16));
+            for (size_t k = 0; k < SUB; ++k) sc[8 * k + c] = i16_pair(s[k], s[k]);
+            for (size_t k = 0; k < 4; ++k) mn[8 * k + c] = i16_pair(m[2 * k], m[2 * k + 1]);
             d[c] = f16(blk);
             d[8 + c] = f16(blk + 2);
         }
@@ -242,20 +225,14 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_K&
 static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
                       size_t n1) {
     const size_t nsb = K / QK_K;
-    if (M >= GROUP_ROWS) {  // whole groups of eight columns, repacked once per task; the rest by the tiles below
-        std::vector<uint8_t> packed(nsb * GROUP_BYTES);
-        const size_t n8 = n0 + (n1 - n0) / GROUP * GROUP;
-        for (size_t n = n0; n < n8; n += GROUP) {
-            repack_group(w, nsb, n, packed.data());
-            size_t m = 0;
-            for (; m + 4 <= M; m += 4) group_tile_avx2<4>(a, packed.data(), y, m, K, N, n);
-            for (; m < M; ++m) group_tile_avx2<1>(a, packed.data(), y, m, K, N, n);
-        }
-        n0 = n8;
-    }
-    kquant_tiles(M, n0, n1, [&](auto C, auto R, size_t m, size_t n) {
-        tile_avx2<decltype(C)::value, decltype(R)::value>(a, w, y, m, K, N, n);
-    });
+    kquant_rows(
+        M, nsb, GROUP_BYTES, GROUP_ROWS, n0, n1, [&](size_t n, uint8_t* out) { repack_group(w, nsb, n, out); },
+        [&](auto R, const uint8_t* packed, size_t m, size_t n) {
+            group_tile_avx2<decltype(R)::value>(a, packed, y, m, K, N, n);
+        },
+        [&](auto C, auto R, size_t m, size_t n) {
+            tile_avx2<decltype(C)::value, decltype(R)::value>(a, w, y, m, K, N, n);
+        });
 }
 
 // ------------------------------------------------------------------------------------------------- the product

@@ -64,6 +64,30 @@ inline void quantise_q8_k(const float* x, size_t M, size_t K, Kernel kernel, Q8_
     });
 }
 
+// Eight columns' 32 bytes v[c] as eight vectors out[g] (32 bytes apart): dword c of out[g] = dword g of v[c]
+// (the eight-column kernels' layout: one broadcast activation dword then serves all eight columns).
+__attribute__((target("avx2,fma,f16c"))) inline void transpose_dwords_8x8(const __m256i* v, uint8_t* out) {
+    __m256i t[8], u[8];
+    for (size_t c = 0; c < 8; c += 2) {
+        t[c] = _mm256_unpacklo_epi32(v[c], v[c + 1]);
+        t[c + 1] = _mm256_unpackhi_epi32(v[c], v[c + 1]);
+    }
+    for (size_t c = 0; c < 8; c += 4) {
+        u[c] = _mm256_unpacklo_epi64(t[c], t[c + 2]);
+        u[c + 1] = _mm256_unpackhi_epi64(t[c], t[c + 2]);
+        u[c + 2] = _mm256_unpacklo_epi64(t[c + 1], t[c + 3]);
+        u[c + 3] = _mm256_unpackhi_epi64(t[c + 1], t[c + 3]);
+    }
+    // u[k] (k < 4) holds dwords g = k and g = k + 4 of columns 0..3 in its two halves, u[k + 4] of 4..7
+    for (size_t k = 0; k < 4; ++k) {
+        _mm256_storeu_si256((__m256i*)(out + k * 32), _mm256_permute2x128_si256(u[k], u[k + 4], 0x20));
+        _mm256_storeu_si256((__m256i*)(out + (k + 4) * 32), _mm256_permute2x128_si256(u[k], u[k + 4], 0x31));
+    }
+}
+
+// Two i16 as one i32 (lo in the low half), for a madd with a broadcast pair of activation sums.
+inline int32_t i16_pair(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16)); }
+
 // The AVX2 K-quant kernels' loop over a task's columns n0..n1 and all M rows: activation rows in chunks of 64 (64
 // rows of K int8 stay in L2 while the task's weight rows pass); per chunk, tiles of C weight rows x R activation
 // rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 1 for the rest).
@@ -84,6 +108,26 @@ void kquant_tiles(size_t M, size_t n0, size_t n1, Tile tile) {
         for (; n + 2 <= n1; n += 2) columns(std::integral_constant<size_t, 2>{}, m0, m1, n);
         for (; n < n1; ++n) columns(std::integral_constant<size_t, 1>{}, m0, m1, n);
     }
+}
+
+// A task's columns n0..n1 for all M rows: from group_rows rows on, each whole group of eight columns repacked once
+// (repack(n, scratch)) and passed by group_tile(R, scratch, m, n) in tiles of R = 4 rows (then 1); the other
+// columns (and every column below group_rows rows) by kquant_tiles.
+template <class Repack, class GroupTile, class Tile>
+void kquant_rows(size_t M, size_t nsb, size_t group_bytes, size_t group_rows, size_t n0, size_t n1, Repack repack,
+                 GroupTile group_tile, Tile tile) {
+    if (M >= group_rows) {
+        std::vector<uint8_t> packed(nsb * group_bytes);
+        const size_t n8 = n0 + (n1 - n0) / 8 * 8;
+        for (size_t n = n0; n < n8; n += 8) {
+            repack(n, packed.data());
+            size_t m = 0;
+            for (; m + 4 <= M; m += 4) group_tile(std::integral_constant<size_t, 4>{}, packed.data(), m, n);
+            for (; m < M; ++m) group_tile(std::integral_constant<size_t, 1>{}, packed.data(), m, n);
+        }
+        n0 = n8;
+    }
+    kquant_tiles(M, n0, n1, tile);
 }
 
 }  // namespace genmesh
