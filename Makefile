@@ -46,7 +46,7 @@ help:
 	@echo "make eval          accuracy over the API: lm-eval on a private mesh vs the fp32 reference (~10 min)"
 	@echo "make eval-reference-check  the fp32 reference vs transformers' GGUF loader (MODEL=path.gguf)"
 	@echo "make eval-audio    the engine's Whisper vs transformers fp32 on ten synthesised and eight recorded clips (docs/audio.md)"
-	@echo "make native        build the engine's int8 extension (genmesh::Q41MatMul; cmake and g++, once per source)"
+	@echo "make native        build the engine's int8 extension (genmesh::Q41MatMul, Q4KMatMul, Q6KMatMul; cmake, g++, once per source)"
 	@echo "make model         fetch the default models (chat, embeddings) into ./models, prepare the served copy (once)"
 	@echo "make model-qwen    fetch Qwen2.5-Coder 1.5B (Q4_K_M) and its 0.5B draft into ./models (~1.5 GiB, resumable)"
 	@echo "make test-qwen     tool calls and speculative decoding on Qwen2.5-Coder 1.5B (make model-qwen first)"
@@ -89,9 +89,9 @@ $(MODEL):
 	@$(PYTHON) scripts/fetch_model.py --models-dir models
 
 # The engine's native kernels (services/engine/src/genmesh/engine/native; docs/int8-avx2.md): the int8
-# extension genmesh::Q41MatMul, built with cmake and g++ (Debian's, installed when missing) against the
-# openvino wheel into ~/.cache/genmesh/native/int8-<source hash>/ (~10 s once; then a lookup). make run goes on
-# without it (the engine then serves with OpenVINO's path and says why); make test needs it.
+# extension genmesh::Q41MatMul (and Q4KMatMul, Q6KMatMul), built with cmake and g++ (Debian's, installed when
+# missing) against the openvino wheel into ~/.cache/genmesh/native/int8-<source hash>/ (~10-20 s once; then a
+# lookup). make run goes on without it (the engine then serves with OpenVINO's path and says why); make test needs it.
 native: $(STAMP)
 	@{ command -v cmake >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1; } || { echo "==> installing cmake and g++ (Debian)"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q cmake g++; }

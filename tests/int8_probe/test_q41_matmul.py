@@ -26,13 +26,6 @@ from int8_probe.bench_layer import exact_layer
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
 
 
-@pytest.fixture(scope="module")
-def core() -> ov.Core:
-    c = ov.Core()
-    c.add_extension(str(q41.build_extension()))
-    return c
-
-
 def gguf_blocks(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     """Q4_1 blocks [n, k/32*20] of random weights, quantised by the gguf package (ggml's layout)."""
     w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)

@@ -223,3 +223,27 @@ def test_q5_0_is_the_q8_0_of_the_same_weights() -> None:
     raw = raw.reshape(4, -1)
     want = quants.dequantize(raw, GGMLQuantizationType.Q5_0)
     assert np.array_equal(quants.dequantize(q5_0_as_q8_0(raw), GGMLQuantizationType.Q8_0), want)
+
+
+@pytest.mark.parametrize("kind", [GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K])
+def test_k_quant_layers_become_the_int8_op(tmp_path: Path, kind: GGMLQuantizationType) -> None:
+    """With the int8 path (``q41_op``), a Q4_K / Q6_K MatMul becomes ``Q4KMatMul`` / ``Q6KMatMul`` over the file's
+    own bytes (the rows in GenAI's RoPE order for attn_q), which the extension runs within int8 activations' error
+    (per 256: ~1 %) of the file's weights."""
+    from genmesh.engine.native.build import build
+
+    rng = np.random.default_rng(6)
+    raw = random_blocks(rng, kind, 32, 512)
+    reader = write_gguf(tmp_path / "k.gguf", {"blk.0.attn_q.weight": raw}, heads=(2, 2), kind=kind)
+    order = rope_order(32, 16)
+    x = rng.standard_normal((1, 3, 512)).astype(np.float32)
+    want = x.astype(np.float64) @ quants.dequantize(raw, kind).astype(np.float64)[order].T
+    model = genai_layer(UNPACK[kind.name](reader.tensors[0].data).rows(order), 512)
+    assert rewrite(model, reader, q41_op=True) == 1
+    op = {"Q4_K": "Q4KMatMul", "Q6_K": "Q6KMatMul"}[kind.name]
+    assert [o.get_type_name() for o in model.get_ops() if o.get_type_name().endswith("MatMul")] == [op]
+    ov.save_model(model, str(tmp_path / "op.xml"), compress_to_fp16=False)
+    core = ov.Core()
+    core.add_extension(str(build()))
+    got = np.asarray(core.compile_model(core.read_model(str(tmp_path / "op.xml")), "CPU", F32_EXACT)({"x": x})[0])
+    assert relative_error(got.astype(np.float64), want) < 0.03

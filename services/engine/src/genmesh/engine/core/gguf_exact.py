@@ -28,11 +28,13 @@ file's.
 
 With ``q41_op`` (the engine's int8 path, native/selection.py), each Q4_1 MatMul becomes one
 ``genmesh::Q41MatMul`` over the file's own blocks instead of ``W x + M S(x)``: int8 dot products of the
-blocks with the activations quantised per block of 32 (docs/int8-avx2.md). Such an IR needs the
-extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1 MatMuls that read
-one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1 MatMul is written with
-its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the same values to f32
-rounding; one compressed fully-connected per group and no ``S(x)``, so far fewer nodes for the CPU plugin).
+blocks with the activations quantised per block of 32 (docs/int8-avx2.md); each Q4_K and Q6_K MatMul likewise
+one ``genmesh::Q4KMatMul`` / ``Q6KMatMul`` over the file's bytes (activations per 256: ``OP_KINDS``). Such
+an IR needs the extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1
+MatMuls that read one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1
+MatMul is written with its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the
+same values to f32 rounding; one compressed fully-connected per group and no ``S(x)``, so far fewer nodes for
+the CPU plugin).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..native.q41_op import pack_blocks, q41_matmul
+from ..native.q41_op import kquant_matmul, pack_blocks, q41_matmul
 from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks
 from .ov_graph import input_node, u4_values
@@ -191,21 +193,24 @@ def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
     return out
 
 
-def _is_q4_1(w: Blocks) -> bool:
-    import numpy as np
-
-    return w.m is not None and w.scale.dtype == np.float16  # Q4_K's scale and minimum are f32
+# The GGUF types whose MatMuls the int8 path writes as an op of the extension (native/int8/): the op's name
+OP_KINDS = {"Q4_1": "Q41MatMul", "Q4_K": "Q4KMatMul", "Q6_K": "Q6KMatMul"}
 
 
-def _q41_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
-    """``Q41MatMul(x, the file's blocks)`` for a Q4_1 ``matmul`` (x [..., K] times W [N, K] transposed),
-    else None (another layout: left to OpenVINO)."""
+def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
+    """``Q41MatMul``/``Q4KMatMul``/``Q6KMatMul(x, the file's blocks)`` for a Q4_1/Q4_K/Q6_K ``matmul``
+    (x [..., K] times W [N, K] transposed), else None (another layout: left to OpenVINO)."""
     attrs = matmul.get_attributes()
     if attrs.get("transpose_a") or not attrs.get("transpose_b"):
         return None
     x = matmul.input(0).get_source_output()
-    if x.get_element_type().get_type_name() != "f32" or w.m is None:
+    if x.get_element_type().get_type_name() != "f32":
         return None
+    if w.kind != "Q4_1":
+        op = kquant_matmul(w.kind, x, np.ascontiguousarray(w.raw))
+        op.set_friendly_name(f"{matmul.get_friendly_name()}/{w.kind.lower().replace('_', '')}")
+        return op
+    assert w.m is not None
     op = q41_matmul(x, pack_blocks(w.q, w.scale, w.m.astype(np.float16)))
     op.set_friendly_name(f"{matmul.get_friendly_name()}/q41")
     return op
@@ -240,14 +245,14 @@ def rewrite(model: Any, reader: Any, q41_op: bool = False) -> int:
             _exact_weight(ops, np, dec, w)
         name, w = found[key]
         done += 1
-        if w.m is None:
-            continue
+        as_op = q41_op and w.kind in OP_KINDS and dec.user.get_type_name() == "MatMul"
+        op = _int8_op(np, dec.user, w) if as_op else None
         out = dec.user.output(0)
         consumers = list(out.get_target_inputs())
-        as_op = q41_op and _is_q4_1(w) and dec.user.get_type_name() == "MatMul"
-        op = _q41_op(np, dec.user, w) if as_op else None
         if op is not None:
             exact = op
+        elif w.m is None:
+            continue  # Q6_K left to OpenVINO: no minimum to add
         elif dec.user.get_type_name() == "Gather":
             exact = _gathered_minimum(ops, np, dec.user, out, w.m)
         else:
@@ -326,7 +331,7 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
         done = rewrite(model, reader, q41_op)
         fused_groups = fuse(model, zp=True) if fused and not q41_op else 0
         zero_point = in_zero_point_form(model)  # (Q4_1 only: gguf_fuse.KINDS)
-        ops_written = sum(op.get_type_name() == "Q41MatMul" for op in model.get_ops())
+        ops_written = {name: sum(op.get_type_name() == name for op in model.get_ops()) for name in OP_KINDS.values()}
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
         shutil.rmtree(work / "genai")
@@ -339,8 +344,10 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
                     "source": str(src),
                     "rewritten_matmuls": done,
                     "fused_groups": fused_groups,
-                    "minimums": "zero_point" if zero_point else "in_op" if ops_written else "block_sums",
-                    "q41_matmul_ops": ops_written,
+                    "minimums": "zero_point" if zero_point else "in_op" if any(ops_written.values()) else "block_sums",
+                    "q41_matmul_ops": ops_written["Q41MatMul"],
+                    "q4k_matmul_ops": ops_written["Q4KMatMul"],
+                    "q6k_matmul_ops": ops_written["Q6KMatMul"],
                 }
             )
         )

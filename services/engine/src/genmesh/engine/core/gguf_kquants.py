@@ -28,16 +28,20 @@ QK_K = 256  # weights per K-quant super-block
 class Blocks:
     """One matrix in numpy order: ``scale`` [rows, groups] (f16 where the file's is f16, else the
     exact f32), ``genai_scale`` the f16 scale GenAI builds, ``q`` [rows, groups, group] u8,
-    ``m`` [rows, groups] f32 the exact per-group minimum (None: the zero point is exact)."""
+    ``m`` [rows, groups] f32 the exact per-group minimum (None: the zero point is exact); ``kind`` the GGUF type
+    and ``raw`` [rows, bytes] the file's own blocks (what the int8 ops read)."""
 
     scale: Any
     genai_scale: Any
     q: Any
     m: Any | None
+    kind: str = ""
+    raw: Any | None = None
 
     def rows(self, order: Any) -> Blocks:
         m = None if self.m is None else self.m[order]
-        return Blocks(self.scale[order], self.genai_scale[order], self.q[order], m)
+        raw = None if self.raw is None else self.raw[order]
+        return Blocks(self.scale[order], self.genai_scale[order], self.q[order], m, self.kind, raw)
 
 
 def _f16(blocks: Any, at: int) -> Any:
@@ -53,7 +57,7 @@ def q4_1(raw: Any) -> Blocks:
     d, m = _f16(blocks, 0), _f16(blocks, 2)
     qs = blocks[..., 4:]
     q = np.concatenate([qs & 0xF, qs >> 4], axis=-1)  # ggml: low nibbles first, then high
-    return Blocks(d, d, q, m.astype(np.float32))
+    return Blocks(d, d, q, m.astype(np.float32), "Q4_1", blocks.reshape(raw.shape[0], -1))
 
 
 def q4_k(raw: Any) -> Blocks:
@@ -71,7 +75,8 @@ def q4_k(raw: Any) -> Blocks:
     q = np.stack([qs & 0xF, qs >> 4], axis=-2)  # per 32 bytes: sub-block 2c low nibbles, 2c+1 high
     rows = raw.shape[0]
     scale = (d * sc).reshape(rows, -1)  # exact in f32: f16 x 6 bits
-    return Blocks(scale, scale.astype(np.float16), q.reshape(rows, -1, QK), -(dmin * mn).reshape(rows, -1))
+    m = -(dmin * mn).reshape(rows, -1)
+    return Blocks(scale, scale.astype(np.float16), q.reshape(rows, -1, QK), m, "Q4_K", blocks.reshape(rows, -1))
 
 
 def q6_k(raw: Any) -> Blocks:
@@ -88,7 +93,7 @@ def q6_k(raw: Any) -> Blocks:
     q = low | (high << 4)
     rows = raw.shape[0]
     scale = (d * sc).reshape(rows, -1)  # exact in f32: f16 x 8 bits
-    return Blocks(scale, scale.astype(np.float16), q.reshape(rows, -1, 16), None)
+    return Blocks(scale, scale.astype(np.float16), q.reshape(rows, -1, 16), None, "Q6_K", blocks.reshape(rows, -1))
 
 
 UNPACK = {"Q4_1": q4_1, "Q4_K": q4_k, "Q6_K": q6_k}

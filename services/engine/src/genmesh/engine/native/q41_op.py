@@ -1,10 +1,13 @@
-"""``genmesh::Q41MatMul`` from Python: the node written into a model, and GGUF Q4_1 blocks packed for it.
+"""``genmesh::Q41MatMul``, ``Q4KMatMul`` and ``Q6KMatMul`` from Python: the nodes written into a model, and GGUF
+Q4_1 blocks packed for the first (the K-quant ops take a matrix's bytes as the file has them).
 
 The op itself is C++ (``int8/q41_matmul.cpp``): ``Q41MatMul(x, blocks)``, ``x`` f32 ``[..., K]``, ``blocks``
 u8 ``[N, K/32*20]`` (GGUF ``block_q4_1``: f16 ``d``, f16 ``m``, 16 bytes whose byte ``j`` holds element ``j``
 in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W^T``. ``Q41MatMulStandIn``
 has the same type name and opset, so a model built with it saves to an IR that an ``ov.Core`` with the
-extension (``build.build()``) reads as the C++ op. OpenVINO is imported when first used.
+extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, blocks)`` is the same with ``blocks`` u8
+``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``), ``Q6KMatMul`` with ``[N, K/256*210]``,
+``block_q6_K`` (``int8/q6k_matmul.cpp``). OpenVINO is imported when first used.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ from typing import Any
 QK = 32
 BLOCK_BYTES = 20  # f16 d, f16 m, 16 bytes of nibbles
 TYPE_NAME, OPSET = "Q41MatMul", "genmesh"
+QK_K = 256  # weights per K-quant super-block
+# GGUF type -> (the op's type name, bytes per super-block): block_q4_K is f16 d, f16 dmin, 12 bytes of 6-bit
+# scales and minimums, 128 of nibbles; block_q6_K 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
+K_OPS = {"Q4_K": ("Q4KMatMul", 144), "Q6_K": ("Q6KMatMul", 210)}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:
@@ -42,20 +49,19 @@ def unpack_blocks(blocks: Any) -> tuple[Any, Any, Any]:
     return q, d, m
 
 
-_STAND_IN: Any = None
+_STAND_INS: dict[str, Any] = {}
 
 
-def stand_in_class() -> Any:
-    """The Python op class (made once: ``ov.Op`` needs OpenVINO imported)."""
-    global _STAND_IN
-    if _STAND_IN is not None:
-        return _STAND_IN
+def stand_in_class(type_name: str = TYPE_NAME) -> Any:
+    """The Python op class of ``type_name`` (made once: ``ov.Op`` needs OpenVINO imported)."""
+    if type_name in _STAND_INS:
+        return _STAND_INS[type_name]
     import openvino as ov
 
-    class Q41MatMulStandIn(ov.Op):  # type: ignore[misc]
+    class BlockMatMulStandIn(ov.Op):  # type: ignore[misc]
         """Builds and saves the op from Python (shape inference only; the C++ extension evaluates it)."""
 
-        class_type_info = ov.DiscreteTypeInfo(TYPE_NAME, OPSET)
+        class_type_info = ov.DiscreteTypeInfo(type_name, OPSET)
 
         def __init__(self, inputs: list[Any] | None = None, kernel: str = "auto") -> None:
             self._kernel = kernel
@@ -67,17 +73,18 @@ def stand_in_class() -> Any:
             self.set_output_type(0, ov.Type.f32, shape)
 
         def clone_with_new_inputs(self, new_inputs: list[Any]) -> Any:
-            return Q41MatMulStandIn(new_inputs, self._kernel)
+            return type(self)(new_inputs, self._kernel)
 
         def get_type_info(self) -> Any:
-            return Q41MatMulStandIn.class_type_info
+            return type(self).class_type_info
 
         def visit_attributes(self, visitor: Any) -> bool:
             visitor.on_attributes({"kernel": self._kernel})
             return True
 
-    _STAND_IN = Q41MatMulStandIn
-    return _STAND_IN
+    BlockMatMulStandIn.__name__ = BlockMatMulStandIn.__qualname__ = f"{type_name}StandIn"
+    _STAND_INS[type_name] = BlockMatMulStandIn
+    return BlockMatMulStandIn
 
 
 def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
@@ -86,3 +93,12 @@ def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
     import openvino.opset13 as ops
 
     return stand_in_class()([x, ops.constant(blocks).output(0)], kernel)
+
+
+def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:
+    """A ``Q4KMatMul`` (``kind`` "Q4_K") or ``Q6KMatMul`` ("Q6_K") node: ``x`` (an f32 output ``[..., K]``) times
+    the GGUF ``blocks`` [N, K/256 * bytes] u8 (the file's bytes, row n = output n), transposed. ``kernel`` as
+    ``q41_matmul``'s."""
+    import openvino.opset13 as ops
+
+    return stand_in_class(K_OPS[kind][0])([x, ops.constant(blocks).output(0)], kernel)

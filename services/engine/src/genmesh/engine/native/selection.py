@@ -1,5 +1,6 @@
-"""Which path multiplies the exact form's Q4_1 matrices: ``genmesh::Q41MatMul`` (int8 dot products with
-AVX2 ``maddubs``) or OpenVINO's own CPU plugin, chosen by the CPU (``--int8-matmul``).
+"""Which path multiplies the exact form's Q4_1, Q4_K and Q6_K matrices: ``genmesh::Q41MatMul``, ``Q4KMatMul``
+and ``Q6KMatMul`` (int8 dot products with AVX2 ``maddubs``) or OpenVINO's own CPU plugin, chosen by the CPU
+(``--int8-matmul``).
 
 OpenVINO's CPU plugin multiplies 4-bit weights with int8 activations only where the CPU has VNNI
 (``avx512_vnni``, ``avx_vnni``) or AMX; on AVX2 CPUs without them it widens every weight to f32
@@ -28,6 +29,8 @@ DEFAULT_MODE: Mode = "openvino"
 INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
 AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})  # what the op's AVX2 kernel needs (else: its scalar kernel)
 FLAG = "--int8-matmul"
+# for Q4_1, Q4_K and Q6_K matrices (core/gguf_exact.py: OP_KINDS)
+OPS = "genmesh::Q41MatMul, genmesh::Q4KMatMul, genmesh::Q6KMatMul"
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,8 @@ class Int8Choice:
 
     @property
     def op(self) -> str | None:
-        """The op the exact form writes for Q4_1 matmuls (None: OpenVINO's MatMul)."""
-        return "genmesh::Q41MatMul" if self.path == "genmesh" else None
+        """The ops the exact form writes for Q4_1, Q4_K and Q6_K matmuls (None: OpenVINO's MatMul)."""
+        return OPS if self.path == "genmesh" else None
 
     def describe(self) -> dict[str, str | None]:
         """What ``/v1/config`` shows."""
@@ -50,7 +53,7 @@ class Int8Choice:
 
     def log_line(self) -> str:
         if self.path == "genmesh":
-            return f"int8 matmuls: genmesh::Q41MatMul for the Q4_1 matrices ({self.reason}; {self.library})"
+            return f"int8 matmuls: {OPS} for the Q4_1/Q4_K/Q6_K matrices ({self.reason}; {self.library})"
         return f"int8 matmuls: OpenVINO's CPU plugin ({self.reason})"
 
 

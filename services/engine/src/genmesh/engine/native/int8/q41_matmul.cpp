@@ -16,18 +16,8 @@
 // eight output columns at a time (their blocks transposed so that one maddubs serves all eight and one madd,
 // convert and FMA finish a block for all eight); the last N % 8 columns take a per-column tile.
 
-#include <immintrin.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
+#include "q41_matmul.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <openvino/core/extension.hpp>
-#include <openvino/core/op_extension.hpp>
-#include <openvino/op/op.hpp>
-#include <openvino/runtime/tensor.hpp>
 #include <vector>
 
 namespace genmesh {
@@ -36,38 +26,6 @@ constexpr size_t QK = 32;          // weights per block
 constexpr size_t BLOCK_BYTES = 20;  // f16 d, f16 m, 16 bytes of nibbles
 constexpr size_t ROWS = 4;          // activation rows per pass over a weight block (register tile)
 constexpr size_t M_CHUNK = 64;      // activation rows per pass over a task's weight rows (cache tile)
-
-// ---------------------------------------------------------------------------------------------------------------
-// f16 -> f32 without F16C (the scalar path must run on any x86-64).
-static float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else {  // subnormal: normalise
-            exp = 127 - 15 + 1;
-            while (!(mant & 0x400)) {
-                mant <<= 1;
-                --exp;
-            }
-            bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7F800000 | (mant << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t load_u16(const uint8_t* p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-}
 
 // The activations of one call, quantised: qx [M][K] int8, dx and sx [M][K/32] f32.
 struct Q8_1 {
@@ -78,18 +36,9 @@ struct Q8_1 {
 // ----------------------------------------------------------------------------------------------- scalar path
 static void quantise_row_scalar(const float* x, size_t K, int8_t* q, float* d, float* s) {
     for (size_t b = 0; b < K / QK; ++b) {
-        const float* xb = x + b * QK;
-        float amax = 0.f;
-        for (size_t j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
-        const float db = amax / 127.f, id = db != 0.f ? 1.f / db : 0.f;
-        int sum = 0;
-        for (size_t j = 0; j < QK; ++j) {
-            const int v = (int)std::nearbyint(xb[j] * id);  // round half to even, as the AVX2 path
-            q[b * QK + j] = (int8_t)v;
-            sum += v;
-        }
+        const float db = amax_scalar(x + b * QK, QK) / 127.f, id = db != 0.f ? 1.f / db : 0.f;
         d[b] = db;
-        s[b] = db * (float)sum;
+        s[b] = db * (float)quantise32_scalar(x + b * QK, id, q + b * QK);
     }
 }
 
@@ -119,41 +68,12 @@ static void rows_scalar(const Q8_1& a, const uint8_t* w, float* y, size_t M, siz
 }
 
 // ------------------------------------------------------------------------------------------------- AVX2 path
-__attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 __attribute__((target("avx2,fma,f16c"))) static void quantise_row_avx2(const float* x, size_t K, int8_t* q,
                                                                        float* d, float* s) {
-    const __m256 sign = _mm256_set1_ps(-0.f);
     for (size_t b = 0; b < K / QK; ++b) {
-        const float* xb = x + b * QK;
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int i = 0; i < 4; ++i) {
-            v[i] = _mm256_loadu_ps(xb + 8 * i);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float db = _mm_cvtss_f32(m4) / 127.f, id = db != 0.f ? 1.f / db : 0.f;
-        const __m256 vid = _mm256_set1_ps(id);
-        __m256i i32[4];
-        for (int i = 0; i < 4; ++i) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));  // nearest even
-        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_hadd_epi32(s4, s4);
-        s4 = _mm_hadd_epi32(s4, s4);
-        // pack i32 -> i16 -> i8 (saturating; |v| <= 127 already); packs interleave 128-bit lanes: undo it
-        const __m256i p16a = _mm256_packs_epi32(i32[0], i32[1]), p16b = _mm256_packs_epi32(i32[2], i32[3]);
-        __m256i p8 = _mm256_packs_epi16(p16a, p16b);
-        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i*)(q + b * QK), p8);
+        const float db = amax_avx2(x + b * QK, QK) / 127.f, id = db != 0.f ? 1.f / db : 0.f;
         d[b] = db;
-        s[b] = db * (float)_mm_cvtsi128_si32(s4);
+        s[b] = db * (float)quantise32_avx2(x + b * QK, id, q + b * QK);
     }
 }
 
@@ -163,10 +83,6 @@ __attribute__((target("avx2,fma,f16c"))) static inline __m256i unpack_q4(const u
     const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F));
     return _mm256_set_m128i(hi, lo);
-}
-
-__attribute__((target("avx2,fma,f16c"))) static inline float f16(const uint8_t* p) {
-    return _cvtsh_ss(load_u16(p));
 }
 
 // sum_b mw[b] * sx[b] over nb blocks (the minimums' term), 8 blocks per step.
@@ -290,12 +206,6 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     }
 }
 
-static inline int32_t load_i32(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-
 // y[m0..m0+R][n..n+8] from a repacked group: the eight weight vectors of a block stay in registers for R rows.
 // Direct: src is the file's weight row n (fewer than 4 rows: each block is used once, no scratch), else the
 // repacked group.
@@ -398,12 +308,6 @@ static void rows_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_
 }
 
 // ------------------------------------------------------------------------------------------------- the product
-enum class Kernel { Scalar, Avx2 };
-
-static bool cpu_has_avx2() {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-
 void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
     if (M == 0 || N == 0) return;
     const size_t nb = K / QK;
@@ -413,84 +317,11 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
     a.s.resize(M * nb);
     auto quantise = kernel == Kernel::Avx2 ? quantise_row_avx2 : quantise_row_scalar;
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, 16), [&](const tbb::blocked_range<size_t>& r) {
-        for (size_t m = r.begin(); m != r.end(); ++m)
-            quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
+    parallel_rows(M, [&](size_t m) {
+        quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
     });
-    // Split the output columns, in groups of eight (the M > 1 kernel's unit): each task reads its weight rows
-    // once and all M activation rows.
-    const size_t groups = (N + GROUP - 1) / GROUP;
-    const size_t grain = std::max<size_t>(1, groups / 64);
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain), [&](const tbb::blocked_range<size_t>& r) {
-        rows(a, w, y, M, K, N, r.begin() * GROUP, std::min(N, r.end() * GROUP));
-    });
+    // Split the output columns, in groups of eight (the M > 1 kernel's unit).
+    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
-// --------------------------------------------------------------------------------------------------- the op
-class Q41MatMul : public ov::op::Op {
-public:
-    OPENVINO_OP("Q41MatMul", "genmesh");
-
-    Q41MatMul() = default;
-    Q41MatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel = "auto")
-        : Op({x, blocks}), m_kernel(std::move(kernel)) {
-        constructor_validate_and_infer_types();
-    }
-
-    void validate_and_infer_types() override {
-        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
-        NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
-        NODE_VALIDATION_CHECK(this, m_kernel == "auto" || m_kernel == "avx2" || m_kernel == "scalar",
-                              "kernel must be auto, avx2 or scalar, not ", m_kernel);
-        const auto& xs = get_input_partial_shape(0);
-        const auto& ws = get_input_partial_shape(1);
-        NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2, "blocks must be 2-D");
-        NODE_VALIDATION_CHECK(this, xs.rank().is_static() && xs.rank().get_length() >= 1, "x needs a rank");
-        const auto& k = xs[xs.rank().get_length() - 1];
-        if (k.is_static() && ws[1].is_static()) {
-            NODE_VALIDATION_CHECK(this, k.get_length() % QK == 0, "K must be a multiple of 32");
-            NODE_VALIDATION_CHECK(this, (size_t)ws[1].get_length() == k.get_length() / QK * BLOCK_BYTES,
-                                  "blocks row must hold K/32 Q4_1 blocks of 20 bytes");
-        }
-        auto out = xs;
-        out[out.rank().get_length() - 1] = ws[0];
-        set_output_type(0, ov::element::f32, out);
-    }
-
-    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
-        OPENVINO_ASSERT(args.size() == 2, "Q41MatMul takes 2 inputs");
-        return std::make_shared<Q41MatMul>(args[0], args[1], m_kernel);
-    }
-
-    bool visit_attributes(ov::AttributeVisitor& visitor) override {
-        visitor.on_attribute("kernel", m_kernel);
-        return true;
-    }
-
-    bool has_evaluate() const override { return true; }
-
-    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
-        const auto& x = inputs[0];
-        const auto& w = inputs[1];
-        const ov::Shape xs = x.get_shape();
-        const size_t K = xs.back(), N = w.get_shape()[0];
-        const size_t M = K ? ov::shape_size(xs) / K : 0;
-        ov::Shape ys = xs;
-        ys.back() = N;
-        outputs[0].set_shape(ys);
-        Kernel kernel = Kernel::Scalar;
-        if (m_kernel == "avx2" || (m_kernel == "auto" && cpu_has_avx2())) {
-            OPENVINO_ASSERT(cpu_has_avx2(), "Q41MatMul: kernel avx2 on a CPU without AVX2/FMA/F16C");
-            kernel = Kernel::Avx2;
-        }
-        q41_matmul(x.data<const float>(), w.data<const uint8_t>(), outputs[0].data<float>(), M, K, N, kernel);
-        return true;
-    }
-
-private:
-    std::string m_kernel = "auto";
-};
-
 }  // namespace genmesh
-
-OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({std::make_shared<ov::OpExtension<genmesh::Q41MatMul>>()}));

@@ -1,0 +1,167 @@
+// What the genmesh int8 ops share: f16 reading, the CPU test, the activations' quantisation per 32 to int8,
+// the threading over output columns, and the op class itself (BlockMatMul: x f32 [..., K] times a matrix of
+// GGUF blocks u8 [N, K/QK * BYTES], transposed). Each block format (q41_matmul.cpp: Q4_1; q4k_matmul.cpp: Q4_K)
+// is a BlockMatMul with its own type name, block size and product.
+#pragma once
+
+#include <immintrin.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <openvino/op/op.hpp>
+#include <openvino/runtime/tensor.hpp>
+#include <string>
+
+namespace genmesh {
+
+enum class Kernel { Scalar, Avx2 };
+
+inline bool cpu_has_avx2() {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+inline uint16_t load_u16(const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+inline int32_t load_i32(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// f16 -> f32 without F16C (the scalar path must run on any x86-64).
+inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else {  // subnormal: normalise
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400)) {
+                mant <<= 1;
+                --exp;
+            }
+            bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000 | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+// ------------------------------------------------------------------------------ activations to int8, per 32
+// 32 values as int8 q = nearest-even(x * id) (|x * id| <= 127 by the caller's choice of id); returns sum(q).
+inline int quantise32_scalar(const float* x, float id, int8_t* q) {
+    int sum = 0;
+    for (size_t j = 0; j < 32; ++j) {
+        const int v = (int)std::nearbyint(x[j] * id);  // round half to even, as the AVX2 path
+        q[j] = (int8_t)v;
+        sum += v;
+    }
+    return sum;
+}
+
+inline float amax_scalar(const float* x, size_t n) {
+    float amax = 0.f;
+    for (size_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+    return amax;
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline float hsum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline float f16(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+
+// max |x| over n values (n a multiple of 8)
+__attribute__((target("avx2,fma,f16c"))) inline float amax_avx2(const float* x, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    __m256 amax = _mm256_setzero_ps();
+    for (size_t i = 0; i < n; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+// quantise32_scalar with AVX2 (the same values: nearest even, saturating packs that never saturate).
+__attribute__((target("avx2,fma,f16c"))) inline int quantise32_avx2(const float* x, float id, int8_t* q) {
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i i32[4];
+    for (int i = 0; i < 4; ++i) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), vid));
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_hadd_epi32(s4, s4);
+    s4 = _mm_hadd_epi32(s4, s4);
+    // pack i32 -> i16 -> i8 (saturating; |v| <= 127 already); packs interleave 128-bit lanes: undo it
+    const __m256i p16a = _mm256_packs_epi32(i32[0], i32[1]), p16b = _mm256_packs_epi32(i32[2], i32[3]);
+    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i*)q, p8);
+    return _mm_cvtsi128_si32(s4);
+}
+
+// -------------------------------------------------------------------------------------------------- threading
+// fn(m) for every activation row m (the quantisation), over OpenVINO's TBB arena (both cores).
+template <class Fn>
+void parallel_rows(size_t M, Fn fn) {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, 16), [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t m = r.begin(); m != r.end(); ++m) fn(m);
+    });
+}
+
+// fn(n0, n1) over the N output columns split in groups of `group` (the kernels' unit): each task reads its weight
+// rows once and all M activation rows.
+template <class Fn>
+void parallel_columns(size_t N, size_t group, Fn fn) {
+    const size_t groups = (N + group - 1) / group;
+    const size_t grain = std::max<size_t>(1, groups / 64);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain), [&](const tbb::blocked_range<size_t>& r) {
+        fn(r.begin() * group, std::min(N, r.end() * group));
+    });
+}
+
+// --------------------------------------------------------------------------------------------------- the op
+// y = x W^T, W the GGUF blocks of one format. Attribute kernel: "auto" (AVX2 where the CPU has AVX2, FMA and
+// F16C, else scalar), "avx2", "scalar". A format is a subclass: its block size (weights and bytes), its product.
+class BlockMatMul : public ov::op::Op {
+public:
+    OPENVINO_OP("BlockMatMul", "genmesh");
+
+    BlockMatMul() = default;
+    BlockMatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel)
+        : Op({x, blocks}), m_kernel(std::move(kernel)) {}
+
+    void validate_and_infer_types() override;
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("kernel", m_kernel);
+        return true;
+    }
+    bool has_evaluate() const override { return true; }
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override;
+
+protected:
+    virtual size_t block_weights() const = 0;  // weights per block (32, 256)
+    virtual size_t block_bytes() const = 0;
+    virtual const char* format() const = 0;  // "Q4_1", "Q4_K": for messages
+    virtual void multiply(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N,
+                          Kernel kernel) const = 0;
+    std::string m_kernel = "auto";
+};
+
+}  // namespace genmesh

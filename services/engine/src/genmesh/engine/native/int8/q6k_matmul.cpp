@@ -1,0 +1,230 @@
+// genmesh::Q6KMatMul: y = x W^T with W in GGUF Q6_K blocks and x quantised per 256 to int8 (Q8_K) at run time.
+//
+// Inputs:  x       f32 [..., K]              (K a multiple of 256)
+//          blocks  u8  [N, K/256 * 210]      the file's Q6_K super-blocks, row n = output n: 128 bytes ql (low
+//                                            nibbles), 64 bytes qh (2-bit highs), 16 int8 scales sc[s] of the
+//                                            sub-blocks of 16, f16 d; w = d * sc[s] * (q - 32), q = 6 bits
+// Output:  y       f32 [..., N]
+//
+// ggml's layout: per half h (128 weights), element 32l + i (l = 0..3, i = 0..31) has its low 4 bits in
+// ql[64h + i] (l = 0: low nibble, 2: high nibble) or ql[64h + 32 + i] (l = 1, 3), and its high 2 bits in bits 2l,
+// 2l+1 of qh[32h + i]; it belongs to sub-block 8h + 2l + i/16.
+// Per super-block: x ~= dx * qx, bx[s] = sum of qx over sub-block s (of 16), and
+//     sum_j w_j x_j ~= dx * d * sum_s sc[s] * (sum_{j in s} q_j qx_j - 32 bx[s])
+// The q (0..63, unsigned) times qx are _mm256_maddubs_epi16 (|pair| <= 2*63*127 = 16,002: no saturation); one
+// _mm256_madd_epi16 with the two sub-blocks' scales (i16 lanes 0..7: sub-block 2l, 8..15: 2l+1) per 32; the
+// offset's sum is one madd of the 16 scales with the 16 bx. One float multiply-add per super-block and output.
+
+#include "q6k_matmul.hpp"
+
+#include "q8k.hpp"
+
+namespace genmesh {
+
+constexpr size_t BLOCK_BYTES = 210;  // 128 ql, 64 qh, 16 int8 scales, f16 d
+
+// ----------------------------------------------------------------------------------------------- scalar path
+static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                        size_t n1) {
+    const size_t nsb = K / QK_K;
+    for (size_t n = n0; n < n1; ++n) {
+        for (size_t m = 0; m < M; ++m) {
+            const int8_t* qx = a.q.data() + m * K;
+            float acc = 0.f;
+            for (size_t b = 0; b < nsb; ++b) {
+                const uint8_t* blk = w + (n * nsb + b) * BLOCK_BYTES;
+                const uint8_t *ql = blk, *qh = blk + 128;
+                const int8_t* sc = (const int8_t*)(blk + 192);
+                const int8_t* xs = qx + b * QK_K;
+                int isum = 0;
+                for (size_t h = 0; h < 2; ++h)
+                    for (size_t l = 0; l < 4; ++l)
+                        for (size_t half = 0; half < 2; ++half) {
+                            int dot = 0;
+                            for (size_t i = 16 * half; i < 16 * half + 16; ++i) {
+                                const uint8_t lo = ql[64 * h + 32 * (l % 2) + i];
+                                const int hi = (qh[32 * h + i] >> (2 * l)) & 3;
+                                const int q = ((l < 2 ? lo : lo >> 4) & 0x0F) | (hi << 4);
+                                dot += (q - 32) * xs[128 * h + 32 * l + i];
+                            }
+                            isum += sc[8 * h + 2 * l + half] * dot;
+                        }
+                acc += a.d[m * nsb + b] * half_to_float(load_u16(blk + 208)) * (float)isum;
+            }
+            y[m * N + n] = acc;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------- AVX2 path
+// Half h of a block as four vectors of 32 six-bit values (0..63): q[l] = elements 128h + 32l .. +31.
+__attribute__((target("avx2,fma,f16c"))) static inline void values_avx2(const uint8_t* blk, size_t h, __m256i* q) {
+    const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(blk + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 128 + 32 * h));
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
+}
+
+// y[m0..m0+R][n..n+C]: per super-block and half, the four 32-weight vectors of q of a weight row are built once
+// (nibbles | highs << 4) and serve R activation rows.
+template <size_t C, size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
+                                                               size_t m0, size_t K, size_t N, size_t n) {
+    const size_t nsb = K / QK_K, row = nsb * BLOCK_BYTES;
+    __m256 acc[C][R];
+    for (size_t c = 0; c < C; ++c)
+        for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nsb; ++b) {
+        const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
+        __m256i isum[C][R];
+        for (size_t c = 0; c < C; ++c) {
+            const char* next = (const char*)(blk0 + (c + C) * row);  // the next tile's rows
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+            for (size_t r = 0; r < R; ++r) isum[c][r] = _mm256_setzero_si256();
+        }
+        for (size_t h = 0; h < 2; ++h) {
+            for (size_t c = 0; c < C; ++c) {
+                const uint8_t* blk = blk0 + c * row;
+                const int8_t* sc = (const int8_t*)(blk + 192 + 8 * h);
+                __m256i q[4];
+                values_avx2(blk, h, q);
+                for (size_t l = 0; l < 4; ++l) {
+                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * l + 1]), _mm_set1_epi16(sc[2 * l]));
+                    for (size_t r = 0; r < R; ++r) {
+                        const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 128 * h + 32 * l;
+                        const __m256i p = _mm256_maddubs_epi16(q[l], _mm256_loadu_si256((const __m256i*)qx));
+                        isum[c][r] = _mm256_add_epi32(isum[c][r], _mm256_madd_epi16(p, s));
+                    }
+                }
+            }
+        }
+        for (size_t c = 0; c < C; ++c) {
+            const uint8_t* blk = blk0 + c * row;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
+            const float d = f16(blk + 208);
+            for (size_t r = 0; r < R; ++r) {
+                const __m256i bx =
+                    _mm256_loadu_si256((const __m256i*)(a.bsum16.data() + ((m0 + r) * nsb + b) * 2 * SUB));
+                const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bx), 5);  // 32 * sc[s] * bx[s]
+                const float dx = a.d[(m0 + r) * nsb + b];
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c][r], offset));
+                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), p, acc[c][r]);
+            }
+        }
+    }
+    for (size_t c = 0; c < C; ++c)
+        for (size_t r = 0; r < R; ++r) y[(m0 + r) * N + n + c] = hsum8(acc[c][r]);
+}
+
+// ------------------------------------------------------------------------------ AVX2 path, eight columns at once
+// From GROUP_ROWS rows on, as Q4KMatMul's: each group of eight columns repacked per super-block into
+//   v[8h + 2l .. ][g] (h = 0..1, l = 0..3, g = 0..7)  32 bytes: dword c = column c's six-bit values of elements
+//                                                    128h + 32l + 4g .. +3 (g < 4: sub-block 8h+2l, else the next)
+//   sc[s] (s = 0..15)   8 x i32: column c's scale of sub-block s in both i16 halves
+//   sp[t] (t = 0..7)    8 x i32: column c's scales of sub-blocks 2t, 2t+1 (for the offset's madd with bx pairs)
+//   d                   8 x f32
+// Per row and sub-block of 16: 4 maddubs (i16 sums of two at a time: 2 * 2*63*127 = 32,004 < 2^15), 2 madds with
+// sc[s]; the offset 32 * sum_s sc[s] bx[s] is 8 madds of sp[t] with the row's (bx[2t], bx[2t+1]) broadcast.
+constexpr size_t GROUP = 8;
+constexpr size_t GROUP_ROWS = 24;  // as Q4KMatMul's (measured there)
+constexpr size_t GROUP_BYTES = 8 * 8 * 32 + 16 * 32 + 8 * 32 + 32;  // values, scales, scale pairs, d
+
+__attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t* w, size_t nsb, size_t n,
+                                                                  uint8_t* out) {
+    const size_t row = nsb * BLOCK_BYTES;
+    for (size_t b = 0; b < nsb; ++b) {
+        uint8_t* o = out + b * GROUP_BYTES;
+        for (size_t h = 0; h < 2; ++h) {
+            __m256i q[GROUP][4];
+            for (size_t c = 0; c < GROUP; ++c) values_avx2(w + (n + c) * row + b * BLOCK_BYTES, h, q[c]);
+            for (size_t l = 0; l < 4; ++l) {
+                __m256i v[GROUP];
+                for (size_t c = 0; c < GROUP; ++c) v[c] = q[c][l];
+                transpose_dwords_8x8(v, o + (4 * h + l) * 8 * 32);
+            }
+        }
+        int32_t* sc = (int32_t*)(o + 2048);
+        int32_t* sp = sc + 128;
+        float* d = (float*)(sp + 64);
+        for (size_t c = 0; c < GROUP; ++c) {
+            const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
+            const int8_t* s = (const int8_t*)(blk + 192);
+            for (size_t k = 0; k < 16; ++k) sc[8 * k + c] = i16_pair(s[k], s[k]);
+            for (size_t t = 0; t < 8; ++t) sp[8 * t + c] = i16_pair(s[2 * t], s[2 * t + 1]);
+            d[c] = f16(blk + 208);
+        }
+    }
+}
+
+template <size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_K& a, const uint8_t* packed,
+                                                                     float* y, size_t m0, size_t K, size_t N,
+                                                                     size_t n) {
+    const size_t nsb = K / QK_K;
+    __m256 acc[R];
+    for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nsb; ++b) {
+        const uint8_t* o = packed + b * GROUP_BYTES;
+        const int32_t* sc = (const int32_t*)(o + 2048);
+        __m256i isum[R];
+        for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+        for (size_t s = 0; s < 16; ++s) {  // sub-block s: vectors 4s .. 4s+3 (elements 16s .. 16s+15)
+            const __m256i scale = _mm256_loadu_si256((const __m256i*)(sc + 8 * s));
+            for (size_t p = 0; p < 2; ++p) {
+                const __m256i w0 = _mm256_loadu_si256((const __m256i*)(o + (4 * s + 2 * p) * 32));
+                const __m256i w1 = _mm256_loadu_si256((const __m256i*)(o + (4 * s + 2 * p + 1) * 32));
+                for (size_t r = 0; r < R; ++r) {
+                    const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 16 * s + 8 * p;
+                    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi32(load_i32(qx))),
+                                                         _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(qx + 4))));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16, scale));
+                }
+            }
+        }
+        const int32_t* sp = sc + 128;
+        const __m256 d = _mm256_loadu_ps((const float*)(sp + 64));
+        for (size_t r = 0; r < R; ++r) {
+            const int16_t* bx = a.bsum16.data() + ((m0 + r) * nsb + b) * 2 * SUB;
+            __m256i off = _mm256_setzero_si256();
+            for (size_t t = 0; t < 8; ++t) {
+                int32_t pair;
+                std::memcpy(&pair, bx + 2 * t, 4);
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(sp + 8 * t)),
+                                                               _mm256_set1_epi32(pair)));
+            }
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], _mm256_slli_epi32(off, 5)));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(a.d[(m0 + r) * nsb + b])), p, acc[r]);
+        }
+    }
+    for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
+}
+
+static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                      size_t n1) {
+    const size_t nsb = K / QK_K;
+    kquant_rows(
+        M, nsb, GROUP_BYTES, GROUP_ROWS, n0, n1, [&](size_t n, uint8_t* out) { repack_group(w, nsb, n, out); },
+        [&](auto R, const uint8_t* packed, size_t m, size_t n) {
+            group_tile_avx2<decltype(R)::value>(a, packed, y, m, K, N, n);
+        },
+        [&](auto C, auto R, size_t m, size_t n) {
+            tile_avx2<decltype(C)::value, decltype(R)::value>(a, w, y, m, K, N, n);
+        });
+}
+
+// ------------------------------------------------------------------------------------------------- the product
+void q6k_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    Q8_K a;
+    quantise_q8_k(x, M, K, kernel, a, true);
+    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
+    parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+}
+
+}  // namespace genmesh
