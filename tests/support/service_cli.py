@@ -44,7 +44,7 @@ ENGINE_FLAGS = flag_words("""
 --core-restart-backoff-max-s --core-restart-limit --core-restart-window-s --core-restart-stable-s --max-prompt-tokens
 --gguf-reencode --no-gguf-reencode --gguf-reencode-type --gguf-cache-dir --max-num-scoring-seqs
 --scoring-chunk-tokens --scoring-queue-timeout-s --max-logprobs --draft-model --assistant-confidence-threshold
---tool-call-parser --enable-auto-tool-choice --no-enable-auto-tool-choice --admission-window-ms --admission-gap-ms
+--tool-call-parser --enable-auto-tool-choice --no-enable-auto-tool-choice
 """)
 
 GATEWAY_FLAGS = flag_words("""

@@ -138,21 +138,6 @@ class EngineSettings(ServiceSettings):
     stats_log_interval_s: float = Field(default=10.0, ge=0, description="seconds between scheduler log lines (0: off)")
     startup_timeout_s: float = Field(default=600.0, gt=0, description="seconds allowed for the model to load")
     stall_timeout_s: float = Field(default=60.0, gt=0, description="engine loop silent this long counts as unhealthy")
-    # An idle engine's first step (core/step_loop.py): a burst of requests starts as one batch, not as a lone
-    # first prompt with the rest trickling into later steps (docs/engine.md, "Admission at idle").
-    admission_window_ms: float = Field(
-        default=100.0,
-        ge=0,
-        le=1000,
-        description="when a request finds the engine idle, wait at most this long for more before the first step "
-        "(0: step at once)",
-    )
-    admission_gap_ms: float = Field(
-        default=3.0,
-        ge=0,
-        le=100,
-        description="that wait ends once no request has come for this long (0: step at once)",
-    )
     stream_interval: int = Field(
         default=1,
         ge=1,

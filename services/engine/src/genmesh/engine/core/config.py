@@ -44,7 +44,3 @@ class CoreConfig:
     # The int8 extension (genmesh.engine.native: genmesh::Q41MatMul) when the engine chose that path for
     # the exact form's Q4_1 matmuls (native/selection.py); None: OpenVINO's own MatMul.
     int8_extension: str | None = None
-    # A request that finds the loop idle: wait at most this long for more before the first step, ending the
-    # wait after ``admission_gap_s`` without a new request (step_loop.py; 0: step at once).
-    admission_window_s: float = 0.0
-    admission_gap_s: float = 0.0

@@ -9,7 +9,6 @@ sends one ``StepOutputs`` message with the new tokens of every request.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import sys
@@ -68,8 +67,6 @@ class _Loop:
     outbox: zmq.Socket[bytes]
     scorer: Scorer | None = None
     assistant_confidence: float | None = None  # a draft model's confidence threshold (None: token counts)
-    admission_window_s: float = 0.0  # see _admit_burst (CoreConfig's)
-    admission_gap_s: float = 0.0
     handles: dict[int, _Live] = field(default_factory=dict)
     pending: list[m.RequestOutput] = field(default_factory=list)
     parent: int = field(default_factory=os.getppid)
@@ -125,31 +122,12 @@ class _Loop:
         if block and not self.inbox.poll(IDLE_POLL_MS):
             self.outbox.send(m.encode(m.Heartbeat()))
             return
-        self._read_inbox()
-        if block and self.handles:
-            self._admit_burst()
-
-    def _read_inbox(self) -> None:
         while True:
             try:
                 data = self.inbox.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self._handle(m.decode_to_core(data))
-
-    def _admit_burst(self) -> None:
-        """Requests found the loop idle: take the ones that follow them (a burst arrives a few ms apart, as the API
-        process reads and tokenises each) before the first step, until ``admission_gap_s`` passes without one or
-        ``admission_window_s`` is over. Otherwise the first prompt steps alone and the rest join later steps in
-        waves, each a prefill step of its own (docs/engine.md, "Admission at idle")."""
-        if self.admission_gap_s <= 0:
-            return
-        gap_ms = 1000.0 * self.admission_gap_s
-        deadline = time.monotonic() + self.admission_window_s
-        while not self.stopping and (left := deadline - time.monotonic()) > 0:
-            if not self.inbox.poll(math.ceil(min(gap_ms, 1000.0 * left))):  # whole milliseconds (zmq_poll)
-                return
-            self._read_inbox()
 
     # -- output ------------------------------------------------------------------------
     def _collect(self) -> list[m.RequestOutput]:
@@ -315,18 +293,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         return
     outbox.send(m.encode(m.Ready(pid=os.getpid())))
     log.info("model loaded; engine loop running")
-    loop = _Loop(
-        ov_genai,
-        ov,
-        np,
-        pipe,
-        inbox,
-        outbox,
-        scorer,
-        config.assistant_confidence_threshold,
-        config.admission_window_s,
-        config.admission_gap_s,
-    )
+    loop = _Loop(ov_genai, ov, np, pipe, inbox, outbox, scorer, config.assistant_confidence_threshold)
     try:
         loop.run()
     finally:

@@ -107,8 +107,6 @@ class EngineState:
             max_num_scoring_seqs=settings.max_num_scoring_seqs,
             scoring_chunk_tokens=settings.scoring_chunk_tokens,
             int8_extension=str(int8.library) if int8.library is not None else None,
-            admission_window_s=settings.admission_window_ms / 1000.0,
-            admission_gap_s=settings.admission_gap_ms / 1000.0,
         )
         engine_metrics = metrics
 
