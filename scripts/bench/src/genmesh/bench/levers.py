@@ -27,7 +27,7 @@ from .datasets import DATASETS, RequestSpec, TokenCodec
 from .load import Endpoint, load_levels, measure
 from .render import fmt, level, say, table
 from .results import Result, percentile, save
-from .servers import LLAMA_SERVER, MODEL_NAME, NO_REPACK, llama_peer, start_engine, start_peer
+from .servers import MODEL_NAME, NO_REPACK, add_llama_arguments, llama_peer, start_engine, start_peer
 
 FIGURES = {"output_throughput": ".1f", "median_ttft_ms": ".0f", "p99_ttft_ms": ".0f", "median_tpot_ms": ".1f"}
 COLUMNS = ["load", "variant", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "vs {}", "steal %"]
@@ -60,13 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--llama-variant", action="append", default=[], metavar="NAME=FLAGS", help="llama-server plus FLAGS (repeat)"
     )
-    p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
-    p.add_argument(
-        "--llama-binary",
-        type=Path,
-        default=LLAMA_SERVER,
-        help=f"the llama-server to run (default {LLAMA_SERVER}; scripts/llama_cpp_build.sh builds others)",
-    )
+    add_llama_arguments(p)
     p.add_argument("--ratio-to", metavar="NAME", help="the variant the ratios are to (default: the first)")
 
 

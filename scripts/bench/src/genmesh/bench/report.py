@@ -27,10 +27,10 @@ from .load import Endpoint, load_levels, measure
 from .render import fmt, level, plot_all, say, table
 from .results import HIGH_STEAL_PERCENT, Result, describe, save
 from .servers import (
-    LLAMA_SERVER,
     MODEL_NAME,
     OPEA_NOTE,
     Peer,
+    add_llama_arguments,
     is_default_model,
     llama_peer,
     running_mesh,
@@ -111,13 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", help="the (bd) line: the engine with this draft model (a GGUF; off when absent)")
     p.add_argument("--num-assistant-tokens", type=int, default=5, help="the (bd) line's draft tokens per step")
     p.add_argument("--ir-repo", type=Path, default=Path("models/repository"), help="the IR lines' exports (MODEL_REPO)")
-    p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
-    p.add_argument(
-        "--llama-binary",
-        type=Path,
-        default=LLAMA_SERVER,
-        help=f"the llama-server to run (default {LLAMA_SERVER}; scripts/llama_cpp_build.sh builds others)",
-    )
+    add_llama_arguments(p)
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip py-spy on the engine")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="the Markdown report")
     p.add_argument("--assets-dir", type=Path, default=Path("docs/benchmarks"), help="PNGs and the JSON results")

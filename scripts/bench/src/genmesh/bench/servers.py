@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -337,6 +338,17 @@ def vllm_peer(
 # AMX). Its AMX repack crashed on Sapphire Rapids, so where the default form fails the peer runs without; on this
 # project's Zen 4 the repack was not faster (docs/benchmarking.md, docs/benchmarks-notes.md)
 NO_REPACK = Fallback(("--no-repack",), "weights repacked where llama.cpp can (its default)")
+
+
+def add_llama_arguments(p: argparse.ArgumentParser) -> None:
+    """The llama-server peer's options, as ``levers`` and ``report`` take them."""
+    p.add_argument("--llama-threads", type=int, default=2, help="llama-server -t (default 2)")
+    p.add_argument(
+        "--llama-binary",
+        type=Path,
+        default=LLAMA_SERVER,
+        help=f"the llama-server to run (default {LLAMA_SERVER}; scripts/llama_cpp_build.sh builds others)",
+    )
 
 
 def llama_peer(
