@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..native.q41_op import kquant_matmul, pack_blocks, q41_matmul
+from ..native.q41_op import OP_TYPES, kquant_matmul, pack_blocks, q41_matmul
 from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks
 from .ov_graph import input_node, u4_values
@@ -194,7 +194,7 @@ def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
 
 
 # The GGUF types whose MatMuls the int8 path writes as an op of the extension (native/int8/): the op's name
-OP_KINDS = {"Q4_1": "Q41MatMul", "Q4_K": "Q4KMatMul", "Q6_K": "Q6KMatMul"}
+OP_KINDS = OP_TYPES
 
 
 def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:

@@ -1,5 +1,5 @@
-"""Build the int8 extension (``int8/``: ``genmesh::Q41MatMul`` and ``genmesh::Q4KMatMul``) with cmake and the
-system's C++ compiler, against the ``openvino`` wheel's ``include/`` and ``cmake/``, once per source.
+"""Build the int8 extension (``int8/``: ``genmesh::Q41MatMul``, ``Q4KMatMul`` and ``Q6KMatMul``) with cmake and
+the system's C++ compiler, against the ``openvino`` wheel's ``include/`` and ``cmake/``, once per source.
 
 The shared library lands in ``<cache>/native/int8-<key>/libgenmesh_int8.so``, where ``key`` hashes the
 sources, the OpenVINO version and the machine type: a changed kernel or a new OpenVINO builds anew, an
@@ -22,18 +22,8 @@ import tempfile
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).resolve().parent / "int8"
-SOURCES = (
-    "CMakeLists.txt",
-    "block_matmul.hpp",
-    "block_matmul.cpp",
-    "q41_matmul.hpp",
-    "q41_matmul.cpp",
-    "q4k_matmul.hpp",
-    "q4k_matmul.cpp",
-    "q8k.hpp",
-    "q6k_matmul.hpp",
-    "q6k_matmul.cpp",
-)
+# Every file of the folder (CMakeLists.txt and the C++ sources): a new or changed one changes the key
+SOURCES = tuple(sorted(p.name for p in SOURCE_DIR.iterdir() if p.suffix in (".txt", ".hpp", ".cpp")))
 LIBRARY = "libgenmesh_int8.so"
 DEFAULT_CACHE_DIR = "~/.cache/genmesh"
 DEFAULT_TIMEOUT_S = 600.0  # one cmake step (configure or compile); ~10 s on 2 idle cores
@@ -117,7 +107,9 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="build the engine's int8 extension (genmesh::Q41MatMul, Q4KMatMul)")
+    parser = argparse.ArgumentParser(
+        description="build the engine's int8 extension (genmesh::Q41MatMul, Q4KMatMul, Q6KMatMul)"
+    )
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="the GGUF cache (--gguf-cache-dir)")
     args = parser.parse_args(argv)
     try:

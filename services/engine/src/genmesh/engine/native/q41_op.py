@@ -21,6 +21,8 @@ QK_K = 256  # weights per K-quant super-block
 # GGUF type -> (the op's type name, bytes per super-block): block_q4_K is f16 d, f16 dmin, 12 bytes of 6-bit
 # scales and minimums, 128 of nibbles; block_q6_K 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
 K_OPS = {"Q4_K": ("Q4KMatMul", 144), "Q6_K": ("Q6KMatMul", 210)}
+# GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py)
+OP_TYPES = {"Q4_1": TYPE_NAME, **{kind: name for kind, (name, _) in K_OPS.items()}}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from .build import BuildError
+from .q41_op import OP_TYPES, OPSET
 
 Mode = Literal["auto", "openvino", "genmesh"]
 MODES: tuple[Mode, ...] = ("auto", "openvino", "genmesh")
@@ -30,7 +31,7 @@ INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
 AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})  # what the op's AVX2 kernel needs (else: its scalar kernel)
 FLAG = "--int8-matmul"
 # for Q4_1, Q4_K and Q6_K matrices (core/gguf_exact.py: OP_KINDS)
-OPS = "genmesh::Q41MatMul, genmesh::Q4KMatMul, genmesh::Q6KMatMul"
+OPS = ", ".join(f"{OPSET}::{name}" for name in OP_TYPES.values())
 
 
 @dataclass(frozen=True)
