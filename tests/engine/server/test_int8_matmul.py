@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 from genmesh.accuracy import fixture
-from genmesh.accuracy.compare import answer_pairs, token_figures
 from genmesh.engine.core.gguf_reencode import DEFAULT_CACHE_DIR, EXACT_OP_KEY, cache_folder
 from genmesh.engine.models.cpu_threads import cpu_flags
 from genmesh.engine.native.selection import AVX2_FLAGS, INT8_FLAGS, choose
@@ -83,22 +82,61 @@ def test_the_default_engine_runs_openvinos_path_and_auto_would_choose_by_the_cpu
     assert choose("auto", flags, lambda: Path("lib.so")).path == expected, sorted(flags & (INT8_FLAGS | AVX2_FLAGS))
 
 
-def test_teacher_forced_logprobs_stay_within_the_floor_and_near_the_default(forced_url: str, engine_url: str) -> None:
+def greedy(client: httpx.Client, url: str, item: dict[str, Any]) -> list[tuple[int, float]]:
+    """The pipeline's greedy answer to a fixture prompt: (token id, its log-probability) per token."""
+    body = {"prompt": item["prompt_ids"], "max_tokens": len(item["answer_ids"]), "temperature": 0, "logprobs": 1}
+    r = client.post(url + COMP, json=body)
+    assert r.status_code == 200, r.text
+    lp = r.json()["choices"][0]["logprobs"]
+    ids = [
+        client.post(url + "/tokenize", json={"prompt": t, "add_special_tokens": False}).json()["tokens"]
+        for t in lp["tokens"]
+    ]
+    return [(t[0] if len(t) == 1 else -1, float(v)) for t, v in zip(ids, lp["token_logprobs"], strict=True)]
+
+
+def test_generation_through_the_op_stays_near_the_reference_and_the_default(forced_url: str, engine_url: str) -> None:
+    """The op's numerics, as generation serves them (the pipeline's own logprobs, not the scorer's): along each
+    greedy answer, as far as it is the fp32 reference's, |Δ logprob| to the reference and to the default engine."""
     items = fixture.load()["chat"][::3]  # 10 answers, 98 tokens
-    forced: list[tuple[float, float, bool]] = []
-    default: list[tuple[float, float, bool]] = []
+    to_ref: list[float] = []
+    between: list[float] = []
+    kept = asked = 0
+    with httpx.Client(timeout=120) as client:
+        for c in items:
+            forced, default = greedy(client, forced_url, c), greedy(client, engine_url, c)
+            asked += len(c["answer_ids"])
+            for j, (ref_id, ref_lp) in enumerate(zip(c["answer_ids"], c["answer_logprobs"], strict=True)):
+                if j >= len(forced) or forced[j][0] != ref_id:
+                    break  # the answers part: later tokens have no reference log-probability
+                kept += 1
+                to_ref.append(abs(forced[j][1] - float(ref_lp)))
+                if j < len(default) and default[j][0] == ref_id:
+                    between.append(abs(forced[j][1] - default[j][1]))
+    # the figures, for the docs (pytest -rP shows them)
+    print(
+        f"reference tokens reproduced {kept} of {asked}; |Δ| to the reference: median {np.median(to_ref):.4f}, "
+        f"p95 {np.percentile(to_ref, 95):.4f}; between the engines: median {np.median(between):.4f}, "
+        f"p95 {np.percentile(between, 95):.4f} ({len(between)} tokens)"
+    )
+    assert kept >= asked // 2, (kept, asked)
+    assert float(np.median(to_ref)) <= 0.05, float(np.median(to_ref))  # make eval's floor
+    assert float(np.median(between)) <= 0.05, float(np.median(between))
+    assert float(np.percentile(between, 95)) <= 0.3, float(np.percentile(between, 95))
+
+
+def test_the_forced_engine_scores_prompts_on_openvinos_path(forced_url: str, engine_url: str) -> None:
+    """Prompt log-probabilities (echo) come from the exact form without the op: the default engine's numbers, not
+    the op's int8 activations (whose error a multiple-choice log-likelihood sums over its tokens)."""
+    assert int8_config(forced_url)["scorer"] == "openvino"
+    items = fixture.load()["chat"][1::6]  # 5 prompts with their reference answers
+    diffs: list[float] = []
     with httpx.Client(timeout=120) as client:
         for c in items:
             ids = c["prompt_ids"] + c["answer_ids"]
-            forced += answer_pairs(score(client, forced_url, ids), c)
-            default += answer_pairs(score(client, engine_url, ids), c)
-    figures = token_figures(forced)
-    between = np.abs(np.array([f[0] for f in forced]) - np.array([d[0] for d in default]))
-    # the figures, for the docs (pytest -rP shows them)
-    print(f"forced vs reference: {figures}; default vs reference: {token_figures(default)}")
-    print(f"between the engines: median {np.median(between):.4f}, p95 {np.percentile(between, 95):.4f}")
-    assert figures.tokens >= 90
-    assert figures.median_dlp <= 0.05, figures  # make eval's floor against the fp32 reference
-    assert figures.top_agreement >= 0.9, figures
-    assert float(np.median(between)) <= 0.05, (float(np.median(between)), float(np.percentile(between, 95)))
-    assert float(np.percentile(between, 95)) <= 0.3, float(np.percentile(between, 95))
+            forced, default = score(client, forced_url, ids), score(client, engine_url, ids)
+            pairs = zip(forced["token_logprobs"][1:], default["token_logprobs"][1:], strict=True)
+            diffs += [abs(float(a) - float(b)) for a, b in pairs]
+    print(f"scorer, forced vs default engine: median |Δ| {np.median(diffs):.6f}, max {max(diffs):.6f}")
+    # the op's own int8 activations gave a median of 0.018-0.021 nats between the engines (docstring)
+    assert float(np.median(diffs)) <= 1e-3, (float(np.median(diffs)), max(diffs))

@@ -5,6 +5,8 @@ GenAI 2026.4: "any logprobs > 1 is treated as logprobs == 1"), and of prompt tok
 ``echo``. The scorer runs the same model: the OpenVINO IR that OpenVINO GenAI builds from the
 served GGUF (saved beside its faithful copy at load, ``gguf_reencode.py``) or the IR folder's
 own ``openvino_model.xml``, compiled for the same device with the same plugin configuration.
+Where the int8 ops run generation, it is the same exact form with OpenVINO's own MatMuls
+(model_loading.py says why).
 
 A session is one stateful infer request fed a sequence in chunks of at most ``chunk_tokens``
 (the KV state carries over between chunks, so one forward per chunk and memory bounded by
@@ -220,20 +222,21 @@ class Scorer:
 def load_scorer(
     ov: Any,
     np: Any,
-    ir_path: Path,
+    ir_path: Callable[[], Path],
     device: str,
     plugin_config: dict[str, Any],
     max_sessions: int,
     chunk_tokens: int,
     extension: str | None = None,
 ) -> Scorer:
-    """A scorer whose model compiles when the first scoring request comes (``extension``: the int8
-    extension's library, which an IR with ``genmesh::Q41MatMul`` needs)."""
+    """A scorer whose model compiles when the first scoring request comes (``ir_path`` is called then,
+    in the compiling thread: it may build the IR; ``extension``: the int8 extension's library, which an
+    IR with ``genmesh::Q41MatMul`` needs)."""
 
     def load() -> Any:
         core = ov.Core()
         if extension is not None:
             core.add_extension(extension)
-        return core.compile_model(core.read_model(str(ir_path)), device, plugin_config)
+        return core.compile_model(core.read_model(str(ir_path())), device, plugin_config)
 
     return Scorer(np, load, max_sessions, chunk_tokens)

@@ -49,12 +49,22 @@ class Int8Choice:
         return OPS if self.path == "genmesh" else None
 
     def describe(self) -> dict[str, str | None]:
-        """What ``/v1/config`` shows."""
-        return {"path": self.path, "op": self.op, "reason": self.reason, "library": str(self.library or "") or None}
+        """What ``/v1/config`` shows (``scorer``: the path of prompt log-probabilities and top-k, OpenVINO's
+        either way: core/model_loading.py)."""
+        return {
+            "path": self.path,
+            "op": self.op,
+            "reason": self.reason,
+            "library": str(self.library or "") or None,
+            "scorer": "openvino",
+        }
 
     def log_line(self) -> str:
         if self.path == "genmesh":
-            return f"int8 matmuls: {OPS} for the Q4_1/Q4_K/Q6_K matrices ({self.reason}; {self.library})"
+            return (
+                f"int8 matmuls: {OPS} for the Q4_1/Q4_K/Q6_K matrices ({self.reason}; {self.library}); "
+                "prompt log-probabilities and top-k: OpenVINO's path"
+            )
         return f"int8 matmuls: OpenVINO's CPU plugin ({self.reason})"
 
 
