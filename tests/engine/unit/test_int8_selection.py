@@ -108,3 +108,15 @@ def test_the_setting_takes_each_mode(mode: str) -> None:
     from genmesh.engine.settings import EngineSettings
 
     assert EngineSettings.from_cli(["--int8-matmul", mode]).int8_matmul == mode
+
+
+def test_auto_picks_the_op_where_onednn_is_capped_below_vnni() -> None:
+    """Capped to AVX2 (``--max-cpu-isa``, ``ONEDNN_MAX_CPU_ISA``), the plugin cannot quantise with VNNI or AMX even
+    where the CPU has them: ``auto`` chooses as on a CPU without them, and says so."""
+    for flags in (ZEN4, SAPPHIRE_RAPIDS, ALDER_LAKE):
+        capped = choose("auto", flags, built, max_isa="avx2")
+        assert capped.path == "genmesh", capped
+        assert "capped to avx2" in capped.reason
+    assert choose("auto", ZEN3, built, max_isa="AVX2").reason == choose("auto", ZEN3, built).reason
+    for isa in ("AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX2_VNNI", None, "ALL"):
+        assert choose("auto", ZEN4 | ALDER_LAKE, never, max_isa=isa).path == "openvino", isa

@@ -28,6 +28,9 @@ MODES: tuple[Mode, ...] = ("auto", "openvino", "genmesh")
 DEFAULT_MODE: Mode = "openvino"
 # /proc/cpuinfo flags with which OpenVINO's CPU plugin quantises activations to int8 itself
 INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
+# oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA, --max-cpu-isa) under which the plugin has no VNNI or AMX to
+# quantise with, whatever the CPU has: ``auto`` treats the CPU as one without them
+NO_VNNI_ISAS = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
 AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})  # what the op's AVX2 kernel needs (else: its scalar kernel)
 FLAG = "--int8-matmul"
 # for Q4_1, Q4_K and Q6_K matrices (core/gguf_exact.py: OP_KINDS)
@@ -68,14 +71,18 @@ class Int8Choice:
         return f"int8 matmuls: OpenVINO's CPU plugin ({self.reason})"
 
 
-def choose(mode: Mode, flags: frozenset[str], build: Callable[[], Path], device: str = "CPU") -> Int8Choice:
-    """The path for ``mode`` on a CPU with these /proc/cpuinfo ``flags``; ``build`` returns the extension's
-    library (``build.build``) or raises ``BuildError``, and is called only where the op is chosen."""
+def choose(
+    mode: Mode, flags: frozenset[str], build: Callable[[], Path], device: str = "CPU", max_isa: str | None = None
+) -> Int8Choice:
+    """The path for ``mode`` on a CPU with these /proc/cpuinfo ``flags`` and oneDNN capped to ``max_isa`` (None:
+    not capped); ``build`` returns the extension's library (``build.build``) or raises ``BuildError``, and is
+    called only where the op is chosen."""
     if mode == "openvino":
         return Int8Choice("openvino", f"{FLAG} openvino")
     if not device.strip().upper().startswith("CPU"):
         return Int8Choice("openvino", f"the device is {device}, not the CPU: the op is a CPU kernel")
-    int8 = sorted(flags & INT8_FLAGS)
+    capped = (max_isa or "").strip().upper() in NO_VNNI_ISAS
+    int8 = [] if capped else sorted(flags & INT8_FLAGS)
     missing = sorted(AVX2_FLAGS - flags)
     if mode == "auto":
         if int8:
@@ -87,6 +94,11 @@ def choose(mode: Mode, flags: frozenset[str], build: Callable[[], Path], device:
             lacks = "/".join(missing)
             return Int8Choice("openvino", f"{FLAG} auto: the CPU lacks {lacks} (the op's kernel needs AVX2)")
         why = f"{FLAG} auto: the CPU has AVX2 without VNNI or AMX (OpenVINO would widen 4-bit weights to f32)"
+        if capped and flags & INT8_FLAGS:
+            why = (
+                f"{FLAG} auto: oneDNN is capped to {max_isa!s} (no VNNI or AMX; the CPU has "
+                f"{'/'.join(sorted(flags & INT8_FLAGS))}), so OpenVINO would widen 4-bit weights to f32"
+            )
     else:
         kernel = "its scalar kernel: the CPU lacks " + "/".join(missing) if missing else "its AVX2 kernel"
         has = f", though the CPU has {'/'.join(int8)}" if int8 else ""
