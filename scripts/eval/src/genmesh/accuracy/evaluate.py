@@ -100,8 +100,10 @@ def served_tokens(
     client: httpx.Client, url: str, engine_url: str, name: str, prompt: list[int], max_tokens: int
 ) -> tuple[str, tuple[list[int], list[float]] | None]:
     """A hop's greedy answer: its text, and (token ids, logprobs), None when a token's text does not
-    map back to exactly one id (the reference must score the very tokens served)."""
-    body = {"model": name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1}
+    map back to exactly one id (the reference must score the very tokens served). ``logprobs`` 0: each token's
+    log-probability as the pipeline computed it while generating (1 or more would bring the scorer's, which
+    re-runs the tokens on its own model: OpenVINO's path where the int8 ops generate)."""
+    body = {"model": name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "logprobs": 0}
     r = client.post(f"{url}/v1/completions", json=body)
     r.raise_for_status()
     choice = r.json()["choices"][0]

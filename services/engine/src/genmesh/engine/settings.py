@@ -205,10 +205,10 @@ class EngineSettings(ServiceSettings):
     # CPUs").
     int8_matmul: Int8Mode = Field(
         default=INT8_DEFAULT_MODE,
-        description="who multiplies the exact form's Q4_1, Q4_K and Q6_K matrices: openvino (the CPU plugin; the "
-        "default until the op is measured on AVX2 CPUs), auto (genmesh's int8 ops where the CPU has AVX2 without VNNI "
-        "or AMX, OpenVINO's elsewhere) or genmesh (the ops: the file's Q4_1/Q4_K/Q6_K blocks times int8 activations, "
-        "built with cmake and g++ once)",
+        description="who multiplies the exact form's Q4_1, Q4_K and Q6_K matrices: auto (the default: genmesh's int8 "
+        "ops where the CPU, or oneDNN's cap, has AVX2 without VNNI or AMX, OpenVINO's CPU plugin elsewhere), openvino "
+        "(the CPU plugin) or genmesh (the ops: the file's Q4_1/Q4_K/Q6_K blocks times int8 activations, built with "
+        "cmake and g++ once)",
     )
     int8_build_timeout_s: float = Field(
         default=INT8_BUILD_TIMEOUT_S,

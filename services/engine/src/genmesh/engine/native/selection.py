@@ -5,9 +5,8 @@ and ``Q6KMatMul`` (int8 dot products with AVX2 ``maddubs``) or OpenVINO's own CP
 OpenVINO's CPU plugin multiplies 4-bit weights with int8 activations only where the CPU has VNNI
 (``avx512_vnni``, ``avx_vnni``) or AMX; on AVX2 CPUs without them it widens every weight to f32
 (issue 56, docs/int8-avx2.md). ``auto`` picks the op exactly there and OpenVINO's path elsewhere;
-``genmesh`` and ``openvino`` force either; the default is ``openvino`` until the op passes ``make eval``
-and the benchmarks on an AVX2 CPU without VNNI (``DEFAULT_MODE``). Where the op is chosen but its extension
-cannot be built (no compiler), the engine serves with OpenVINO's path and says why.
+``genmesh`` and ``openvino`` force either; ``auto`` is the default (``DEFAULT_MODE``). Where the op is chosen
+but its extension cannot be built (no compiler), the engine serves with OpenVINO's path and says why.
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ from .q41_op import OP_TYPES, OPSET
 
 Mode = Literal["auto", "openvino", "genmesh"]
 MODES: tuple[Mode, ...] = ("auto", "openvino", "genmesh")
-# OpenVINO's path until the op is measured on its target CPUs: forced on Zen 4 (not one) it passes the bounded
-# make eval but runs 0.72x (c=1) and 0.96x (c=8) the zero-point exact form (docs/int8-avx2.md); ``auto`` becomes
-# the default once make eval and the benchmarks pass on an AVX2 CPU without VNNI.
-DEFAULT_MODE: Mode = "openvino"
+# The op where the CPU (or oneDNN's cap) has AVX2 without VNNI or AMX: there, measured with the instruction set
+# capped to AVX2 on Zen 4, the op path runs 1.13-1.62x OpenVINO's and passes every make eval figure at both hops
+# (docs/int8-avx2.md, docs/accuracy.md). Where the CPU has VNNI or AMX, OpenVINO's own int8 path is faster.
+DEFAULT_MODE: Mode = "auto"
 # /proc/cpuinfo flags with which OpenVINO's CPU plugin quantises activations to int8 itself
 INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
 # oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA, --max-cpu-isa) under which the plugin has no VNNI or AMX to
