@@ -69,9 +69,11 @@ def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     choice = r.json()["choices"][0]
     assert choice["message"]["content"].strip()
     assert choice["finish_reason"] in ("stop", "length")
-    # every Q4_1 matmul of the exact form became the op (SmolLM2: 7 per layer x 30 layers), in its own folder
+    # every Q4_1 matmul of the exact form became the op (SmolLM2: 7 per layer x 30 layers), and its Q8_0 output
+    # matrix (tied to the embedding, whose Gather stays GenAI's) Q80MatMul, in its own folder
     marker = cache_folder(DEFAULT_MODEL.resolve(), Path(DEFAULT_CACHE_DIR).expanduser(), EXACT_OP_KEY) / "exact.json"
-    assert json.loads(marker.read_text())["q41_matmul_ops"] == 210
+    written = json.loads(marker.read_text())
+    assert (written["q41_matmul_ops"], written["q80_matmul_ops"], written["rewritten_matmuls"]) == (210, 1, 211)
 
 
 def test_the_default_engine_runs_openvinos_path_and_auto_would_choose_by_the_cpu(engine_url: str) -> None:
