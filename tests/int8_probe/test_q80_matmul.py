@@ -5,8 +5,8 @@ the same blocks.
 The blocks are random bytes in ggml's ``block_q8_0`` layout (f16 d, 32 int8): every byte pattern is a valid block,
 so the values cover -128 too (which ggml's quantiser never writes, but a file may hold). The weights are checked
 against ``gguf``'s own dequantiser. Two references, as for Q4_1: the layer on the activations as given (the op
-differs by its int8 activations per 32: measured ~0.4 % relative), and on the activations as the op quantises them
-(its integer arithmetic to f32 rounding: measured ~1e-7).
+differs by its int8 activations per 32: measured 0.43-0.57 % relative), and on the activations as the op quantises
+them (its integer arithmetic to f32 rounding: measured at most 1.0e-7).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_layer_matches_fp64_reference(core: ov.Core, k: int, n: int, rows: tuple
         assert y.shape == (1, m, n)
         as_quantised = (q41.quantise_q8_1(x.reshape(m, k)) @ w.T).reshape(y.shape)
         assert rel(y, as_quantised) < 1e-5, m  # the integer dot products and scales, to f32 rounding
-        assert rel(y, (x.reshape(m, k).astype(np.float64) @ w.T).reshape(y.shape)) < 0.02, m  # int8 x: ~0.4 %
+        assert rel(y, (x.reshape(m, k).astype(np.float64) @ w.T).reshape(y.shape)) < 0.02, m  # int8 x: ~0.5 %
         assert rel(scalar(x)[0], as_quantised) < 1e-5, m
 
 
