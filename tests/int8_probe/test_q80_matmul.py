@@ -51,9 +51,12 @@ def test_weights_are_ggml_blocks() -> None:
 
 
 # (K, N, M): SmolLM2's output matrix's K (576: 18 blocks) with N cut to 264 columns (33 groups of 8 over both
-# threads), M across the decode tiles (1..3), the 4-row tile and its tails (5, 9), the 64-row chunk (65); odd N
-# with one block per row (a column outside the 4- and 2-column tiles); a prefill chunk of 512.
-@pytest.mark.parametrize(("k", "n", "rows"), [(576, 264, (1, 2, 3, 4, 5, 9, 32, 65)), (32, 7, (1, 3, 9, 512))])
+# threads), M across the decode tiles (1..3), the 4-row tile and its tails (5), the eight-column kernel from 8 rows
+# (9, 32, and 65 across the 64-row chunk); odd N with one block per row (a column outside the 4- and 2-column
+# tiles), a prefill chunk of 512; N = 13 (a group of eight and five columns of tiles) either side of 8 rows.
+@pytest.mark.parametrize(
+    ("k", "n", "rows"), [(576, 264, (1, 2, 3, 4, 5, 9, 32, 65)), (32, 7, (1, 3, 9, 512)), (64, 13, (7, 8, 17))]
+)
 def test_layer_matches_fp64_reference(core: ov.Core, k: int, n: int, rows: tuple[int, ...]) -> None:
     rng = np.random.default_rng(k + n)
     blocks = q8_0_blocks(rng, n, k)

@@ -94,11 +94,81 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_0& a, co
         for (size_t r = 0; r < R; ++r) y[(m0 + r) * N + n + c] = hsum8(acc[c][r]);
 }
 
+// ------------------------------------------------------------------------------ AVX2 path, eight columns at once
+// From GROUP_ROWS rows on, each group of eight columns is repacked once per task (q8k.hpp's kquant_rows), per block:
+//   v[g] (g = 0..7)   32 bytes: dword c = column c's int8 q of elements 4g .. 4g+3
+//   a[g]              the same as |q| (u8)
+//   d                 8 x f32
+// so per row and block one broadcast activation dword per g serves all eight columns: sign, maddubs and madd per
+// four elements of eight columns, then one convert and one FMA per block for the eight (the row tiles: one each per
+// block and column, and a horizontal sum per output).
+constexpr size_t GROUP_ROWS = 8;
+constexpr size_t GROUP_BYTES = 8 * 32 + 8 * 32 + 32;
+
+__attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t* w, size_t nb, size_t n,
+                                                                  uint8_t* out) {
+    const size_t row = nb * BLOCK_BYTES;
+    const char* ahead = (const char*)(w + (n + 8) * row);  // the next group's rows, spread over the blocks (as tiles)
+    for (size_t b = 0; b < nb; ++b) {
+        for (size_t line = 0; line < 8 * BLOCK_BYTES + 64; line += 64)
+            _mm_prefetch(ahead + b * 8 * BLOCK_BYTES + line, _MM_HINT_T0);
+        uint8_t* o = out + b * GROUP_BYTES;
+        __m256i v[8];
+        float* d = (float*)(o + 512);
+        for (size_t c = 0; c < 8; ++c) {
+            const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
+            v[c] = _mm256_loadu_si256((const __m256i*)(blk + 2));
+            d[c] = f16(blk);
+        }
+        transpose_dwords_8x8(v, o);
+        for (size_t g = 0; g < 8; ++g) {
+            const __m256i q = _mm256_loadu_si256((const __m256i*)(o + 32 * g));
+            _mm256_storeu_si256((__m256i*)(o + 256 + 32 * g), _mm256_abs_epi8(q));  // -128 -> 128 as u8
+        }
+    }
+}
+
+template <size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_0& a, const uint8_t* packed,
+                                                                     float* y, size_t m0, size_t K, size_t N,
+                                                                     size_t n) {
+    const size_t nb = K / QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* o = packed + b * GROUP_BYTES;
+        __m256i isum[R];
+        for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+        for (size_t g = 0; g < 8; ++g) {
+            const __m256i q = _mm256_loadu_si256((const __m256i*)(o + 32 * g));
+            const __m256i aq = _mm256_loadu_si256((const __m256i*)(o + 256 + 32 * g));
+            for (size_t r = 0; r < R; ++r) {
+                const __m256i qx = _mm256_set1_epi32(load_i32(a.q.data() + (m0 + r) * K + b * QK + 4 * g));
+                const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p16, ones));
+            }
+        }
+        const __m256 d = _mm256_loadu_ps((const float*)(o + 512));
+        for (size_t r = 0; r < R; ++r) {
+            const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d[(m0 + r) * nb + b]));
+            acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[r]), acc[r]);
+        }
+    }
+    for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
+}
+
 static void rows_avx2(const Q8_0& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
                       size_t n1) {
-    kquant_tiles(M, n0, n1, [&](auto C, auto R, size_t m, size_t n) {
-        tile_avx2<decltype(C)::value, decltype(R)::value>(a, w, y, m, K, N, n);
-    });
+    const size_t nb = K / QK;
+    kquant_rows(
+        M, nb, GROUP_BYTES, GROUP_ROWS, n0, n1, [&](size_t n, uint8_t* out) { repack_group(w, nb, n, out); },
+        [&](auto R, const uint8_t* packed, size_t m, size_t n) {
+            group_tile_avx2<decltype(R)::value>(a, packed, y, m, K, N, n);
+        },
+        [&](auto C, auto R, size_t m, size_t n) {
+            tile_avx2<decltype(C)::value, decltype(R)::value>(a, w, y, m, K, N, n);
+        });
 }
 
 // ------------------------------------------------------------------------------------------------- the product
