@@ -5,10 +5,12 @@ the ``Q41MatMul`` custom op (int8 activations, AVX2 ``maddubs``), and the exact 
 Random blocks: this measures the kernels. ``--format q4k``: Q4_K blocks instead (the Qwen 1.5B's matrices): the
 exact form's Q4_K layer (u4 values x the f32 scale ``d*sc`` per 32, plus ``M S(x)``, ``exact-dq*``) against
 ``Q4KMatMul`` (int8 activations per 256); ``--format q6k``: Q6_K blocks, the exact form's Q6_K layer (i8 values
-``q - 32`` x the f32 scale ``d*sc`` per 16) against ``Q6KMatMul``.
+``q - 32`` x the f32 scale ``d*sc`` per 16) against ``Q6KMatMul``; ``--format q80``: Q8_0 blocks (SmolLM2's tied
+output matrix, 576 -> 49,152), OpenVINO GenAI's Q8_0 layer (u8 values, zero point 128, f16 d per 32) against
+``Q80MatMul`` (int8 activations per 32).
 
     .venv/bin/python scripts/int8_probe/bench_layer.py --shape 576x1536 --shape 1536x8960 --rows 1,32 \
-        --threads 2 [--max-cpu-isa AVX2] [--format q4k]
+        --threads 2 [--max-cpu-isa AVX2] [--format q4k|q6k|q80]
 
 Each row of output: form, shape, rows, the median and the best of ``--reps`` interleaved rounds (ms per
 inference, Python's call overhead included: the ``noop`` form is that overhead alone).
@@ -67,6 +69,21 @@ def q6k_layer(ov: Any, ops: Any, np: Any, q: Any, scale: Any) -> Any:
     return ov.Model([ops.matmul(x, w, False, True)], [x])
 
 
+def q8_0_layer(ov: Any, ops: Any, np: Any, blocks: Any) -> Any:
+    """A Q8_0 matmul as OpenVINO GenAI builds it (and the exact form keeps it): ``x ((Convert(u8 q + 128) -
+    Convert(u8 128)) * f16 d)^T``, per 32."""
+    n = blocks.shape[0]
+    b = blocks.reshape(n, -1, 34)
+    nb = b.shape[1]
+    x = ops.parameter([-1, -1, nb * 32], np.float32, name="x")
+    values = ops.constant((b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8))
+    zero = ops.constant(np.full((n, nb, 1), 128, np.uint8))
+    d = ops.constant(np.ascontiguousarray(b[..., 0:2]).view(np.float16))
+    w = ops.multiply(ops.subtract(ops.convert(values, np.float16), ops.convert(zero, np.float16)), d)
+    w = ops.convert(ops.reshape(w, ops.constant(np.array([n, nb * 32], dtype=np.int64)), False), np.float32)
+    return ov.Model([ops.matmul(x, w, False, True)], [x])
+
+
 def kquant_blocks(rng: Any, kind: str, n: int, k: int) -> Any:
     """Random blocks [n, k/256 * bytes] of ``kind`` (ggml's block_q4_K or block_q6_K): random bytes (every pattern
     is a valid block: scales, minimums, values) with f16 d (and Q4_K's dmin) of a trained model's size."""
@@ -84,11 +101,23 @@ def kquant_blocks(rng: Any, kind: str, n: int, k: int) -> Any:
     return b.reshape(n, -1)
 
 
+def q8_0_blocks(rng: Any, n: int, k: int) -> Any:
+    """Random blocks [n, k/32 * 34] in ggml's block_q8_0 layout: random int8 values (every byte, -128 included)
+    with an f16 d of a trained model's size."""
+    import numpy as np
+
+    b = rng.integers(0, 256, (n, k // 32, 34), dtype=np.uint8)
+    b[..., 0:2] = (rng.random((n, k // 32, 1)) * 4e-4 + 1e-5).astype(np.float16).view(np.uint8)
+    return b.reshape(n, -1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", action="append", help="KxN (inputs x outputs); repeatable", default=[])
     p.add_argument("--rows", default="1,32", help="comma-separated row counts M")
-    p.add_argument("--format", choices=("q41", "q4k", "q6k"), default="q41", help="the blocks: Q4_1, Q4_K, Q6_K")
+    p.add_argument(
+        "--format", choices=("q41", "q4k", "q6k", "q80"), default="q41", help="the blocks: Q4_1, Q4_K, Q6_K, Q8_0"
+    )
     p.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS")
     p.add_argument("--reps", type=int, default=7, help="interleaved rounds")
     p.add_argument("--budget-ms", type=float, default=150.0, help="time per form per round")
@@ -122,8 +151,13 @@ def main() -> None:
     shapes = a.shape or ["576x1536", "1536x8960"]
     for shape in shapes:
         k, n = (int(v) for v in shape.split("x"))
-        kind = {"q4k": "Q4_K", "q6k": "Q6_K"}.get(a.format, "")
-        if kind:
+        kind = {"q4k": "Q4_K", "q6k": "Q6_K", "q80": "Q8_0"}.get(a.format, "")
+        if kind == "Q8_0":
+            blocks = q8_0_blocks(rng, n, k)
+            b = blocks.reshape(n, -1, 34)
+            q = b[..., 2:].view(np.int8)
+            d, m = np.ascontiguousarray(b[..., 0:2]).view(np.float16)[..., 0], np.zeros((n, k // 32), np.float32)
+        elif kind:
             blocks = kquant_blocks(rng, kind, n, k)
             w = UNPACK[kind](blocks)
             q, d, m = w.q, w.scale, w.m
@@ -140,7 +174,12 @@ def main() -> None:
         # Under ONEDNN_MAX_CPU_ISA=AVX2 on a VNNI CPU, OpenVINO 2026.4's dynamic quantization returns an empty
         # [0, 0, N] output (measured on Zen 4): only dq0 there, which is what an AVX2-only CPU runs anyway.
         for dq in (0,) if a.max_cpu_isa == "AVX2" else (0, 32):
-            layer = q6k_layer(ov, ops, np, q, d) if a.format == "q6k" else exact_layer(ov, ops, np, q, d, m)
+            if a.format == "q80":
+                layer = q8_0_layer(ov, ops, np, blocks)
+            elif a.format == "q6k":
+                layer = q6k_layer(ov, ops, np, q, d)
+            else:
+                layer = exact_layer(ov, ops, np, q, d, m)
             forms[f"exact-dq{dq}"] = core.compile_model(layer, "CPU", {**base, "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq})
             if a.format == "q41":  # (the engine writes Q4_K as exact_layer: gguf_fuse.KINDS)
                 forms[f"exact-zp-dq{dq}"] = core.compile_model(

@@ -62,7 +62,7 @@ def score(client: httpx.Client, url: str, ids: list[int]) -> dict[str, Any]:
 def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     described = int8_config(forced_url)
     assert described["path"] == "genmesh", described
-    assert described["op"] == "genmesh::Q41MatMul, genmesh::Q4KMatMul, genmesh::Q6KMatMul"
+    assert described["op"] == "genmesh::Q41MatMul, genmesh::Q4KMatMul, genmesh::Q6KMatMul, genmesh::Q80MatMul"
     assert described["reason"].startswith("--int8-matmul genmesh"), described
     assert Path(described["library"]).is_file()
     body = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 12}
@@ -71,9 +71,11 @@ def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     choice = r.json()["choices"][0]
     assert choice["message"]["content"].strip()
     assert choice["finish_reason"] in ("stop", "length")
-    # every Q4_1 matmul of the exact form became the op (SmolLM2: 7 per layer x 30 layers), in its own folder
+    # every Q4_1 matmul of the exact form became the op (SmolLM2: 7 per layer x 30 layers), and its Q8_0 output
+    # matrix (tied to the embedding, whose Gather stays GenAI's) Q80MatMul, in its own folder
     marker = cache_folder(DEFAULT_MODEL.resolve(), Path(DEFAULT_CACHE_DIR).expanduser(), EXACT_OP_KEY) / "exact.json"
-    assert json.loads(marker.read_text())["q41_matmul_ops"] == 210
+    written = json.loads(marker.read_text())
+    assert (written["q41_matmul_ops"], written["q80_matmul_ops"], written["rewritten_matmuls"]) == (210, 1, 211)
 
 
 def test_the_default_engine_chooses_its_path_by_the_cpu(engine_url: str) -> None:

@@ -39,14 +39,13 @@ def _packed(values: np.ndarray, kind: ov.Type, shape: tuple[int, ...]) -> ov.Ten
     return out
 
 
-def genai_layer(w: Blocks, inputs: int, gather: bool = False) -> ov.Model:
-    """``x [1, 3, in] -> MatMul(x, W^T)`` (or ``ids [1, 3] -> Gather(W, ids)``) with W decompressed
-    as OpenVINO GenAI 2026.4 builds it: f16 scale, zero point ``round(-min/scale)`` (u4, wrapped) or
-    32 (u8, Q6_K)."""
+def genai_weight(w: Blocks) -> Any:
+    """W [rows, in] f32, decompressed as OpenVINO GenAI 2026.4 builds it: f16 scale, zero point
+    ``round(-min/scale)`` (u4, wrapped), 32 (u8, Q6_K) or 128 (u8, Q8_0)."""
     rows, groups, group = w.q.shape
     scale = w.genai_scale[..., None]
     if w.m is None:
-        kind, zp = ov.Type.u8, np.full(scale.shape, 32, np.uint8)
+        kind, zp = ov.Type.u8, np.full(scale.shape, 128 if w.kind == "Q8_0" else 32, np.uint8)
     else:
         bias = w.m.astype(np.float16).astype(np.float32)[..., None]  # GenAI keeps -dmin*m as f16
         kind = ov.Type.u4
@@ -59,11 +58,16 @@ def genai_layer(w: Blocks, inputs: int, gather: bool = False) -> ov.Model:
         ),
         ops.constant(scale),
     )
-    weight = ops.convert(ops.reshape(weight, ops.constant(np.array([rows, groups * group])), False), "f32")
+    return ops.convert(ops.reshape(weight, ops.constant(np.array([rows, groups * group])), False), "f32")
+
+
+def genai_layer(w: Blocks, inputs: int, gather: bool = False) -> ov.Model:
+    """``x [1, 3, in] -> MatMul(x, W^T)`` (or ``ids [1, 3] -> Gather(W, ids)``) with W as ``genai_weight``."""
+    weight = genai_weight(w)
     if gather:
         ids = ops.parameter([1, 3], np.int32, name="x")
         return ov.Model([ops.gather(weight, ids, ops.constant(np.array(0, np.int32)))], [ids], "embedding")
-    x = ops.parameter([1, 3, groups * group], np.float32, name="x")
+    x = ops.parameter([1, 3, inputs], np.float32, name="x")
     return ov.Model([ops.matmul(x, weight, False, True)], [x], "layer")
 
 
@@ -247,3 +251,51 @@ def test_k_quant_layers_become_the_int8_op(tmp_path: Path, kind: GGMLQuantizatio
     core.add_extension(str(build()))
     got = np.asarray(core.compile_model(core.read_model(str(tmp_path / "op.xml")), "CPU", F32_EXACT)({"x": x})[0])
     assert relative_error(got.astype(np.float64), want) < 0.03
+
+
+@pytest.mark.parametrize("kind", [GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q5_0], ids=["Q8_0", "Q5_0"])
+def test_a_tied_q8_0_output_matrix_becomes_the_int8_op_and_its_embedding_stays(
+    tmp_path: Path, kind: GGMLQuantizationType
+) -> None:
+    """SmolLM2's ``token_embd`` is Q8_0 and also its output matrix: OpenVINO GenAI builds one decompression (u8
+    ``q + 128``, zero point 128, f16 ``d``; for Q5_0, that of its exact Q8_0 copy) read by the embedding's Gather
+    and the logits' MatMul. With the int8 path the MatMul becomes ``Q80MatMul`` over the file's (the copy's) blocks,
+    within int8 activations' error (per 32: ~0.4 %) of the file's weights; the Gather keeps GenAI's decompression,
+    exact. Without it nothing changes (Q8_0 is read exactly)."""
+    from genmesh.engine.core.gguf_kquants import q8_0
+    from genmesh.engine.native.build import build
+
+    rng = np.random.default_rng(8)
+    raw = rng.integers(0, 256, (40, 256 // 32, 34 if kind == GGMLQuantizationType.Q8_0 else 22), dtype=np.uint8)
+    raw[..., 0:2] = (rng.random((40, 256 // 32, 1)) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
+    raw = raw.reshape(40, -1)
+    reader = write_gguf(tmp_path / "tied.gguf", {"token_embd.weight": raw}, kind=kind)
+    want_w = quants.dequantize(raw, kind).astype(np.float64)
+    as_read = q8_0(q5_0_as_q8_0(raw) if kind == GGMLQuantizationType.Q5_0 else raw)
+
+    def tied() -> ov.Model:
+        weight = genai_weight(as_read)
+        ids = ops.parameter([1, 3], np.int32, name="ids")
+        x = ops.parameter([1, 3, 256], np.float32, name="x")
+        embedded = ops.gather(weight, ids, ops.constant(np.array(0, np.int32)))
+        return ov.Model([embedded, ops.matmul(x, weight, False, True)], [ids, x], "tied")
+
+    plain = tied()
+    assert rewrite(plain, reader) == 0
+    assert sorted(o.get_type_name() for o in plain.get_ops() if o.get_type_name() in ("MatMul", "Gather")) == [
+        "Gather",
+        "MatMul",
+    ]
+    model = tied()
+    assert rewrite(model, reader, q41_op=True) == 1
+    kinds = [o.get_type_name() for o in model.get_ops()]
+    assert {k: kinds.count(k) for k in ("Q80MatMul", "Gather", "MatMul")} == {"Q80MatMul": 1, "Gather": 1, "MatMul": 0}
+    ov.save_model(model, str(tmp_path / "op.xml"), compress_to_fp16=False)
+    core = ov.Core()
+    core.add_extension(str(build()))
+    compiled = core.compile_model(core.read_model(str(tmp_path / "op.xml")), "CPU", F32_EXACT)
+    ids = np.array([[3, 0, 39]], dtype=np.int32)
+    x = rng.standard_normal((1, 3, 256)).astype(np.float32)
+    embedded, logits = (np.asarray(v, np.float64) for v in compiled({"ids": ids, "x": x}).values())
+    assert relative_error(embedded, want_w[ids]) < 1e-6
+    assert relative_error(logits, x.astype(np.float64) @ want_w.T) < 0.02

@@ -200,15 +200,15 @@ class EngineSettings(ServiceSettings):
     gguf_cache_dir: str = Field(
         default=DEFAULT_CACHE_DIR, description="where re-encoded GGUFs and their OpenVINO IRs are kept"
     )
-    # The exact form's Q4_1/Q4_K/Q6_K matmuls: genmesh::Q41MatMul / Q4KMatMul / Q6KMatMul (native/, int8 dot
-    # products with AVX2 maddubs) or OpenVINO's own (native/selection.py; docs/engine.md, "Integer matmuls on AVX2
-    # CPUs").
+    # The exact form's Q4_1/Q4_K/Q6_K/Q8_0 matmuls: genmesh::Q41MatMul / Q4KMatMul / Q6KMatMul / Q80MatMul
+    # (native/, int8 dot products with AVX2 maddubs) or OpenVINO's own (native/selection.py; docs/engine.md,
+    # "Integer matmuls on AVX2 CPUs").
     int8_matmul: Int8Mode = Field(
         default=INT8_DEFAULT_MODE,
-        description="who multiplies the exact form's Q4_1, Q4_K and Q6_K matrices: auto (the default: genmesh's int8 "
-        "ops where the CPU, or oneDNN's cap, has AVX2 without VNNI or AMX, OpenVINO's CPU plugin elsewhere), openvino "
-        "(the CPU plugin) or genmesh (the ops: the file's Q4_1/Q4_K/Q6_K blocks times int8 activations, built with "
-        "cmake and g++ once)",
+        description="who multiplies the exact form's Q4_1, Q4_K, Q6_K and Q8_0 matrices: auto (the default: genmesh's "
+        "int8 ops where the CPU, or oneDNN's cap, has AVX2 without VNNI or AMX, OpenVINO's CPU plugin elsewhere), "
+        "openvino (the CPU plugin) or genmesh (the ops: the file's Q4_1/Q4_K/Q6_K/Q8_0 blocks times int8 activations, "
+        "built with cmake and g++ once)",
     )
     int8_build_timeout_s: float = Field(
         default=INT8_BUILD_TIMEOUT_S,

@@ -29,7 +29,9 @@ file's.
 With ``q41_op`` (the engine's int8 path, native/selection.py), each Q4_1 MatMul becomes one
 ``genmesh::Q41MatMul`` over the file's own blocks instead of ``W x + M S(x)``: int8 dot products of the
 blocks with the activations quantised per block of 32 (docs/int8-avx2.md); each Q4_K and Q6_K MatMul likewise
-one ``genmesh::Q4KMatMul`` / ``Q6KMatMul`` over the file's bytes (activations per 256: ``OP_KINDS``). Such
+one ``genmesh::Q4KMatMul`` / ``Q6KMatMul`` over the file's bytes (activations per 256: ``OP_KINDS``), and each
+Q8_0 MatMul (SmolLM2's output matrix, tied to its embedding, whose Gather keeps GenAI's exact u8 decompression;
+Q5_0 through its exact Q8_0 copy) one ``genmesh::Q80MatMul`` (activations per 32). Such
 an IR needs the extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1
 MatMuls that read one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1
 MatMul is written with its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the
@@ -52,7 +54,7 @@ from typing import Any
 
 from ..native.q41_op import OP_TYPES, kquant_matmul, pack_blocks, q41_matmul
 from .gguf_fuse import fuse, in_zero_point_form
-from .gguf_kquants import QK, UNPACK, Blocks
+from .gguf_kquants import QK, UNPACK, Blocks, q5_0_as_q8_0, q8_0
 from .ov_graph import input_node, u4_values
 
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
@@ -168,9 +170,10 @@ def _exact_weight(ov_ops: Any, np: Any, dec: _Decompression, w: Blocks) -> None:
     dec.multiply.output(0).replace(ov_ops.multiply(ov_ops.convert(values, "f32"), scale).output(0))
 
 
-def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
+def _candidates(reader: Any, as_q8_0: bool = False) -> dict[bytes, tuple[str, Blocks]]:
     """Every rewritten matrix of the GGUF keyed by the f16 scales OpenVINO GenAI builds for it (for
-    ``attn_q``/``attn_k`` also in RoPE order: GenAI reorders a llama GGUF's rows)."""
+    ``attn_q``/``attn_k`` also in RoPE order: GenAI reorders a llama GGUF's rows); ``as_q8_0``: also every Q8_0
+    matrix, and every Q5_0 one as the Q8_0 copy GenAI reads (the int8 path's ``Q80MatMul``)."""
     from gguf import GGMLQuantizationType, Keys
 
     arch = str(reader.fields[Keys.General.ARCHITECTURE].contents())
@@ -181,9 +184,14 @@ def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
     out: dict[bytes, tuple[str, Blocks]] = {}
     for t in reader.tensors:
         kind = GGMLQuantizationType(t.tensor_type).name
-        if kind not in UNPACK or len(t.shape) < 2:
+        if len(t.shape) < 2:
             continue
-        w = UNPACK[kind](t.data)
+        if kind in UNPACK:
+            w = UNPACK[kind](t.data)
+        elif as_q8_0 and kind in Q8_0_READ:
+            w = q8_0(q5_0_as_q8_0(t.data) if kind == "Q5_0" else t.data)
+        else:
+            continue
         out[w.genai_scale.tobytes()] = (t.name, w)
         part = t.name.split(".")[-2]
         if part in heads:
@@ -195,10 +203,24 @@ def _candidates(reader: Any) -> dict[bytes, tuple[str, Blocks]]:
 
 # The GGUF types whose MatMuls the int8 path writes as an op of the extension (native/int8/): the op's name
 OP_KINDS = OP_TYPES
+# The types OpenVINO GenAI reads as Q8_0, exactly (u8 q + 128, zero point 128, f16 d): the int8 path writes their
+# MatMuls as Q80MatMul over the file's (or the copy's) blocks and leaves everything else (the tied embedding's
+# Gather) on GenAI's own decompression, unchanged
+Q8_0_READ = frozenset({"Q8_0", "Q5_0"})
+Q8_0_ZERO_POINT = 128
+
+
+def _zero_point_is(np: Any, dec: _Decompression, value: int) -> bool:
+    """Whether ``dec``'s zero point is the constant ``value`` (``Convert(Constant)`` all equal to it)."""
+    node = input_node(dec.subtract, 1)
+    if node.get_type_name() == "Convert":
+        node = input_node(node, 0)
+    return node.get_type_name() == "Constant" and bool((np.asarray(node.get_data()) == value).all())
 
 
 def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
-    """``Q41MatMul``/``Q4KMatMul``/``Q6KMatMul(x, the file's blocks)`` for a Q4_1/Q4_K/Q6_K ``matmul``
+    """``Q41MatMul``/``Q4KMatMul``/``Q6KMatMul``/``Q80MatMul(x, the file's blocks)`` for a Q4_1/Q4_K/Q6_K/Q8_0
+    ``matmul``
     (x [..., K] times W [N, K] transposed), else None (another layout: left to OpenVINO)."""
     attrs = matmul.get_attributes()
     if attrs.get("transpose_a") or not attrs.get("transpose_b"):
@@ -223,8 +245,8 @@ def rewrite(model: Any, reader: Any, q41_op: bool = False) -> int:
     import numpy as np
     import openvino.opset13 as ops
 
-    candidates = _candidates(reader)
-    names = {name for name, _ in candidates.values()}
+    candidates = _candidates(reader, as_q8_0=q41_op)
+    names = {name for name, w in candidates.values() if w.kind in UNPACK}  # (Q8_0: only where GenAI has a MatMul)
     found: dict[str, tuple[str, Blocks]] = {}  # Subtract -> its tensor (a tied matrix has two users)
     done = 0
     sums: dict[tuple[str, int], Any] = {}
@@ -240,13 +262,18 @@ def rewrite(model: Any, reader: Any, q41_op: bool = False) -> int:
             name, w = hit
             if not np.array_equal(_weight_values(dec.weight), w.q):
                 raise NotExact(f"{name}: the values OpenVINO GenAI built are not the file's")
+            if w.kind == "Q8_0" and not _zero_point_is(np, dec, Q8_0_ZERO_POINT):
+                raise NotExact(f"{name}: OpenVINO GenAI's Q8_0 zero point is not {Q8_0_ZERO_POINT}")
             found[key] = (name, w)
             names.discard(name)
-            _exact_weight(ops, np, dec, w)
+            if w.kind in UNPACK:
+                _exact_weight(ops, np, dec, w)
         name, w = found[key]
-        done += 1
         as_op = q41_op and w.kind in OP_KINDS and dec.user.get_type_name() == "MatMul"
         op = _int8_op(np, dec.user, w) if as_op else None
+        if op is None and w.kind == "Q8_0":
+            continue  # read exactly as GenAI built it: a Gather (the tied embedding), or a MatMul of another layout
+        done += 1
         out = dec.user.output(0)
         consumers = list(out.get_target_inputs())
         if op is not None:
@@ -348,6 +375,7 @@ def build(src: str | Path, folder: str | Path, q41_op: bool = False, fused: bool
                     "q41_matmul_ops": ops_written["Q41MatMul"],
                     "q4k_matmul_ops": ops_written["Q4KMatMul"],
                     "q6k_matmul_ops": ops_written["Q6KMatMul"],
+                    "q80_matmul_ops": ops_written["Q80MatMul"],
                 }
             )
         )

@@ -99,6 +99,18 @@ def q6_k(raw: Any) -> Blocks:
 UNPACK = {"Q4_1": q4_1, "Q4_K": q4_k, "Q6_K": q6_k}
 
 
+def q8_0(raw: Any) -> Blocks:
+    """Q8_0: 34 bytes per 32 weights: d (f16), 32 int8 ``q``; ``w = d * q``. OpenVINO GenAI reads it exactly (u8
+    values ``q + 128``, zero point 128, the f16 ``d``): ``q`` here is its u8 values, for the int8 path to find the
+    matrix (gguf_exact.py); not in UNPACK, as there is nothing to correct."""
+    import numpy as np
+
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(raw.shape[0], -1, 2 + QK)
+    d = _f16(blocks, 0)
+    q = (blocks[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+    return Blocks(d, d, q, None, "Q8_0", blocks.reshape(raw.shape[0], -1))
+
+
 def q5_0_as_q8_0(raw: Any) -> Any:
     """A Q5_0 matrix's raw bytes as the Q8_0 bytes of the very same weights (same ``d``, int8 ``q - 16``)."""
     import numpy as np

@@ -1,5 +1,5 @@
-"""``genmesh::Q41MatMul``, ``Q4KMatMul`` and ``Q6KMatMul`` from Python: the nodes written into a model, and GGUF
-Q4_1 blocks packed for the first (the K-quant ops take a matrix's bytes as the file has them).
+"""``genmesh::Q41MatMul``, ``Q4KMatMul``, ``Q6KMatMul`` and ``Q80MatMul`` from Python: the nodes written into a
+model, and GGUF Q4_1 blocks packed for the first (the others take a matrix's bytes as the file has them).
 
 The op itself is C++ (``int8/q41_matmul.cpp``): ``Q41MatMul(x, blocks)``, ``x`` f32 ``[..., K]``, ``blocks``
 u8 ``[N, K/32*20]`` (GGUF ``block_q4_1``: f16 ``d``, f16 ``m``, 16 bytes whose byte ``j`` holds element ``j``
@@ -7,7 +7,8 @@ in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W
 has the same type name and opset, so a model built with it saves to an IR that an ``ov.Core`` with the
 extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, blocks)`` is the same with ``blocks`` u8
 ``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``), ``Q6KMatMul`` with ``[N, K/256*210]``,
-``block_q6_K`` (``int8/q6k_matmul.cpp``). OpenVINO is imported when first used.
+``block_q6_K`` (``int8/q6k_matmul.cpp``), ``Q80MatMul`` with ``[N, K/32*34]``, ``block_q8_0``
+(``int8/q80_matmul.cpp``). OpenVINO is imported when first used.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ QK_K = 256  # weights per K-quant super-block
 # GGUF type -> (the op's type name, bytes per super-block): block_q4_K is f16 d, f16 dmin, 12 bytes of 6-bit
 # scales and minimums, 128 of nibbles; block_q6_K 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
 K_OPS = {"Q4_K": ("Q4KMatMul", 144), "Q6_K": ("Q6KMatMul", 210)}
+# The ops that read a matrix's bytes as the file has them: the K-quants', and Q8_0's (block_q8_0: f16 d, 32 int8;
+# activations per 32 as llama.cpp's Q8_0)
+RAW_OPS = {**K_OPS, "Q8_0": ("Q80MatMul", 34)}
 # GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py)
-OP_TYPES = {"Q4_1": TYPE_NAME, **{kind: name for kind, (name, _) in K_OPS.items()}}
+OP_TYPES = {"Q4_1": TYPE_NAME, **{kind: name for kind, (name, _) in RAW_OPS.items()}}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:
@@ -98,9 +102,9 @@ def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
 
 
 def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:
-    """A ``Q4KMatMul`` (``kind`` "Q4_K") or ``Q6KMatMul`` ("Q6_K") node: ``x`` (an f32 output ``[..., K]``) times
-    the GGUF ``blocks`` [N, K/256 * bytes] u8 (the file's bytes, row n = output n), transposed. ``kernel`` as
-    ``q41_matmul``'s."""
+    """A ``Q4KMatMul`` (``kind`` "Q4_K"), ``Q6KMatMul`` ("Q6_K") or ``Q80MatMul`` ("Q8_0") node: ``x`` (an f32
+    output ``[..., K]``) times the GGUF ``blocks`` [N, K/256 * bytes] u8 (Q8_0: [N, K/32 * 34]; the file's bytes,
+    row n = output n), transposed. ``kernel`` as ``q41_matmul``'s."""
     import openvino.opset13 as ops
 
-    return stand_in_class(K_OPS[kind][0])([x, ops.constant(blocks).output(0)], kernel)
+    return stand_in_class(RAW_OPS[kind][0])([x, ops.constant(blocks).output(0)], kernel)

@@ -1,6 +1,6 @@
-"""Which path multiplies the exact form's Q4_1, Q4_K and Q6_K matrices: ``genmesh::Q41MatMul``, ``Q4KMatMul``
-and ``Q6KMatMul`` (int8 dot products with AVX2 ``maddubs``) or OpenVINO's own CPU plugin, chosen by the CPU
-(``--int8-matmul``).
+"""Which path multiplies the exact form's Q4_1, Q4_K, Q6_K and Q8_0 matrices: ``genmesh::Q41MatMul``,
+``Q4KMatMul``, ``Q6KMatMul`` and ``Q80MatMul`` (int8 dot products with AVX2 ``maddubs``) or OpenVINO's own CPU
+plugin, chosen by the CPU (``--int8-matmul``).
 
 OpenVINO's CPU plugin multiplies 4-bit weights with int8 activations only where the CPU has VNNI
 (``avx512_vnni``, ``avx_vnni``) or AMX; on AVX2 CPUs without them it widens every weight to f32
@@ -32,8 +32,9 @@ INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
 NO_VNNI_ISAS = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
 AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})  # what the op's AVX2 kernel needs (else: its scalar kernel)
 FLAG = "--int8-matmul"
-# for Q4_1, Q4_K and Q6_K matrices (core/gguf_exact.py: OP_KINDS)
+# for Q4_1, Q4_K, Q6_K and Q8_0 matrices (core/gguf_exact.py: OP_KINDS)
 OPS = ", ".join(f"{OPSET}::{name}" for name in OP_TYPES.values())
+KINDS = "/".join(OP_TYPES)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Int8Choice:
 
     @property
     def op(self) -> str | None:
-        """The ops the exact form writes for Q4_1, Q4_K and Q6_K matmuls (None: OpenVINO's MatMul)."""
+        """The ops the exact form writes for Q4_1, Q4_K, Q6_K and Q8_0 matmuls (None: OpenVINO's MatMul)."""
         return OPS if self.path == "genmesh" else None
 
     def describe(self) -> dict[str, str | None]:
@@ -64,7 +65,7 @@ class Int8Choice:
     def log_line(self) -> str:
         if self.path == "genmesh":
             return (
-                f"int8 matmuls: {OPS} for the Q4_1/Q4_K/Q6_K matrices ({self.reason}; {self.library}); "
+                f"int8 matmuls: {OPS} for the {KINDS} matrices ({self.reason}; {self.library}); "
                 "prompt log-probabilities and top-k: OpenVINO's path"
             )
         return f"int8 matmuls: OpenVINO's CPU plugin ({self.reason})"

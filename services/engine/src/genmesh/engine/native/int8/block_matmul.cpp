@@ -7,6 +7,7 @@
 #include "q41_matmul.hpp"
 #include "q4k_matmul.hpp"
 #include "q6k_matmul.hpp"
+#include "q80_matmul.hpp"
 
 namespace genmesh {
 
@@ -55,4 +56,5 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
     std::make_shared<ov::OpExtension<genmesh::Q41MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q4KMatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q6KMatMul>>(),
+    std::make_shared<ov::OpExtension<genmesh::Q80MatMul>>(),
 }));

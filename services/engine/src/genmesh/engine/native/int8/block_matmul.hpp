@@ -1,7 +1,7 @@
-// What the genmesh int8 ops share: f16 reading, the CPU test, the activations' quantisation per 32 to int8,
-// the threading over output columns, and the op class itself (BlockMatMul: x f32 [..., K] times a matrix of
-// GGUF blocks u8 [N, K/QK * BYTES], transposed). Each block format (q41_matmul.cpp: Q4_1; q4k_matmul.cpp: Q4_K)
-// is a BlockMatMul with its own type name, block size and product.
+// What the genmesh int8 ops share: f16 reading, the CPU test, the activations' quantisation per 32 to int8 (Q8_0,
+// Q8_1), the threading over output columns, and the op class itself (BlockMatMul: x f32 [..., K] times a matrix of
+// GGUF blocks u8 [N, K/QK * BYTES], transposed). Each block format (q41_matmul.cpp: Q4_1; q4k_matmul.cpp: Q4_K;
+// q6k_matmul.cpp: Q6_K; q80_matmul.cpp: Q8_0) is a BlockMatMul with its own type name, block size and product.
 #pragma once
 
 #include <immintrin.h>
@@ -114,6 +114,28 @@ __attribute__((target("avx2,fma,f16c"))) inline int quantise32_avx2(const float*
     p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i*)q, p8);
     return _mm_cvtsi128_si32(s4);
+}
+
+// One activation row x [K] per block of 32 (llama.cpp's Q8_0): d[b] = max|x| / 127 and q = nearest-even(x / d[b]);
+// where s is not null, also Q8_1's s[b] = d[b] * sum(q) of the block.
+template <Kernel k>
+void quantise_row_32(const float* x, size_t K, int8_t* q, float* d, float* s) {
+    for (size_t b = 0; b < K / 32; ++b) {
+        const float* xb = x + b * 32;
+        float amax;
+        if constexpr (k == Kernel::Avx2)
+            amax = amax_avx2(xb, 32);
+        else
+            amax = amax_scalar(xb, 32);
+        const float db = amax / 127.f, id = db != 0.f ? 1.f / db : 0.f;
+        int sum;
+        if constexpr (k == Kernel::Avx2)
+            sum = quantise32_avx2(xb, id, q + b * 32);
+        else
+            sum = quantise32_scalar(xb, id, q + b * 32);
+        d[b] = db;
+        if (s) s[b] = db * (float)sum;
+    }
 }
 
 // -------------------------------------------------------------------------------------------------- threading

@@ -34,14 +34,6 @@ struct Q8_1 {
 };
 
 // ----------------------------------------------------------------------------------------------- scalar path
-static void quantise_row_scalar(const float* x, size_t K, int8_t* q, float* d, float* s) {
-    for (size_t b = 0; b < K / QK; ++b) {
-        const float db = amax_scalar(x + b * QK, QK) / 127.f, id = db != 0.f ? 1.f / db : 0.f;
-        d[b] = db;
-        s[b] = db * (float)quantise32_scalar(x + b * QK, id, q + b * QK);
-    }
-}
-
 static void rows_scalar(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
                         size_t n1) {
     const size_t nb = K / QK;
@@ -68,15 +60,6 @@ static void rows_scalar(const Q8_1& a, const uint8_t* w, float* y, size_t M, siz
 }
 
 // ------------------------------------------------------------------------------------------------- AVX2 path
-__attribute__((target("avx2,fma,f16c"))) static void quantise_row_avx2(const float* x, size_t K, int8_t* q,
-                                                                       float* d, float* s) {
-    for (size_t b = 0; b < K / QK; ++b) {
-        const float db = amax_avx2(x + b * QK, QK) / 127.f, id = db != 0.f ? 1.f / db : 0.f;
-        d[b] = db;
-        s[b] = db * (float)quantise32_avx2(x + b * QK, id, q + b * QK);
-    }
-}
-
 // One weight block as 32 unsigned bytes in element order: low nibbles (elements 0..15) then high ones.
 __attribute__((target("avx2,fma,f16c"))) static inline __m256i unpack_q4(const uint8_t* nibbles) {
     const __m128i raw = _mm_loadu_si128((const __m128i*)nibbles);
@@ -315,7 +298,7 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
     a.q.resize(M * K);
     a.d.resize(M * nb);
     a.s.resize(M * nb);
-    auto quantise = kernel == Kernel::Avx2 ? quantise_row_avx2 : quantise_row_scalar;
+    auto quantise = kernel == Kernel::Avx2 ? quantise_row_32<Kernel::Avx2> : quantise_row_32<Kernel::Scalar>;
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     parallel_rows(M, [&](size_t m) {
         quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
