@@ -69,9 +69,33 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
 }
 
 // ------------------------------------------------------------------------------------------------- AVX2 path
+// scales_mins with four 32-bit words instead of a loop over bytes: bytes 0..7 of the result are the eight scales,
+// 8..15 the eight minimums (each < 64).
+static inline __m128i scales_mins_vec(const uint8_t* p) {
+    uint32_t a, b, c;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + 4, 4);
+    std::memcpy(&c, p + 8, 4);
+    constexpr uint32_t six = 0x3F3F3F3F, four = 0x0F0F0F0F, two = 0x03030303;
+    const uint32_t sc03 = a & six, mn03 = b & six;
+    const uint32_t sc47 = (c & four) | (((a >> 6) & two) << 4), mn47 = ((c >> 4) & four) | (((b >> 6) & two) << 4);
+    return _mm_set_epi32((int)mn47, (int)mn03, (int)sc47, (int)sc03);
+}
+
+// SCALE_SHUFFLE[s]: the pshufb mask that spreads byte s of each 128-bit half as i16 over all 16 lanes (the
+// sub-block's scale for its madd, from one register instead of a broadcast per sub-block).
+alignas(32) static const uint8_t SCALE_SHUFFLE[SUB][32] = {
+#define GENMESH_SPREAD(s) \
+    {s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, \
+     s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80}
+    GENMESH_SPREAD(0), GENMESH_SPREAD(1), GENMESH_SPREAD(2), GENMESH_SPREAD(3),
+    GENMESH_SPREAD(4), GENMESH_SPREAD(5), GENMESH_SPREAD(6), GENMESH_SPREAD(7),
+#undef GENMESH_SPREAD
+};
+
 // y[m0..m0+R][n..n+C]: per super-block, each 32 bytes of nibbles of a weight row serve R activation rows (its two
-// sub-blocks: one maddubs and one madd with the broadcast scale each), into C x R integer accumulators; then one
-// FMA per output for the products and one for the minimums (their madd's four i32 in the low half).
+// sub-blocks: one maddubs and one madd with the scale spread by a pshufb each), into C x R integer accumulators;
+// then one FMA per output for the products and one for the minimums (their madd's four i32 in the low half).
 template <size_t C, size_t R>
 __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
                                                                size_t m0, size_t K, size_t N, size_t n) {
@@ -82,46 +106,41 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nsb; ++b) {
         const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
-        alignas(16) int16_t mn[C][SUB];
-        uint8_t sc[C][SUB];
-        float d[C], dmin[C];
         for (size_t c = 0; c < C; ++c) {
             const uint8_t* blk = blk0 + c * row;
             const char* next = (const char*)(blk + C * row);  // the next tile's rows: the prefetcher alone lags
             _mm_prefetch(next, _MM_HINT_T0);
             _mm_prefetch(next + 64, _MM_HINT_T0);
             _mm_prefetch(next + 128, _MM_HINT_T0);
-            d[c] = f16(blk);
-            dmin[c] = f16(blk + 2);
-            scales_mins(blk + 4, sc[c], mn[c]);
-        }
-        __m256i isum[C][R];
-        for (size_t c = 0; c < C; ++c)
-            for (size_t r = 0; r < R; ++r) isum[c][r] = _mm256_setzero_si256();
-        for (size_t j = 0; j < 4; ++j) {
-            for (size_t c = 0; c < C; ++c) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk0 + c * row + 16 + 32 * j));
+            const __m128i sm = scales_mins_vec(blk + 4);
+            const __m256i sc = _mm256_broadcastsi128_si256(sm);
+            __m256i isum[R];
+            for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+            for (size_t j = 0; j < 4; ++j) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk + 16 + 32 * j));
                 const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                const __m256i sl = _mm256_set1_epi16(sc[c][2 * j]), sh = _mm256_set1_epi16(sc[c][2 * j + 1]);
+                const __m256i sl = _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i*)SCALE_SHUFFLE[2 * j]));
+                const __m256i sh =
+                    _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i*)SCALE_SHUFFLE[2 * j + 1]));
                 for (size_t r = 0; r < R; ++r) {
                     const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 64 * j;
                     const __m256i pl =
                         _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qx)), sl);
                     const __m256i ph =
                         _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qx + 32))), sh);
-                    isum[c][r] = _mm256_add_epi32(isum[c][r], _mm256_add_epi32(pl, ph));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(pl, ph));
                 }
             }
-        }
-        for (size_t r = 0; r < R; ++r) {
-            const float dx = a.d[(m0 + r) * nsb + b];
-            const __m128i bx = _mm_loadu_si128((const __m128i*)(a.bsum.data() + ((m0 + r) * nsb + b) * SUB));
-            for (size_t c = 0; c < C; ++c) {
-                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d[c] * dx), _mm256_cvtepi32_ps(isum[c][r]), acc[c][r]);
+            const float d = f16(blk), dmin = f16(blk + 2);
+            const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            for (size_t r = 0; r < R; ++r) {
+                const float dx = a.d[(m0 + r) * nsb + b];
+                const __m128i bx = _mm_loadu_si128((const __m128i*)(a.bsum.data() + ((m0 + r) * nsb + b) * SUB));
+                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(isum[r]), acc[c][r]);
                 // the minimums' four partial sums in the low half of the accumulator (no horizontal sum here)
-                const __m128i p = _mm_madd_epi16(_mm_load_si128((const __m128i*)mn[c]), bx);
-                acc[c][r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin[c] * dx),
-                                             _mm256_cvtepi32_ps(_mm256_zextsi128_si256(p)), acc[c][r]);
+                const __m128i p = _mm_madd_epi16(mn, bx);
+                acc[c][r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dx), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(p)),
+                                             acc[c][r]);
             }
         }
     }

@@ -72,8 +72,22 @@ __attribute__((target("avx2,fma,f16c"))) static inline void values_avx2(const ui
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
 }
 
+// PAIR_SHUFFLE[l]: the pshufb mask that spreads i16 lane 2l of the low 128-bit half over the low half's eight
+// lanes and i16 lane 2l+1 of the high half over the high half's (a madd's scales for sub-blocks 2l and 2l+1 of a
+// 32-value vector, from one register holding a half's eight scales in both halves).
+alignas(32) static const uint8_t PAIR_SHUFFLE[4][32] = {
+#define GENMESH_PAIR(l)                                                                                           \
+    {4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1,                                     \
+     4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1,                                     \
+     4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3,                     \
+     4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3}
+    GENMESH_PAIR(0), GENMESH_PAIR(1), GENMESH_PAIR(2), GENMESH_PAIR(3),
+#undef GENMESH_PAIR
+};
+
 // y[m0..m0+R][n..n+C]: per super-block and half, the four 32-weight vectors of q of a weight row are built once
-// (nibbles | highs << 4) and serve R activation rows.
+// (nibbles | highs << 4) and serve R activation rows; the scales are widened once per super-block and spread to
+// each madd by a pshufb.
 template <size_t C, size_t R>
 __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
                                                                size_t m0, size_t K, size_t N, size_t n) {
@@ -83,38 +97,34 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nsb; ++b) {
         const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
-        __m256i isum[C][R];
         for (size_t c = 0; c < C; ++c) {
-            const char* next = (const char*)(blk0 + (c + C) * row);  // the next tile's rows
+            const uint8_t* blk = blk0 + c * row;
+            const char* next = (const char*)(blk + C * row);  // the next tile's rows
             for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
-            for (size_t r = 0; r < R; ++r) isum[c][r] = _mm256_setzero_si256();
-        }
-        for (size_t h = 0; h < 2; ++h) {
-            for (size_t c = 0; c < C; ++c) {
-                const uint8_t* blk = blk0 + c * row;
-                const int8_t* sc = (const int8_t*)(blk + 192 + 8 * h);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
+            __m256i isum[R];
+            for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+            for (size_t h = 0; h < 2; ++h) {
+                // this half's eight scales in both 128-bit halves
+                const __m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
                 __m256i q[4];
                 values_avx2(blk, h, q);
                 for (size_t l = 0; l < 4; ++l) {
-                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * l + 1]), _mm_set1_epi16(sc[2 * l]));
+                    const __m256i s = _mm256_shuffle_epi8(sch, _mm256_load_si256((const __m256i*)PAIR_SHUFFLE[l]));
                     for (size_t r = 0; r < R; ++r) {
                         const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 128 * h + 32 * l;
                         const __m256i p = _mm256_maddubs_epi16(q[l], _mm256_loadu_si256((const __m256i*)qx));
-                        isum[c][r] = _mm256_add_epi32(isum[c][r], _mm256_madd_epi16(p, s));
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, s));
                     }
                 }
             }
-        }
-        for (size_t c = 0; c < C; ++c) {
-            const uint8_t* blk = blk0 + c * row;
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
             const float d = f16(blk + 208);
             for (size_t r = 0; r < R; ++r) {
                 const __m256i bx =
                     _mm256_loadu_si256((const __m256i*)(a.bsum16.data() + ((m0 + r) * nsb + b) * 2 * SUB));
                 const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bx), 5);  // 32 * sc[s] * bx[s]
                 const float dx = a.d[(m0 + r) * nsb + b];
-                const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c][r], offset));
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], offset));
                 acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), p, acc[c][r]);
             }
         }
