@@ -59,17 +59,16 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
 // ------------------------------------------------------------------------------------------------- AVX2 path
 // Half h of a block as four vectors of 32 six-bit values (0..63): q[l] = elements 128h + 32l .. +31.
 __attribute__((target("avx2,fma,f16c"))) static inline void values_avx2(const uint8_t* blk, size_t h, __m256i* q) {
-    const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30);
     const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
     const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(blk + 64 * h + 32));
     const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 128 + 32 * h));
-    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
-    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
-    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
+    // bits 2l, 2l+1 of qh moved to bits 4, 5 of each byte (16-bit shifts; the mask drops what crossed a byte)
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), high));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), high));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(qh, high));
     q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), high));
 }
 
 // PAIR_SHUFFLE[l]: the pshufb mask that spreads i16 lane 2l of the low 128-bit half over the low half's eight
