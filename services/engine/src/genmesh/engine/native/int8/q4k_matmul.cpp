@@ -160,10 +160,11 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
 // 2*15*127 = 30,480 < 2^15) to the sub-block's sums for eight columns, one madd with sc[s] gives them in i32; per
 // super-block the minimums are 4 madds of mn[t] with the row's (bx[2t], bx[2t+1]) broadcast; two FMAs finish it.
 constexpr size_t GROUP = 8;
-// From this many rows on the repack pays (one layer 1,536 -> 8,960, CPU time against OpenVINO's f32 layer, 1
-// thread, AVX2 cap, Zen 4: rows 4 / 8 / 16 / 32: this kernel 1.02 / 0.85 / 0.80 / 0.82, the tiles above 0.72 /
-// 0.74 / 0.80 / 0.96; the repack's scalar scale unpacking is the overhead)
-constexpr size_t GROUP_ROWS = 24;
+// From this many rows on the repack pays (one thread, AVX2, Zen 4, ns per super-block and column, L2-resident
+// 1,536 x 1,536 / 1,536 x 8,960 from memory: rows 4 / 8 / 16: this kernel 18.6 / 28.7 / 50.3 and 29.5 / 40.8 /
+// 65.3, the tiles above 20.4 / 40.7 / 81.9 and 22.3 / 46.4 / 91.5: at 4 rows the repack's burst of loads costs
+// more than it saves; with the scales repacked by vector (scales_mins_vec, a transpose); 24 before that)
+constexpr size_t GROUP_ROWS = 8;
 constexpr size_t GROUP_BYTES = 4 * 8 * 32 + 8 * 32 + 4 * 32 + 2 * 32;  // nibbles, scales, minimums, d, dmin
 
 __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t* w, size_t nsb, size_t n,
@@ -171,25 +172,33 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     const size_t row = nsb * BLOCK_BYTES;
     for (size_t b = 0; b < nsb; ++b) {
         uint8_t* o = out + b * GROUP_BYTES;
+        for (size_t c = 0; c < GROUP; ++c) {  // the next group's rows (the hardware prefetcher lags 8 streams)
+            const char* next = (const char*)(w + (n + GROUP + c) * row + b * BLOCK_BYTES);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+        }
         for (size_t j = 0; j < 4; ++j) {  // an 8 x 8 transpose of dwords per 32 bytes of nibbles
             __m256i v[8];
             for (size_t c = 0; c < GROUP; ++c)
                 v[c] = _mm256_loadu_si256((const __m256i*)(w + (n + c) * row + b * BLOCK_BYTES + 16 + 32 * j));
             transpose_dwords_8x8(v, o + 8 * j * 32);
         }
-        int32_t* sc = (int32_t*)(o + 1024);
-        int32_t* mn = sc + 64;
-        float* d = (float*)(mn + 32);
+        // per column: its eight scales as i16 pairs (s, s) and its minimums as pairs (m[2t], m[2t+1]); then
+        // transposed so that dword c holds column c's
+        __m256i scv[GROUP], mnv[GROUP];
+        float* d = (float*)(o + 1024 + 8 * 32 + 4 * 32);
         for (size_t c = 0; c < GROUP; ++c) {
             const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            uint8_t s[SUB];
-            int16_t m[SUB];
-            scales_mins(blk + 4, s, m);
-            for (size_t k = 0; k < SUB; ++k) sc[8 * k + c] = i16_pair(s[k], s[k]);
-            for (size_t k = 0; k < 4; ++k) mn[8 * k + c] = i16_pair(m[2 * k], m[2 * k + 1]);
+            const __m128i sm = scales_mins_vec(blk + 4);
+            const __m256i s32 = _mm256_cvtepu8_epi32(sm);  // the eight scales, one per dword
+            scv[c] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+            mnv[c] = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
             d[c] = f16(blk);
             d[8 + c] = f16(blk + 2);
         }
+        transpose_dwords_8x8(scv, o + 1024);
+        alignas(32) uint8_t mins[8 * 32];  // rows 4..7 are the zero upper halves
+        transpose_dwords_8x8(mnv, mins);
+        std::memcpy(o + 1024 + 8 * 32, mins, 4 * 32);
     }
 }
 

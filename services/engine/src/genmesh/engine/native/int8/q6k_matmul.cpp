@@ -142,7 +142,9 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
 // Per row and sub-block of 16: 4 maddubs (i16 sums of two at a time: 2 * 2*63*127 = 32,004 < 2^15), 2 madds with
 // sc[s]; the offset 32 * sum_s sc[s] bx[s] is 8 madds of sp[t] with the row's (bx[2t], bx[2t+1]) broadcast.
 constexpr size_t GROUP = 8;
-constexpr size_t GROUP_ROWS = 24;  // as Q4KMatMul's (measured there)
+// From this many rows on the repack pays (as Q4KMatMul's; at 12 and 16 rows it won with the weights in L2 but not
+// from memory: ns per super-block and column, 1,536 x 8,960, rows 16: this kernel 92-101, the tiles 90)
+constexpr size_t GROUP_ROWS = 24;
 constexpr size_t GROUP_BYTES = 8 * 8 * 32 + 16 * 32 + 8 * 32 + 32;  // values, scales, scale pairs, d
 
 __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t* w, size_t nsb, size_t n,
@@ -150,6 +152,10 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     const size_t row = nsb * BLOCK_BYTES;
     for (size_t b = 0; b < nsb; ++b) {
         uint8_t* o = out + b * GROUP_BYTES;
+        for (size_t c = 0; c < GROUP; ++c) {  // the next group's rows (the hardware prefetcher lags 8 streams)
+            const char* next = (const char*)(w + (n + GROUP + c) * row + b * BLOCK_BYTES);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+        }
         for (size_t h = 0; h < 2; ++h) {
             __m256i q[GROUP][4];
             for (size_t c = 0; c < GROUP; ++c) values_avx2(w + (n + c) * row + b * BLOCK_BYTES, h, q[c]);
@@ -159,16 +165,23 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
                 transpose_dwords_8x8(v, o + (4 * h + l) * 8 * 32);
             }
         }
-        int32_t* sc = (int32_t*)(o + 2048);
-        int32_t* sp = sc + 128;
-        float* d = (float*)(sp + 64);
+        // per column: its sixteen scales as i16 pairs (s, s) (two vectors) and as pairs (s[2t], s[2t+1]) (the
+        // sixteen i16 themselves); then transposed so that dword c holds column c's
+        __m256i sc0[GROUP], sc1[GROUP], sp[GROUP];
+        float* d = (float*)(o + 2048 + 16 * 32 + 8 * 32);
         for (size_t c = 0; c < GROUP; ++c) {
             const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            const int8_t* s = (const int8_t*)(blk + 192);
-            for (size_t k = 0; k < 16; ++k) sc[8 * k + c] = i16_pair(s[k], s[k]);
-            for (size_t t = 0; t < 8; ++t) sp[8 * t + c] = i16_pair(s[2 * t], s[2 * t + 1]);
+            const __m128i s8 = _mm_loadu_si128((const __m128i*)(blk + 192));
+            sp[c] = _mm256_cvtepi8_epi16(s8);
+            const __m256i s0 = _mm256_cvtepi8_epi32(s8), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
+            const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+            sc0[c] = _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s0, 16));
+            sc1[c] = _mm256_or_si256(_mm256_and_si256(s1, lo16), _mm256_slli_epi32(s1, 16));
             d[c] = f16(blk + 208);
         }
+        transpose_dwords_8x8(sc0, o + 2048);
+        transpose_dwords_8x8(sc1, o + 2048 + 8 * 32);
+        transpose_dwords_8x8(sp, o + 2048 + 16 * 32);
     }
 }
 

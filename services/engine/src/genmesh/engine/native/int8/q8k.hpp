@@ -85,9 +85,6 @@ __attribute__((target("avx2,fma,f16c"))) inline void transpose_dwords_8x8(const 
     }
 }
 
-// Two i16 as one i32 (lo in the low half), for a madd with a broadcast pair of activation sums.
-inline int32_t i16_pair(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16)); }
-
 // The AVX2 K-quant kernels' loop over a task's columns n0..n1 and all M rows: activation rows in chunks of 64 (64
 // rows of K int8 stay in L2 while the task's weight rows pass); per chunk, tiles of C weight rows x R activation
 // rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 2, then 1 for the
