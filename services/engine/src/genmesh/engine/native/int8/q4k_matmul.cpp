@@ -69,9 +69,33 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
 }
 
 // ------------------------------------------------------------------------------------------------- AVX2 path
+// scales_mins with four 32-bit words instead of a loop over bytes: bytes 0..7 of the result are the eight scales,
+// 8..15 the eight minimums (each < 64).
+static inline __m128i scales_mins_vec(const uint8_t* p) {
+    uint32_t a, b, c;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + 4, 4);
+    std::memcpy(&c, p + 8, 4);
+    constexpr uint32_t six = 0x3F3F3F3F, four = 0x0F0F0F0F, two = 0x03030303;
+    const uint32_t sc03 = a & six, mn03 = b & six;
+    const uint32_t sc47 = (c & four) | (((a >> 6) & two) << 4), mn47 = ((c >> 4) & four) | (((b >> 6) & two) << 4);
+    return _mm_set_epi32((int)mn47, (int)mn03, (int)sc47, (int)sc03);
+}
+
+// SCALE_SHUFFLE[s]: the pshufb mask that spreads byte s of each 128-bit half as i16 over all 16 lanes (the
+// sub-block's scale for its madd, from one register instead of a broadcast per sub-block).
+alignas(32) static const uint8_t SCALE_SHUFFLE[SUB][32] = {
+#define GENMESH_SPREAD(s) \
+    {s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, \
+     s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80}
+    GENMESH_SPREAD(0), GENMESH_SPREAD(1), GENMESH_SPREAD(2), GENMESH_SPREAD(3),
+    GENMESH_SPREAD(4), GENMESH_SPREAD(5), GENMESH_SPREAD(6), GENMESH_SPREAD(7),
+#undef GENMESH_SPREAD
+};
+
 // y[m0..m0+R][n..n+C]: per super-block, each 32 bytes of nibbles of a weight row serve R activation rows (its two
-// sub-blocks: one maddubs and one madd with the broadcast scale each), into C x R integer accumulators; then one
-// FMA per output for the products and one for the minimums (their madd's four i32 in the low half).
+// sub-blocks: one maddubs and one madd with the scale spread by a pshufb each), into C x R integer accumulators;
+// then one FMA per output for the products and one for the minimums (their madd's four i32 in the low half).
 template <size_t C, size_t R>
 __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
                                                                size_t m0, size_t K, size_t N, size_t n) {
@@ -82,46 +106,41 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nsb; ++b) {
         const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
-        alignas(16) int16_t mn[C][SUB];
-        uint8_t sc[C][SUB];
-        float d[C], dmin[C];
         for (size_t c = 0; c < C; ++c) {
             const uint8_t* blk = blk0 + c * row;
             const char* next = (const char*)(blk + C * row);  // the next tile's rows: the prefetcher alone lags
             _mm_prefetch(next, _MM_HINT_T0);
             _mm_prefetch(next + 64, _MM_HINT_T0);
             _mm_prefetch(next + 128, _MM_HINT_T0);
-            d[c] = f16(blk);
-            dmin[c] = f16(blk + 2);
-            scales_mins(blk + 4, sc[c], mn[c]);
-        }
-        __m256i isum[C][R];
-        for (size_t c = 0; c < C; ++c)
-            for (size_t r = 0; r < R; ++r) isum[c][r] = _mm256_setzero_si256();
-        for (size_t j = 0; j < 4; ++j) {
-            for (size_t c = 0; c < C; ++c) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk0 + c * row + 16 + 32 * j));
+            const __m128i sm = scales_mins_vec(blk + 4);
+            const __m256i sc = _mm256_broadcastsi128_si256(sm);
+            __m256i isum[R];
+            for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+            for (size_t j = 0; j < 4; ++j) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk + 16 + 32 * j));
                 const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                const __m256i sl = _mm256_set1_epi16(sc[c][2 * j]), sh = _mm256_set1_epi16(sc[c][2 * j + 1]);
+                const __m256i sl = _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i*)SCALE_SHUFFLE[2 * j]));
+                const __m256i sh =
+                    _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i*)SCALE_SHUFFLE[2 * j + 1]));
                 for (size_t r = 0; r < R; ++r) {
                     const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 64 * j;
                     const __m256i pl =
                         _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qx)), sl);
                     const __m256i ph =
                         _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qx + 32))), sh);
-                    isum[c][r] = _mm256_add_epi32(isum[c][r], _mm256_add_epi32(pl, ph));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(pl, ph));
                 }
             }
-        }
-        for (size_t r = 0; r < R; ++r) {
-            const float dx = a.d[(m0 + r) * nsb + b];
-            const __m128i bx = _mm_loadu_si128((const __m128i*)(a.bsum.data() + ((m0 + r) * nsb + b) * SUB));
-            for (size_t c = 0; c < C; ++c) {
-                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d[c] * dx), _mm256_cvtepi32_ps(isum[c][r]), acc[c][r]);
+            const float d = f16(blk), dmin = f16(blk + 2);
+            const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            for (size_t r = 0; r < R; ++r) {
+                const float dx = a.d[(m0 + r) * nsb + b];
+                const __m128i bx = _mm_loadu_si128((const __m128i*)(a.bsum.data() + ((m0 + r) * nsb + b) * SUB));
+                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(isum[r]), acc[c][r]);
                 // the minimums' four partial sums in the low half of the accumulator (no horizontal sum here)
-                const __m128i p = _mm_madd_epi16(_mm_load_si128((const __m128i*)mn[c]), bx);
-                acc[c][r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin[c] * dx),
-                                             _mm256_cvtepi32_ps(_mm256_zextsi128_si256(p)), acc[c][r]);
+                const __m128i p = _mm_madd_epi16(mn, bx);
+                acc[c][r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dx), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(p)),
+                                             acc[c][r]);
             }
         }
     }
@@ -141,10 +160,11 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
 // 2*15*127 = 30,480 < 2^15) to the sub-block's sums for eight columns, one madd with sc[s] gives them in i32; per
 // super-block the minimums are 4 madds of mn[t] with the row's (bx[2t], bx[2t+1]) broadcast; two FMAs finish it.
 constexpr size_t GROUP = 8;
-// From this many rows on the repack pays (one layer 1,536 -> 8,960, CPU time against OpenVINO's f32 layer, 1
-// thread, AVX2 cap, Zen 4: rows 4 / 8 / 16 / 32: this kernel 1.02 / 0.85 / 0.80 / 0.82, the tiles above 0.72 /
-// 0.74 / 0.80 / 0.96; the repack's scalar scale unpacking is the overhead)
-constexpr size_t GROUP_ROWS = 24;
+// From this many rows on the repack pays (one thread, AVX2, Zen 4, ns per super-block and column, L2-resident
+// 1,536 x 1,536 / 1,536 x 8,960 from memory: rows 4 / 8 / 16: this kernel 18.6 / 28.7 / 50.3 and 29.5 / 40.8 /
+// 65.3, the tiles above 20.4 / 40.7 / 81.9 and 22.3 / 46.4 / 91.5: at 4 rows the repack's burst of loads costs
+// more than it saves; with the scales repacked by vector (scales_mins_vec, a transpose); 24 before that)
+constexpr size_t GROUP_ROWS = 8;
 constexpr size_t GROUP_BYTES = 4 * 8 * 32 + 8 * 32 + 4 * 32 + 2 * 32;  // nibbles, scales, minimums, d, dmin
 
 __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t* w, size_t nsb, size_t n,
@@ -152,25 +172,33 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     const size_t row = nsb * BLOCK_BYTES;
     for (size_t b = 0; b < nsb; ++b) {
         uint8_t* o = out + b * GROUP_BYTES;
+        for (size_t c = 0; c < GROUP; ++c) {  // the next group's rows (the hardware prefetcher lags 8 streams)
+            const char* next = (const char*)(w + (n + GROUP + c) * row + b * BLOCK_BYTES);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+        }
         for (size_t j = 0; j < 4; ++j) {  // an 8 x 8 transpose of dwords per 32 bytes of nibbles
             __m256i v[8];
             for (size_t c = 0; c < GROUP; ++c)
                 v[c] = _mm256_loadu_si256((const __m256i*)(w + (n + c) * row + b * BLOCK_BYTES + 16 + 32 * j));
             transpose_dwords_8x8(v, o + 8 * j * 32);
         }
-        int32_t* sc = (int32_t*)(o + 1024);
-        int32_t* mn = sc + 64;
-        float* d = (float*)(mn + 32);
+        // per column: its eight scales as i16 pairs (s, s) and its minimums as pairs (m[2t], m[2t+1]); then
+        // transposed so that dword c holds column c's
+        __m256i scv[GROUP], mnv[GROUP];
+        float* d = (float*)(o + 1024 + 8 * 32 + 4 * 32);
         for (size_t c = 0; c < GROUP; ++c) {
             const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            uint8_t s[SUB];
-            int16_t m[SUB];
-            scales_mins(blk + 4, s, m);
-            for (size_t k = 0; k < SUB; ++k) sc[8 * k + c] = i16_pair(s[k], s[k]);
-            for (size_t k = 0; k < 4; ++k) mn[8 * k + c] = i16_pair(m[2 * k], m[2 * k + 1]);
+            const __m128i sm = scales_mins_vec(blk + 4);
+            const __m256i s32 = _mm256_cvtepu8_epi32(sm);  // the eight scales, one per dword
+            scv[c] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+            mnv[c] = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
             d[c] = f16(blk);
             d[8 + c] = f16(blk + 2);
         }
+        transpose_dwords_8x8(scv, o + 1024);
+        alignas(32) uint8_t mins[8 * 32];  // rows 4..7 are the zero upper halves
+        transpose_dwords_8x8(mnv, mins);
+        std::memcpy(o + 1024 + 8 * 32, mins, 4 * 32);
     }
 }
 

@@ -59,21 +59,34 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
 // ------------------------------------------------------------------------------------------------- AVX2 path
 // Half h of a block as four vectors of 32 six-bit values (0..63): q[l] = elements 128h + 32l .. +31.
 __attribute__((target("avx2,fma,f16c"))) static inline void values_avx2(const uint8_t* blk, size_t h, __m256i* q) {
-    const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30);
     const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
     const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(blk + 64 * h + 32));
     const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 128 + 32 * h));
-    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
-    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
-    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
+    // bits 2l, 2l+1 of qh moved to bits 4, 5 of each byte (16-bit shifts; the mask drops what crossed a byte)
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), high));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), high));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(qh, high));
     q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), high));
 }
 
+// PAIR_SHUFFLE[l]: the pshufb mask that spreads i16 lane 2l of the low 128-bit half over the low half's eight
+// lanes and i16 lane 2l+1 of the high half over the high half's (a madd's scales for sub-blocks 2l and 2l+1 of a
+// 32-value vector, from one register holding a half's eight scales in both halves).
+alignas(32) static const uint8_t PAIR_SHUFFLE[4][32] = {
+#define GENMESH_PAIR(l)                                                                                           \
+    {4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1,                                     \
+     4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1, 4 * l, 4 * l + 1,                                     \
+     4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3,                     \
+     4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3, 4 * l + 2, 4 * l + 3}
+    GENMESH_PAIR(0), GENMESH_PAIR(1), GENMESH_PAIR(2), GENMESH_PAIR(3),
+#undef GENMESH_PAIR
+};
+
 // y[m0..m0+R][n..n+C]: per super-block and half, the four 32-weight vectors of q of a weight row are built once
-// (nibbles | highs << 4) and serve R activation rows.
+// (nibbles | highs << 4) and serve R activation rows; the scales are widened once per super-block and spread to
+// each madd by a pshufb.
 template <size_t C, size_t R>
 __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, const uint8_t* w, float* y,
                                                                size_t m0, size_t K, size_t N, size_t n) {
@@ -83,38 +96,34 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nsb; ++b) {
         const uint8_t* blk0 = w + n * row + b * BLOCK_BYTES;
-        __m256i isum[C][R];
         for (size_t c = 0; c < C; ++c) {
-            const char* next = (const char*)(blk0 + (c + C) * row);  // the next tile's rows
+            const uint8_t* blk = blk0 + c * row;
+            const char* next = (const char*)(blk + C * row);  // the next tile's rows
             for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
-            for (size_t r = 0; r < R; ++r) isum[c][r] = _mm256_setzero_si256();
-        }
-        for (size_t h = 0; h < 2; ++h) {
-            for (size_t c = 0; c < C; ++c) {
-                const uint8_t* blk = blk0 + c * row;
-                const int8_t* sc = (const int8_t*)(blk + 192 + 8 * h);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
+            __m256i isum[R];
+            for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+            for (size_t h = 0; h < 2; ++h) {
+                // this half's eight scales in both 128-bit halves
+                const __m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
                 __m256i q[4];
                 values_avx2(blk, h, q);
                 for (size_t l = 0; l < 4; ++l) {
-                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * l + 1]), _mm_set1_epi16(sc[2 * l]));
+                    const __m256i s = _mm256_shuffle_epi8(sch, _mm256_load_si256((const __m256i*)PAIR_SHUFFLE[l]));
                     for (size_t r = 0; r < R; ++r) {
                         const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 128 * h + 32 * l;
                         const __m256i p = _mm256_maddubs_epi16(q[l], _mm256_loadu_si256((const __m256i*)qx));
-                        isum[c][r] = _mm256_add_epi32(isum[c][r], _mm256_madd_epi16(p, s));
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, s));
                     }
                 }
             }
-        }
-        for (size_t c = 0; c < C; ++c) {
-            const uint8_t* blk = blk0 + c * row;
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
             const float d = f16(blk + 208);
             for (size_t r = 0; r < R; ++r) {
                 const __m256i bx =
                     _mm256_loadu_si256((const __m256i*)(a.bsum16.data() + ((m0 + r) * nsb + b) * 2 * SUB));
                 const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bx), 5);  // 32 * sc[s] * bx[s]
                 const float dx = a.d[(m0 + r) * nsb + b];
-                const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c][r], offset));
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], offset));
                 acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), p, acc[c][r]);
             }
         }
@@ -133,7 +142,9 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
 // Per row and sub-block of 16: 4 maddubs (i16 sums of two at a time: 2 * 2*63*127 = 32,004 < 2^15), 2 madds with
 // sc[s]; the offset 32 * sum_s sc[s] bx[s] is 8 madds of sp[t] with the row's (bx[2t], bx[2t+1]) broadcast.
 constexpr size_t GROUP = 8;
-constexpr size_t GROUP_ROWS = 24;  // as Q4KMatMul's (measured there)
+// From this many rows on the repack pays (as Q4KMatMul's; at 12 and 16 rows it won with the weights in L2 but not
+// from memory: ns per super-block and column, 1,536 x 8,960, rows 16: this kernel 92-101, the tiles 90)
+constexpr size_t GROUP_ROWS = 24;
 constexpr size_t GROUP_BYTES = 8 * 8 * 32 + 16 * 32 + 8 * 32 + 32;  // values, scales, scale pairs, d
 
 __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t* w, size_t nsb, size_t n,
@@ -141,6 +152,10 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     const size_t row = nsb * BLOCK_BYTES;
     for (size_t b = 0; b < nsb; ++b) {
         uint8_t* o = out + b * GROUP_BYTES;
+        for (size_t c = 0; c < GROUP; ++c) {  // the next group's rows (the hardware prefetcher lags 8 streams)
+            const char* next = (const char*)(w + (n + GROUP + c) * row + b * BLOCK_BYTES);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+        }
         for (size_t h = 0; h < 2; ++h) {
             __m256i q[GROUP][4];
             for (size_t c = 0; c < GROUP; ++c) values_avx2(w + (n + c) * row + b * BLOCK_BYTES, h, q[c]);
@@ -150,16 +165,23 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
                 transpose_dwords_8x8(v, o + (4 * h + l) * 8 * 32);
             }
         }
-        int32_t* sc = (int32_t*)(o + 2048);
-        int32_t* sp = sc + 128;
-        float* d = (float*)(sp + 64);
+        // per column: its sixteen scales as i16 pairs (s, s) (two vectors) and as pairs (s[2t], s[2t+1]) (the
+        // sixteen i16 themselves); then transposed so that dword c holds column c's
+        __m256i sc0[GROUP], sc1[GROUP], sp[GROUP];
+        float* d = (float*)(o + 2048 + 16 * 32 + 8 * 32);
         for (size_t c = 0; c < GROUP; ++c) {
             const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            const int8_t* s = (const int8_t*)(blk + 192);
-            for (size_t k = 0; k < 16; ++k) sc[8 * k + c] = i16_pair(s[k], s[k]);
-            for (size_t t = 0; t < 8; ++t) sp[8 * t + c] = i16_pair(s[2 * t], s[2 * t + 1]);
+            const __m128i s8 = _mm_loadu_si128((const __m128i*)(blk + 192));
+            sp[c] = _mm256_cvtepi8_epi16(s8);
+            const __m256i s0 = _mm256_cvtepi8_epi32(s8), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
+            const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+            sc0[c] = _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s0, 16));
+            sc1[c] = _mm256_or_si256(_mm256_and_si256(s1, lo16), _mm256_slli_epi32(s1, 16));
             d[c] = f16(blk + 208);
         }
+        transpose_dwords_8x8(sc0, o + 2048);
+        transpose_dwords_8x8(sc1, o + 2048 + 8 * 32);
+        transpose_dwords_8x8(sp, o + 2048 + 16 * 32);
     }
 }
 

@@ -85,12 +85,10 @@ __attribute__((target("avx2,fma,f16c"))) inline void transpose_dwords_8x8(const 
     }
 }
 
-// Two i16 as one i32 (lo in the low half), for a madd with a broadcast pair of activation sums.
-inline int32_t i16_pair(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16)); }
-
 // The AVX2 K-quant kernels' loop over a task's columns n0..n1 and all M rows: activation rows in chunks of 64 (64
 // rows of K int8 stay in L2 while the task's weight rows pass); per chunk, tiles of C weight rows x R activation
-// rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 1 for the rest).
+// rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 2, then 1 for the
+// rest: two or three rows share one pass over the weights' nibbles and scales).
 // tile(C, R, m, n) computes y[m..m+R][n..n+C] (C, R: std::integral_constant, for the kernel's template).
 template <class Tile>
 void kquant_tiles(size_t M, size_t n0, size_t n1, Tile tile) {
@@ -98,6 +96,7 @@ void kquant_tiles(size_t M, size_t n0, size_t n1, Tile tile) {
     auto columns = [&](auto C, size_t m0, size_t m1, size_t n) {
         size_t m = m0;
         for (; m + ROWS <= m1; m += ROWS) tile(C, std::integral_constant<size_t, ROWS>{}, m, n);
+        for (; m + 2 <= m1; m += 2) tile(C, std::integral_constant<size_t, 2>{}, m, n);
         for (; m < m1; ++m) tile(C, std::integral_constant<size_t, 1>{}, m, n);
     };
     for (size_t m0 = 0; m0 < M; m0 += M_CHUNK) {
