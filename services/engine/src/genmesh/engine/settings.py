@@ -223,6 +223,11 @@ class EngineSettings(ServiceSettings):
     scoring_queue_timeout_s: float = Field(
         default=30.0, gt=0, description="wait for a scoring slot this long, then 503"
     )
+    scoring_output_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="wait this long for a scoring session's next positions (the scorer's next chunk), then 503",
+    )
     max_logprobs: int = Field(
         default=20, ge=0, le=1000, description="largest top_logprobs, logprobs or prompt_logprobs"
     )

@@ -1,7 +1,8 @@
 """Prompt log-probabilities and true top-k for the API process: sessions on the core's scorer.
 
 ``Scoring.session`` opens a scoring session (``core/scorer.py`` in the core) once one of the
-``max_num_scoring_seqs`` slots is free (503 with Retry-After after ``scoring_queue_timeout_s``).
+``max_num_scoring_seqs`` slots is free (503 with Retry-After after ``scoring_queue_timeout_s``); a
+session waits at most ``scoring_output_timeout_s`` for each of its next positions (then 503 too).
 ``with_top`` wraps a generation's events so that every ``Delta`` carries, for each of its tokens,
 the scorer's entry: the token's log-probability and the most likely tokens at its position.
 """
@@ -65,15 +66,23 @@ class ScoreSession:
     core: CoreSupervisor
     sid: int
     outputs: Collector[m.ScoreOutput]
+    output_timeout_s: float
     ready: list[m.ScoredToken] = field(default_factory=list)
     finished: bool = False
 
     async def take(self, count: int) -> list[m.ScoredToken]:
-        """The next ``count`` scored positions, in order."""
+        """The next ``count`` scored positions, in order (each wait for the scorer bounded by
+        ``output_timeout_s``)."""
         while len(self.ready) < count:
             if self.finished:
                 raise RuntimeError("scoring session ended early")
-            out = await self.outputs.get()
+            try:
+                out = await asyncio.wait_for(self.outputs.get(), self.output_timeout_s)
+            except TimeoutError:
+                self.finished = True
+                raise service_unavailable(
+                    f"the scorer gave no positions for {self.output_timeout_s:g} s", "scoring_timeout", 1
+                ) from None
             if out.error is not None:
                 self.finished = True
                 if "outside the vocabulary" in out.error:
@@ -92,8 +101,9 @@ class ScoreSession:
 
 
 class Scoring:
-    def __init__(self, core: CoreSupervisor, slots: int, queue_timeout_s: float) -> None:
+    def __init__(self, core: CoreSupervisor, slots: int, queue_timeout_s: float, output_timeout_s: float) -> None:
         self.core = core
+        self.output_timeout_s = output_timeout_s
         self.enabled = slots > 0
         self._slots = asyncio.Semaphore(max(slots, 1))
         self.queue_timeout_s = queue_timeout_s
@@ -123,7 +133,7 @@ class Scoring:
             except EngineDeadError as exc:
                 code = "engine_restarting" if isinstance(exc, EngineRestarting) else "engine_unavailable"
                 raise service_unavailable(f"engine unavailable: {exc}", code, self.core.retry_after_s()) from exc
-            session = ScoreSession(self.core, sid, outputs)
+            session = ScoreSession(self.core, sid, outputs, self.output_timeout_s)
             yield session
         finally:
             if session is not None:

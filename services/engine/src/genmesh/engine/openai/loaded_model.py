@@ -139,7 +139,9 @@ class EngineState:
             await core.close()
             raise
         log.info("model %s loaded (context %d tokens)", source.served_name, source.context_length)
-        scoring = Scoring(core, settings.max_num_scoring_seqs, settings.scoring_queue_timeout_s)
+        scoring = Scoring(
+            core, settings.max_num_scoring_seqs, settings.scoring_queue_timeout_s, settings.scoring_output_timeout_s
+        )
         return cls(settings, source, tokenizer, core, metrics, Generator(core, metrics), scoring, int8)
 
     async def close(self) -> None:
