@@ -6,14 +6,26 @@ A GGUF draft is therefore served from its folder under the GGUF cache, like the 
 the model it builds (``enable_save_ov_model``, one throwaway pipeline) and the tokenizer and
 detokenizer it builds from the GGUF's vocabulary, once; later loads use that folder as it is. An IR
 folder is used as it is.
+
+Where the main model runs the int8 ops (``--int8-matmul``, native/selection.py), a GGUF draft runs them too:
+its exact IR with the ops (``prepare(..., q41_op=True)``). ``draft_model()`` reads that IR into OpenVINO
+GenAI's own ``ov::Core`` when the property is made, before the pipeline adds its ``extensions``, and ignores
+an ``extensions`` key of its own; so ``register_extension`` adds the library to that core first, and a draft
+whose IR still cannot be read with it falls back to OpenVINO's path (``draft_property``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .config import CoreConfig
+from .gguf_exact import MARKER
 from .gguf_reencode import DEFAULT_TARGET, Target, prepare
 from .gguf_tokenizer import tokenizer_gguf
 
@@ -28,15 +40,21 @@ def _complete(folder: Path, names: tuple[str, ...]) -> bool:
 
 
 def draft_folder(
-    ov_genai: Any, path: str, cache_dir: str, reencode: bool = True, target: Target = DEFAULT_TARGET
+    ov_genai: Any,
+    path: str,
+    cache_dir: str,
+    reencode: bool = True,
+    target: Target = DEFAULT_TARGET,
+    q41_op: bool = False,
 ) -> Path:
-    """The IR folder of the draft at ``path`` (built once from a GGUF into its cache folder)."""
+    """The IR folder of the draft at ``path`` (built once from a GGUF into its cache folder; ``q41_op``: the
+    exact IR with the int8 ops, as the main model's)."""
     src = Path(path).expanduser()
     if src.is_dir():
         if not _complete(src, IR_FILES):
             raise ValueError(f"draft model folder {str(src)!r} lacks one of {', '.join(IR_FILES)}")
         return src
-    served = prepare(src, cache_dir, reencode, target)
+    served = prepare(src, cache_dir, reencode, target, q41_op)
     folder = served.parent
     if not _complete(folder, IR_FILES[:1]):
         log.info("building the draft model's IR from %s (once)", served)
@@ -52,6 +70,55 @@ def draft_folder(
     return folder
 
 
-def draft_property(ov_genai: Any, folder: Path, device: str, plugin_config: dict[str, Any]) -> Any:
-    """The pipeline property that adds the draft (on the main model's device, with its plugin config)."""
-    return ov_genai.draft_model(str(folder), device, **plugin_config)
+def int8_ops(folder: Path) -> int:
+    """How many int8 ops (genmesh::Q41MatMul, ...) the exact IR in ``folder`` has (0: none, or not an exact IR)."""
+    marker = folder / MARKER
+    if not marker.is_file():
+        return 0
+    written = json.loads(marker.read_text())
+    return sum(int(v) for k, v in written.items() if k.endswith("_matmul_ops"))
+
+
+def register_extension(ov_genai: Any, library: str) -> None:
+    """Adds ``library`` to OpenVINO GenAI's own ``ov::Core``, so that ``draft_model()`` can read an IR with its
+    ops. OpenVINO GenAI 2026.4 exposes that core only through the pipelines' ``extensions`` property, which
+    it applies before it looks for the model: a pipeline asked for a folder with no model adds the library,
+    then raises. (Checked by ``draft_property``'s fallback and tests/engine/server/test_speculative.py.)"""
+    with tempfile.TemporaryDirectory(prefix="genmesh-ext-") as empty, contextlib.suppress(RuntimeError):
+        ov_genai.ContinuousBatchingPipeline(empty, ov_genai.SchedulerConfig(), "CPU", {"extensions": [library]})
+
+
+def draft_property(
+    ov_genai: Any,
+    folder: Path,
+    device: str,
+    plugin_config: dict[str, Any],
+    fallback: Callable[[], Path] | None = None,
+) -> tuple[Any, Path]:
+    """The pipeline property that adds the draft (on the main model's device, with its plugin config), and
+    the folder it came from: ``fallback`` (the draft on OpenVINO's path) where ``folder``'s IR has ops that
+    OpenVINO GenAI's core cannot create."""
+    try:
+        return ov_genai.draft_model(str(folder), device, **plugin_config), folder
+    except RuntimeError as exc:
+        if fallback is None or "unsupported opset" not in str(exc):
+            raise
+        log.warning("the draft's int8 ops could not be read (%s); the draft runs OpenVINO's path", str(exc)[-200:])
+        folder = fallback()
+        return ov_genai.draft_model(str(folder), device, **plugin_config), folder
+
+
+def pipeline_draft(ov_genai: Any, config: CoreConfig) -> Any:
+    """The ``draft_model`` property for ``config.draft_model``: with the int8 ops where the main model has them."""
+    assert config.draft_model is not None
+    args = (ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
+    ops = config.int8_extension is not None and not Path(config.draft_model).expanduser().is_dir()
+    if config.int8_extension is not None and ops:
+        register_extension(ov_genai, config.int8_extension)
+    folder = draft_folder(*args, q41_op=ops)
+    draft, used = draft_property(
+        ov_genai, folder, config.device, config.plugin_config, (lambda: draft_folder(*args)) if ops else None
+    )
+    n = int8_ops(used)
+    log.info("speculative decoding with the draft model %s (%s)", used, f"{n} int8 ops" if n else "OpenVINO's path")
+    return draft

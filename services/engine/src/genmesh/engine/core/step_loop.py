@@ -22,7 +22,7 @@ from genmesh.protocol.server.logs import configure_logging
 
 from . import ipc as m
 from .config import ISA_ENV, CoreConfig
-from .draft_model import draft_folder, draft_property
+from .draft_model import pipeline_draft
 from .model_loading import prepare_model, start_scorer
 from .pipeline_config import generation_config, pipeline_properties, scheduler_config
 from .scorer import Scorer
@@ -265,14 +265,7 @@ def run_core(config: CoreConfig, input_addr: str, output_addr: str, log_level: s
         if served.save_ir:
             properties["enable_save_ov_model"] = True  # OpenVINO GenAI writes the IR it builds beside the GGUF
         if config.draft_model is not None:
-            # The draft keeps OpenVINO's path (no genmesh::Q41MatMul in its IR): draft_model() reads the IR into
-            # OpenVINO GenAI's core when the property is made, before the pipeline adds its extensions, and
-            # ignores an "extensions" key of its own ("unsupported opset: genmesh"; docs/engine.md).
-            draft = draft_folder(
-                ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type
-            )
-            properties["draft_model"] = draft_property(ov_genai, draft, config.device, config.plugin_config)
-            log.info("speculative decoding with the draft model %s", draft)
+            properties["draft_model"] = pipeline_draft(ov_genai, config)
         log.info("loading %s on %s", served.path, config.device)
         if served.tokenizer_gguf is not None:  # the exact compressed IR, with the GGUF's own tokenizer
             tokenizer = ov_genai.Tokenizer(str(served.tokenizer_gguf))
