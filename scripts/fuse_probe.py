@@ -13,6 +13,10 @@ VariadicSplit after the Add):
     zp        every branch as one compressed MatMul whose f32 zero point ``-m/d`` carries the minimums:
               ``(q - z) d = d q + m`` per block (no ReduceSum, no minimums' MatMul, no Add)
     zp_both   zp, with q/k/v and gate/up fused
+    op        the int8 path's IR (``gguf_exact.build(q41_op=True)``): each Q4_1 MatMul one ``genmesh::Q41MatMul``
+    op_group  op, with the ops of one input (q/k/v, gate/up) as one ``Q41MatMul`` with an output per matrix
+              (gguf_op_groups.py: 120 op nodes instead of 210, no Split); compare with ``--baseline op``
+    op_qkv    op_group for q/k/v only (150 op nodes)
 
 and checks that each variant's logits equal the unfused IR's (f32, ``ov.Core``, a few prompts), counts the
 compiled model's nodes, and times one stream's decode through ``ContinuousBatchingPipeline`` the way the
@@ -20,6 +24,8 @@ engine drives it (``add_request`` + ``step()``), the variants interleaved round 
 
     .venv/bin/python scripts/fuse_probe.py check            # logits, node counts, the plugin's own fusions
     .venv/bin/python scripts/fuse_probe.py bench --rounds 7 # decode speed, c=1 (quiet machine)
+    ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python scripts/fuse_probe.py bench --variants op_group --baseline op \
+        --precision f32                                     # the op grouped per input against per matrix
 
 Results: docs/int8-avx2.md ("Fewer nodes: fused QKV and gate/up (probe)").
 """
@@ -45,6 +51,9 @@ __all__ = ["exact_ir", "fuse", "groups", "zero_point_form"]
 BUILD = ROOT / "scripts" / "build" / "fuse-probe"  # the variants' IRs (gitignored)
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 VARIANTS = ("unfused", "qkv", "gate_up", "both", "zp", "zp_both")
+# the int8 path's IR, per matrix and grouped per input (need the extension): the group sizes made one op
+OP_GROUPS = {"op": (), "op_group": (2, 3), "op_qkv": (3,)}
+OP_VARIANTS = tuple(OP_GROUPS)
 # (group sizes fused: q/k/v 3, gate/up 2; the minimums as an f32 zero point)
 FUSE = {
     "unfused": ((), False),
@@ -72,6 +81,20 @@ def exact_ir(model: Path = MODEL) -> Path:
     return folder / IR_XML
 
 
+def op_ir(folder: Path, op_groups: tuple[int, ...], model: Path = MODEL) -> Path:
+    """The int8 path's IR of ``model`` in ``folder`` (``gguf_exact.build(q41_op=True)``; ``op_groups``: the
+    sizes of the sets of ops of one input made one op), with the GGUF's tokenizer."""
+    from genmesh.engine.core.gguf_exact import GGUF_LINK, MARKER, build
+    from genmesh.engine.core.gguf_tokenizer import tokenizer_gguf
+
+    if not (folder / MARKER).is_file():
+        build(model, folder, q41_op=True, op_groups=op_groups)
+    if not (folder / "tokenizer.gguf").is_file():
+        tokenizer_gguf((folder / GGUF_LINK).resolve(), folder)
+    print(json.dumps({"variant": folder.name, "marker": json.loads((folder / MARKER).read_text())}), flush=True)
+    return folder
+
+
 def write_variants(src: Path, out: Path = BUILD, names: tuple[str, ...] = VARIANTS) -> dict[str, Path]:
     """Each variant's IR folder under ``out`` (the unfused one links the exact IR), with the GGUF's tokenizer."""
     import openvino as ov
@@ -81,6 +104,9 @@ def write_variants(src: Path, out: Path = BUILD, names: tuple[str, ...] = VARIAN
     folders: dict[str, Path] = {}
     for name in names:
         folder = out / name
+        if name in OP_VARIANTS:
+            folders[name] = op_ir(folder, OP_GROUPS[name])
+            continue
         folder.mkdir(parents=True, exist_ok=True)
         tokenizer_gguf((src.parent / "model.gguf").resolve(), folder)
         xml = folder / "openvino_model.xml"
@@ -132,15 +158,20 @@ def _log_softmax(x: Any) -> Any:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def check(folders: dict[str, Path], config: dict[str, Any], logits_config: dict[str, Any]) -> None:
-    """Per variant: its logits against the unfused IR's (``logits_config``: f32 unless --logits-precision),
-    and its compiled nodes by type (``config``: the benchmark's)."""
+def check(
+    folders: dict[str, Path], config: dict[str, Any], logits_config: dict[str, Any], baseline: str = "unfused"
+) -> None:
+    """Per variant: its logits against the ``baseline`` IR's (``logits_config``: f32 unless --logits-precision),
+    and its compiled nodes by type (``config``: the benchmark's; its ``extensions`` are added to the core)."""
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
 
     core = ov.Core()
-    tokenizer = ov_genai.Tokenizer(str(folders["unfused"] / "tokenizer.gguf"))
+    config = dict(config)
+    for extension in config.pop("extensions", []):
+        core.add_extension(extension)
+    tokenizer = ov_genai.Tokenizer(str(folders[baseline] / "tokenizer.gguf"))
     from int8_probe.logits_check import TEXT  # 64 tokens of English: more positions
 
     prompts = [np.asarray(tokenizer.encode(p).input_ids.data, dtype=np.int64) for p in (*PROMPTS, TEXT)]
@@ -165,16 +196,16 @@ def check(folders: dict[str, Path], config: dict[str, Any], logits_config: dict[
         }
 
     xml_of = {name: str(folder / "openvino_model.xml") for name, folder in folders.items()}
-    exact_f32 = run(xml_of["unfused"], F32)  # the reference: the unfused exact IR in f32
-    ref = run(xml_of["unfused"], logits_config)
+    exact_f32 = run(xml_of[baseline], F32)  # the reference: the baseline IR in f32
+    ref = run(xml_of[baseline], logits_config)
     for name, xml in xml_of.items():
-        out = ref if name == "unfused" else run(xml, logits_config)
+        out = ref if name == baseline else run(xml, logits_config)
         kinds = runtime_ops(core, core.read_model(xml), config)
         row: dict[str, Any] = {"variant": name, "positions": sum(int(p.shape[1]) for p in prompts)}
         row["max_abs_logit"] = round(max(float(np.abs(a).max()) for a in ref), 2)
-        row["vs_unfused"] = compare(out, ref)
+        row[f"vs_{baseline}"] = compare(out, ref)
         if logits_config != F32:
-            row["vs_unfused_f32"] = compare(out, exact_f32)
+            row[f"vs_{baseline}_f32"] = compare(out, exact_f32)
         row.update(runtime_nodes=sum(kinds.values()), runtime_types=dict(kinds.most_common()))
         print(json.dumps(row), flush=True)
 
@@ -206,7 +237,14 @@ def one_request(ov: Any, pipe: Any, ids: Any, gc: Any, request_id: int, concurre
     }
 
 
-def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tokens: int, concurrency: int = 1) -> None:
+def bench(
+    folders: dict[str, Path],
+    config: dict[str, Any],
+    rounds: int,
+    new_tokens: int,
+    concurrency: int = 1,
+    baseline: str = "unfused",
+) -> None:
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
@@ -235,7 +273,7 @@ def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tok
             results[name].append(one_request(ov, pipes[name], ids, gc, 1000 + r, concurrency))
         row = {n: round(results[n][-1]["tpot_ms"], 2) for n in names}
         print(json.dumps({"round": r, "order": order, "tpot_ms": row, "load": os.getloadavg()[0]}), flush=True)
-    base = results["unfused"]
+    base = results[baseline]
     for name in names:
         res = results[name]
         ratios = [b["tpot_ms"] / v["tpot_ms"] for b, v in zip(base, res, strict=True)]  # > 1: faster
@@ -243,11 +281,11 @@ def bench(folders: dict[str, Path], config: dict[str, Any], rounds: int, new_tok
             "variant": name,
             "tpot_ms_median": round(statistics.median(v["tpot_ms"] for v in res), 2),
             "decode_tok_s_median": round(1e3 / statistics.median(v["tpot_ms"] for v in res), 1),
-            "speed_vs_unfused_median_of_ratios": round(statistics.median(ratios), 3),
+            f"speed_vs_{baseline}_median_of_ratios": round(statistics.median(ratios), 3),
             "per_round_ratios": [round(x, 3) for x in ratios],
             "prefill_ms_median": round(statistics.median(v["prefill_ms"] for v in res), 1),
             "cpu_ms_per_token_median": round(statistics.median(v["cpu_ms_per_token"] for v in res), 2),
-            "same_tokens_as_unfused": all(v["tokens"] == b["tokens"] for v, b in zip(res, base, strict=True)),
+            f"same_tokens_as_{baseline}": all(v["tokens"] == b["tokens"] for v, b in zip(res, base, strict=True)),
         }
         print(json.dumps(row), flush=True)
 
@@ -297,12 +335,18 @@ def profile(folders: dict[str, Path], config: dict[str, Any], requests: int, new
         cmd = ["perf", "record", "-F", "999", "-g", "-o", str(data), "-p", str(os.getpid())]
         perf = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # perf attaches (a fixed pause: nothing to poll for)
+        cpu = time.process_time()
         tpot = [one_request(ov, pipe, ids, gc, 1 + i)["tpot_ms"] for i in range(requests)]
+        cpu_ms = (time.process_time() - cpu) * 1e3 / (requests * new_tokens)  # both threads, per token
         perf.send_signal(signal.SIGINT)
         perf.wait(timeout=60)
         del pipe
         top = dict(list(_dso_shares(data).items())[:8])
-        print(json.dumps({"variant": name, "tpot_ms_median": round(statistics.median(tpot), 2), "dso_pct": top}))
+        row = {"variant": name, "tpot_ms_median": round(statistics.median(tpot), 2), "dso_pct": top}
+        row["cpu_ms_per_token"] = round(cpu_ms, 2)
+        row["dso_cpu_ms_per_token"] = {dso: round(pct * cpu_ms / 100, 2) for dso, pct in top.items()}
+        row["load"] = os.getloadavg()[0]
+        print(json.dumps(row), flush=True)
 
 
 def main() -> None:
@@ -310,7 +354,14 @@ def main() -> None:
     p.add_argument(
         "what", choices=("write", "check", "bench", "perf"), help="write the IRs; check logits/nodes; time c=1; profile"
     )
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset (unfused always runs)")
+    p.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated subset of {','.join(VARIANTS + OP_VARIANTS)} (the baseline always runs)",
+    )
+    p.add_argument(
+        "--baseline", default="unfused", help="bench: the variant the others are timed against (op: the ops')"
+    )
     p.add_argument("--precision", default=None, help="INFERENCE_PRECISION_HINT (unset: OpenVINO's, as the engine)")
     p.add_argument(
         "--logits-precision", default="f32", help="check: INFERENCE_PRECISION_HINT of the logits ('default': unset)"
@@ -322,23 +373,28 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=5, help="perf: requests per variant while perf records")
     p.add_argument("--perf-dir", type=Path, default=BUILD / "perf", help="perf: where perf.data files go")
     a = p.parse_args()
-    names = tuple(dict.fromkeys(["unfused", *a.variants.split(",")]))
+    names = tuple(dict.fromkeys([a.baseline, *a.variants.split(",")]))
     folders = {n: BUILD / n for n in names}
     if a.what == "write" or not all((f / "openvino_model.xml").is_file() for f in folders.values()):
-        folders = write_variants(exact_ir(), BUILD, names)
+        src = exact_ir() if set(names) - set(OP_VARIANTS) else MODEL  # (the op variants build their own)
+        folders = write_variants(src, BUILD, names)
     # The engine's plugin config: f32 activations into the 4-bit FC (no dynamic quantization), 2 threads.
     config: dict[str, Any] = {"INFERENCE_NUM_THREADS": a.threads, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
     if a.precision:
         config["INFERENCE_PRECISION_HINT"] = a.precision
+    if set(names) & set(OP_VARIANTS):  # the int8 extension, as the engine passes it to the pipeline
+        from genmesh.engine.native.build import build as build_extension
+
+        config["extensions"] = [str(build_extension())]
     if a.what == "check":
         logits_config = dict(F32)
         if a.logits_precision == "default":
             del logits_config["INFERENCE_PRECISION_HINT"]
         else:
             logits_config["INFERENCE_PRECISION_HINT"] = a.logits_precision
-        check(folders, config, logits_config)
+        check(folders, config, logits_config, a.baseline)
     elif a.what == "bench":
-        bench(folders, config, a.rounds, a.new_tokens, a.concurrency)
+        bench(folders, config, a.rounds, a.new_tokens, a.concurrency, a.baseline)
     elif a.what == "perf":
         profile(folders, config, a.requests, a.new_tokens, a.perf_dir)
 

@@ -17,13 +17,21 @@ import numpy as np
 import openvino as ov
 
 from genmesh.engine.native import build as native_build
-from genmesh.engine.native.q41_op import BLOCK_BYTES, QK, pack_blocks, q41_matmul, stand_in_class, unpack_blocks
+from genmesh.engine.native.q41_op import (
+    BLOCK_BYTES,
+    QK,
+    pack_blocks,
+    q41_matmul,
+    q41_matmul_group,
+    stand_in_class,
+    unpack_blocks,
+)
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build"  # the probe's IRs (gitignored)
 Q41MatMulStandIn = stand_in_class()  # the engine's (genmesh.engine.native.q41_op), subclassed by probe.py
 
-__all__ = ["BLOCK_BYTES", "QK", "Q41MatMulStandIn", "pack_blocks", "q41_matmul", "unpack_blocks"]
+__all__ = ["BLOCK_BYTES", "QK", "Q41MatMulStandIn", "pack_blocks", "q41_matmul", "q41_matmul_group", "unpack_blocks"]
 
 
 def build_extension() -> Path:

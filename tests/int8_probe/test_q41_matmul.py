@@ -125,3 +125,55 @@ def test_replacing_an_exact_form_matmul_keeps_its_product(core: ov.Core) -> None
     assert rel(before, ref) < 1e-5
     assert rel(after, ref) < 0.02
     assert rel(after, q41.reference(q41.quantise_q8_1(x.reshape(6, k)), blocks).reshape(after.shape)) < 1e-5
+
+
+@pytest.mark.parametrize("kernel", ["avx2", "scalar"])
+def test_grouped_op_gives_each_matrix_the_per_matrix_product(core: ov.Core, kernel: str) -> None:
+    """One ``Q41MatMul`` over several matrices of one input (q/k/v: 3 outputs, as gate/up's 2) quantises the input
+    once and writes each matrix's product to its own output: bit-identical to an op per matrix (the same integer
+    sums and column kernels), and within f32 rounding of fp64 on the activations as quantised. N = 24 + 13 + 203:
+    whole groups of eight, tails, a matrix split across both threads; M = 1 (decode), 5, 70 (the repacked path)."""
+    k, sizes = 128, (24, 13, 203)
+    rng = np.random.default_rng(23)
+    blocks = [gguf_blocks(rng, n, k) for n in sizes]
+    x = ops.parameter([-1, -1, k], np.float32)
+    group = q41.q41_matmul_group(x.output(0), blocks, kernel)
+    assert group.get_output_size() == len(sizes)
+    grouped = core.compile_model(q41.through_ir(core, ov.Model(list(group.outputs()), [x])), "CPU", F32)
+    kinds = [str(op.get_rt_info()["layerType"].astype(str)) for op in grouped.get_runtime_model().get_ops()]
+    assert kinds.count("Reference") == 1  # one node of the CPU plugin for the three matrices, no Split
+    assert "Split" not in kinds
+    singles = [layer(core, k, b, kernel) for b in blocks]
+    for m in (1, 5, 70):
+        xv = rng.standard_normal((1, m, k)).astype(np.float32)
+        out = grouped(xv)
+        for i, (b, single) in enumerate(zip(blocks, singles, strict=True)):
+            y = out[i]
+            assert y.shape == (1, m, sizes[i])
+            assert np.array_equal(y, single(xv)[0]), (m, i)  # bit-identical to the per-matrix op
+            as_quantised = q41.reference(q41.quantise_q8_1(xv.reshape(m, k)), b).reshape(y.shape)
+            assert rel(y, as_quantised) < 1e-5, (m, i)
+
+
+def test_grouping_the_ops_of_one_input_keeps_every_product(core: ov.Core) -> None:
+    """``gguf_op_groups.group`` (the exact form's ``op_groups``) makes the ``Q41MatMul`` ops that read one input one
+    grouped op, and leaves an op alone on its input: a layer's q/k/v (3) and o (1) here, 4 ops -> 2, the same
+    outputs bit for bit."""
+    from genmesh.engine.core.gguf_op_groups import group
+
+    k = 64
+    rng = np.random.default_rng(5)
+    blocks = [gguf_blocks(rng, n, k) for n in (64, 8, 8, 24)]  # (o reads q: K = 64)
+    x = ops.parameter([-1, -1, k], np.float32)
+    q, kk, v = (q41.q41_matmul(x.output(0), b) for b in blocks[:3])
+    o = q41.q41_matmul(ops.add(q.output(0), q.output(0)).output(0), blocks[3])
+    outputs = [kk.output(0), v.output(0), o.output(0)]
+    xv = rng.standard_normal((1, 3, k)).astype(np.float32)
+    before = core.compile_model(q41.through_ir(core, ov.Model(outputs, [x])), "CPU", F32)(xv)
+    model = ov.Model(outputs, [x])
+    assert group(model) == 1
+    kinds = [op.get_input_size() for op in model.get_ordered_ops() if op.get_type_name() == "Q41MatMul"]
+    assert sorted(kinds) == [2, 4]  # o alone (x, blocks); q/k/v as one (x, 3 blocks)
+    after = core.compile_model(q41.through_ir(core, model), "CPU", F32)(xv)
+    for i in range(3):
+        assert np.array_equal(after[i], before[i]), i

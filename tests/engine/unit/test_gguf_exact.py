@@ -299,3 +299,32 @@ def test_a_tied_q8_0_output_matrix_becomes_the_int8_op_and_its_embedding_stays(
     embedded, logits = (np.asarray(v, np.float64) for v in compiled({"ids": ids, "x": x}).values())
     assert relative_error(embedded, want_w[ids]) < 1e-6
     assert relative_error(logits, x.astype(np.float64) @ want_w.T) < 0.02
+
+
+def test_q4_1_matmuls_of_one_input_become_one_grouped_int8_op(tmp_path: Path) -> None:
+    """With the int8 path (``q41_op``), a layer's gate and up (Q4_1, one input) become one ``Q41MatMul`` with an output
+    per matrix (gguf_op_groups.py), each within int8 activations' error (per 32: ~0.5 %) of the file's weights."""
+    from genmesh.engine.native.build import build
+
+    rng = np.random.default_rng(9)
+    raws = {
+        f"blk.0.ffn_{part}.weight": quants.quantize(
+            (rng.standard_normal((rows, 128)) * 0.05).astype(np.float32), GGMLQuantizationType.Q4_1
+        )
+        for part, rows in (("gate", 40), ("up", 24))
+    }
+    reader = write_gguf(tmp_path / "ffn.gguf", raws)
+    x = ops.parameter([1, 3, 128], np.float32, name="x")
+    weights = [genai_weight(q4_1(reader.tensors[i].data)) for i in range(2)]
+    model = ov.Model([ops.matmul(x, w, False, True) for w in weights], [x], "ffn")
+    assert rewrite(model, reader, q41_op=True) == 2
+    grouped = [o for o in model.get_ops() if o.get_type_name() == "Q41MatMul"]
+    assert [(o.get_input_size(), o.get_output_size()) for o in grouped] == [(3, 2)]
+    ov.save_model(model, str(tmp_path / "op.xml"), compress_to_fp16=False)
+    core = ov.Core()
+    core.add_extension(str(build()))
+    xv = rng.standard_normal((1, 3, 128)).astype(np.float32)
+    got = core.compile_model(core.read_model(str(tmp_path / "op.xml")), "CPU", F32_EXACT)({"x": xv})
+    for i, t in enumerate(reader.tensors):
+        want = xv.astype(np.float64) @ quants.dequantize(t.data, GGMLQuantizationType.Q4_1).astype(np.float64).T
+        assert relative_error(np.asarray(got[i], np.float64), want) < 0.02, t.name

@@ -3,9 +3,10 @@ model, and GGUF Q4_1 blocks packed for the first (the others take a matrix's byt
 
 The op itself is C++ (``int8/q41_matmul.cpp``): ``Q41MatMul(x, blocks)``, ``x`` f32 ``[..., K]``, ``blocks``
 u8 ``[N, K/32*20]`` (GGUF ``block_q4_1``: f16 ``d``, f16 ``m``, 16 bytes whose byte ``j`` holds element ``j``
-in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W^T``. ``Q41MatMulStandIn``
-has the same type name and opset, so a model built with it saves to an IR that an ``ov.Core`` with the
-extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, blocks)`` is the same with ``blocks`` u8
+in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W^T``; grouped
+(``q41_matmul_group``), ``Q41MatMul(x, blocks_0, ..., blocks_g-1)`` with output ``i`` = ``x W_i^T``.
+``Q41MatMulStandIn`` has the same type name and opset, so a model built with it saves to an IR that an ``ov.Core``
+with the extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, blocks)`` is the same with ``blocks`` u8
 ``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``), ``Q6KMatMul`` with ``[N, K/256*210]``,
 ``block_q6_K`` (``int8/q6k_matmul.cpp``), ``Q80MatMul`` with ``[N, K/32*34]``, ``block_q8_0``
 (``int8/q80_matmul.cpp``). OpenVINO is imported when first used.
@@ -74,9 +75,10 @@ def stand_in_class(type_name: str = TYPE_NAME) -> Any:
             super().__init__(self, inputs)
 
         def validate_and_infer_types(self) -> None:
-            shape = self.get_input_partial_shape(0)
-            shape[shape.rank.get_length() - 1] = self.get_input_partial_shape(1)[0]
-            self.set_output_type(0, ov.Type.f32, shape)
+            for i in range(1, self.get_input_size()):  # blocks_i -> output i - 1 (grouped: several)
+                shape = self.get_input_partial_shape(0)
+                shape[shape.rank.get_length() - 1] = self.get_input_partial_shape(i)[0]
+                self.set_output_type(i - 1, ov.Type.f32, shape)
 
         def clone_with_new_inputs(self, new_inputs: list[Any]) -> Any:
             return type(self)(new_inputs, self._kernel)
@@ -99,6 +101,15 @@ def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
     import openvino.opset13 as ops
 
     return stand_in_class()([x, ops.constant(blocks).output(0)], kernel)
+
+
+def q41_matmul_group(x: Any, blocks: list[Any], kernel: str = "auto") -> Any:
+    """One ``Q41MatMul`` node with an output per matrix: ``x`` times each of ``blocks`` (Q4_1, [N_i, K/32*20] u8),
+    transposed; output ``i`` is ``x W_i^T``. The matrices that read one input (a layer's q/k/v, its gate/up) as
+    one node: the activations are quantised once and the CPU plugin runs one node instead of several."""
+    import openvino.opset13 as ops
+
+    return stand_in_class()([x, *(ops.constant(b).output(0) for b in blocks)], kernel)
 
 
 def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:

@@ -13,40 +13,50 @@ namespace genmesh {
 
 void BlockMatMul::validate_and_infer_types() {
     const size_t qk = block_weights(), bytes = block_bytes();
+    NODE_VALIDATION_CHECK(this, get_input_size() >= 2, "takes x and at least one blocks input");
     NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
-    NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
     NODE_VALIDATION_CHECK(this, m_kernel == "auto" || m_kernel == "avx2" || m_kernel == "scalar",
                           "kernel must be auto, avx2 or scalar, not ", m_kernel);
     const auto& xs = get_input_partial_shape(0);
-    const auto& ws = get_input_partial_shape(1);
-    NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2, "blocks must be 2-D");
     NODE_VALIDATION_CHECK(this, xs.rank().is_static() && xs.rank().get_length() >= 1, "x needs a rank");
     const auto& k = xs[xs.rank().get_length() - 1];
-    if (k.is_static() && ws[1].is_static()) {
-        NODE_VALIDATION_CHECK(this, k.get_length() % qk == 0, "K must be a multiple of ", qk);
-        NODE_VALIDATION_CHECK(this, (size_t)ws[1].get_length() == k.get_length() / qk * bytes,
-                              "blocks row must hold K/", qk, " ", format(), " blocks of ", bytes, " bytes");
+    if (k.is_static()) NODE_VALIDATION_CHECK(this, k.get_length() % qk == 0, "K must be a multiple of ", qk);
+    for (size_t i = 1; i < get_input_size(); ++i) {  // blocks_i -> output i - 1
+        NODE_VALIDATION_CHECK(this, get_input_element_type(i) == ov::element::u8, "blocks must be u8");
+        const auto& ws = get_input_partial_shape(i);
+        NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2, "blocks must be 2-D");
+        if (k.is_static() && ws[1].is_static())
+            NODE_VALIDATION_CHECK(this, (size_t)ws[1].get_length() == k.get_length() / qk * bytes,
+                                  "blocks row must hold K/", qk, " ", format(), " blocks of ", bytes, " bytes");
+        auto out = xs;
+        out[out.rank().get_length() - 1] = ws[0];
+        set_output_type(i - 1, ov::element::f32, out);
     }
-    auto out = xs;
-    out[out.rank().get_length() - 1] = ws[0];
-    set_output_type(0, ov::element::f32, out);
 }
 
 bool BlockMatMul::evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const {
     const auto& x = inputs[0];
-    const auto& w = inputs[1];
     const ov::Shape xs = x.get_shape();
-    const size_t K = xs.back(), N = w.get_shape()[0];
+    const size_t K = xs.back();
     const size_t M = K ? ov::shape_size(xs) / K : 0;
-    ov::Shape ys = xs;
-    ys.back() = N;
-    outputs[0].set_shape(ys);
     Kernel kernel = Kernel::Scalar;
     if (m_kernel == "avx2" || (m_kernel == "auto" && cpu_has_avx2())) {
         OPENVINO_ASSERT(cpu_has_avx2(), get_type_name(), ": kernel avx2 on a CPU without AVX2/FMA/F16C");
         kernel = Kernel::Avx2;
     }
-    if (M && N) multiply(x.data<const float>(), w.data<const uint8_t>(), outputs[0].data<float>(), M, K, N, kernel);
+    std::vector<const uint8_t*> ws;
+    std::vector<float*> ys;
+    std::vector<size_t> Ns;
+    for (size_t i = 1; i < inputs.size(); ++i) {
+        const size_t N = inputs[i].get_shape()[0];
+        ov::Shape ys_i = xs;
+        ys_i.back() = N;
+        outputs[i - 1].set_shape(ys_i);
+        ws.push_back(inputs[i].data<const uint8_t>());
+        ys.push_back(N && M ? outputs[i - 1].data<float>() : nullptr);
+        Ns.push_back(M ? N : 0);
+    }
+    if (M) multiply_group(x.data<const float>(), ws, ys, M, K, Ns, kernel);
     return true;
 }
 

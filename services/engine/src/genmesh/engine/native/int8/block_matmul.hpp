@@ -15,6 +15,7 @@
 #include <openvino/op/op.hpp>
 #include <openvino/runtime/tensor.hpp>
 #include <string>
+#include <vector>
 
 namespace genmesh {
 
@@ -158,16 +159,36 @@ void parallel_columns(size_t N, size_t group, Fn fn) {
     });
 }
 
+// fn(i, n0, n1) over the output columns of several matrices (Ns[i] columns each: a grouped op's outputs) in one
+// parallel loop: each matrix's columns split in groups of `group` from its own column 0, as parallel_columns splits
+// one matrix, so every column takes the same kernel (and the same arithmetic) as in an op of its own.
+template <class Fn>
+void parallel_segments(const std::vector<size_t>& Ns, size_t group, Fn fn) {
+    std::vector<size_t> first(Ns.size() + 1, 0);  // first[i]: matrix i's first group in the concatenation
+    for (size_t i = 0; i < Ns.size(); ++i) first[i + 1] = first[i] + (Ns[i] + group - 1) / group;
+    const size_t groups = first.back();
+    const size_t grain = std::max<size_t>(1, groups / 64);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain), [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t i = 0; i < Ns.size(); ++i) {
+            const size_t g0 = std::max(r.begin(), first[i]), g1 = std::min(r.end(), first[i + 1]);
+            if (g0 < g1) fn(i, (g0 - first[i]) * group, std::min(Ns[i], (g1 - first[i]) * group));
+        }
+    });
+}
+
 // --------------------------------------------------------------------------------------------------- the op
 // y = x W^T, W the GGUF blocks of one format. Attribute kernel: "auto" (AVX2 where the CPU has AVX2, FMA and
 // F16C, else scalar), "avx2", "scalar". A format is a subclass: its block size (weights and bytes), its product.
+//
+// Grouped: (x, blocks_0, ..., blocks_{g-1}) -> (y_0, ..., y_{g-1}), y_i = x W_i^T: the matrices that read one input
+// (a layer's q/k/v, its gate/up) as one node, so the CPU plugin runs one Reference node instead of g and the format
+// may quantise x once (multiply_group). With one blocks input it is the per-matrix op.
 class BlockMatMul : public ov::op::Op {
 public:
     OPENVINO_OP("BlockMatMul", "genmesh");
 
     BlockMatMul() = default;
-    BlockMatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel)
-        : Op({x, blocks}), m_kernel(std::move(kernel)) {}
+    BlockMatMul(const ov::OutputVector& args, std::string kernel) : Op(args), m_kernel(std::move(kernel)) {}
 
     void validate_and_infer_types() override;
     bool visit_attributes(ov::AttributeVisitor& visitor) override {
@@ -183,7 +204,28 @@ protected:
     virtual const char* format() const = 0;  // "Q4_1", "Q4_K": for messages
     virtual void multiply(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N,
                           Kernel kernel) const = 0;
+    // ys[i] = x ws[i]^T (Ns[i] columns) for every matrix of a group; by default one multiply each
+    virtual void multiply_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys,
+                                size_t M, size_t K, const std::vector<size_t>& Ns, Kernel kernel) const {
+        for (size_t i = 0; i < ws.size(); ++i)
+            if (Ns[i]) multiply(x, ws[i], ys[i], M, K, Ns[i], kernel);
+    }
     std::string m_kernel = "auto";
 };
+
+// The op class of one format (its type name, block size and product), grouped or not.
+#define GENMESH_BLOCK_MATMUL_CTORS(Name)                                                                         \
+    Name() = default;                                                                                            \
+    Name(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel = "auto")         \
+        : BlockMatMul({x, blocks}, std::move(kernel)) {                                                          \
+        constructor_validate_and_infer_types();                                                                  \
+    }                                                                                                            \
+    Name(const ov::OutputVector& args, std::string kernel) : BlockMatMul(args, std::move(kernel)) {              \
+        constructor_validate_and_infer_types();                                                                  \
+    }                                                                                                            \
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {               \
+        OPENVINO_ASSERT(args.size() >= 2, #Name " takes x and at least one blocks input");                       \
+        return std::make_shared<Name>(args, m_kernel);                                                           \
+    }
 
 }  // namespace genmesh

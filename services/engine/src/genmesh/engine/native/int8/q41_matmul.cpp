@@ -291,8 +291,9 @@ static void rows_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_
 }
 
 // ------------------------------------------------------------------------------------------------- the product
-void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
-    if (M == 0 || N == 0) return;
+void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
+                      size_t K, const std::vector<size_t>& Ns, Kernel kernel) {
+    if (M == 0) return;
     const size_t nb = K / QK;
     Q8_1 a;
     a.q.resize(M * K);
@@ -303,8 +304,12 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
     parallel_rows(M, [&](size_t m) {
         quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
     });
-    // Split the output columns, in groups of eight (the M > 1 kernel's unit).
-    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+    // Split every matrix's output columns in groups of eight (the M > 1 kernel's unit), all in one loop.
+    parallel_segments(Ns, GROUP, [&](size_t i, size_t n0, size_t n1) { rows(a, ws[i], ys[i], M, K, Ns[i], n0, n1); });
+}
+
+void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    if (N) q41_matmul_group(x, {w}, {y}, M, K, {N}, kernel);
 }
 
 }  // namespace genmesh

@@ -7,20 +7,16 @@
 namespace genmesh {
 
 void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel);
+// ys[i] = x ws[i]^T (Ns[i] columns) for the matrices of one input: x quantised once, one parallel loop over all
+// their columns; each column's arithmetic is q41_matmul's
+void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
+                      size_t K, const std::vector<size_t>& Ns, Kernel kernel);
 
 class Q41MatMul : public BlockMatMul {
 public:
     OPENVINO_OP("Q41MatMul", "genmesh", BlockMatMul);
 
-    Q41MatMul() = default;
-    Q41MatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel = "auto")
-        : BlockMatMul(x, blocks, std::move(kernel)) {
-        constructor_validate_and_infer_types();
-    }
-    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
-        OPENVINO_ASSERT(args.size() == 2, "Q41MatMul takes 2 inputs");
-        return std::make_shared<Q41MatMul>(args[0], args[1], m_kernel);
-    }
+    GENMESH_BLOCK_MATMUL_CTORS(Q41MatMul)
 
 protected:
     size_t block_weights() const override { return 32; }
@@ -29,6 +25,10 @@ protected:
     void multiply(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N,
                   Kernel kernel) const override {
         q41_matmul(x, w, y, M, K, N, kernel);
+    }
+    void multiply_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys,
+                        size_t M, size_t K, const std::vector<size_t>& Ns, Kernel kernel) const override {
+        q41_matmul_group(x, ws, ys, M, K, Ns, kernel);
     }
 };
 

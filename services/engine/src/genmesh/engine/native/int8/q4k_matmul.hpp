@@ -12,15 +12,7 @@ class Q4KMatMul : public BlockMatMul {
 public:
     OPENVINO_OP("Q4KMatMul", "genmesh", BlockMatMul);
 
-    Q4KMatMul() = default;
-    Q4KMatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel = "auto")
-        : BlockMatMul(x, blocks, std::move(kernel)) {
-        constructor_validate_and_infer_types();
-    }
-    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
-        OPENVINO_ASSERT(args.size() == 2, "Q4KMatMul takes 2 inputs");
-        return std::make_shared<Q4KMatMul>(args[0], args[1], m_kernel);
-    }
+    GENMESH_BLOCK_MATMUL_CTORS(Q4KMatMul)
 
 protected:
     size_t block_weights() const override { return 256; }

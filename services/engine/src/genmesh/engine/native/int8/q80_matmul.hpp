@@ -12,15 +12,7 @@ class Q80MatMul : public BlockMatMul {
 public:
     OPENVINO_OP("Q80MatMul", "genmesh", BlockMatMul);
 
-    Q80MatMul() = default;
-    Q80MatMul(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string kernel = "auto")
-        : BlockMatMul(x, blocks, std::move(kernel)) {
-        constructor_validate_and_infer_types();
-    }
-    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
-        OPENVINO_ASSERT(args.size() == 2, "Q80MatMul takes 2 inputs");
-        return std::make_shared<Q80MatMul>(args[0], args[1], m_kernel);
-    }
+    GENMESH_BLOCK_MATMUL_CTORS(Q80MatMul)
 
 protected:
     size_t block_weights() const override { return 32; }
