@@ -298,14 +298,14 @@ static void x8_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_
             float acc = 0.f;
             for (size_t b = 0; b < nsb; ++b) {
                 const uint8_t* o = w + ((n / GROUP) * nsb + b) * X8_BYTES;
+                uint8_t nib[128];  // the column's nibble bytes as the file has them
+                for (size_t dw = 0; dw < 32; ++dw) std::memcpy(nib + 4 * dw, o + dw * 32 + 4 * c, 4);
                 int isum = 0, imin = 0;
                 for (size_t s = 0; s < SUB; ++s) {
                     const int8_t* xs = qx + b * QK_K + 32 * s;
+                    const uint8_t* ns = nib + 32 * (s / 2);
                     int dot = 0;
-                    for (size_t i = 0; i < 32; ++i) {
-                        const uint8_t byte = o[(8 * (s / 2) + i / 4) * 32 + 4 * c + i % 4];
-                        dot += (s % 2 ? byte >> 4 : byte & 0x0F) * xs[i];
-                    }
+                    for (size_t i = 0; i < 32; ++i) dot += (s % 2 ? ns[i] >> 4 : ns[i] & 0x0F) * xs[i];
                     isum += o[1024 + 8 * s + c] * dot;
                     imin += o[1088 + 16 * (s / 2) + 2 * c + s % 2] * a.bsum[(m * nsb + b) * SUB + s];
                 }
