@@ -4,7 +4,8 @@ the ``Q41MatMul`` custom op (int8 activations, AVX2 ``maddubs``), and the exact 
 (``exact-zp``: one compressed MatMul with an f32 zero point, the engine's exact form since its VERSION 4).
 Random blocks: this measures the kernels. ``--format q4k``: Q4_K blocks instead (the Qwen 1.5B's matrices): the
 exact form's Q4_K layer (u4 values x the f32 scale ``d*sc`` per 32, plus ``M S(x)``, ``exact-dq*``) against
-``Q4KMatMul`` (int8 activations per 256); ``--format q6k``: Q6_K blocks, the exact form's Q6_K layer (i8 values
+``Q4KMatMul`` (int8 activations per 256) and ``Q4KX8MatMul`` (the same blocks interleaved eight rows at a time:
+the engine's form); ``--format q6k``: Q6_K blocks, the exact form's Q6_K layer (i8 values
 ``q - 32`` x the f32 scale ``d*sc`` per 16) against ``Q6KMatMul``; ``--format q80``: Q8_0 blocks (SmolLM2's tied
 output matrix, 576 -> 49,152), OpenVINO GenAI's Q8_0 layer (u8 values, zero point 128, f16 d per 32) against
 ``Q80MatMul`` (int8 activations per 32).
@@ -141,7 +142,7 @@ def main() -> None:
     import openvino.opset13 as ops
 
     from genmesh.engine.core.gguf_kquants import UNPACK
-    from genmesh.engine.native.q41_op import kquant_matmul
+    from genmesh.engine.native.q41_op import kquant_matmul, pack_q4k_x8, q4k_x8_matmul
     from int8_probe import q41
 
     core = ov.Core()
@@ -190,6 +191,9 @@ def main() -> None:
             op = kquant_matmul(kind, xo, blocks, kernel) if kind else q41.q41_matmul(xo, blocks, kernel)
             model = ov.Model([op.output(0)], [x])
             forms[f"{a.format}-{kernel}"] = core.compile_model(q41.through_ir(core, model), "CPU", base)
+            if kind == "Q4_K":  # the form the exact IR writes: the blocks interleaved eight rows at a time
+                x8 = ov.Model([q4k_x8_matmul(xo, pack_q4k_x8(blocks), kernel).output(0)], [x])
+                forms[f"q4kx8-{kernel}"] = core.compile_model(q41.through_ir(core, x8), "CPU", base)
         y = ops.parameter([-1, -1, k], np.float32)
         forms["noop"] = core.compile_model(ov.Model([ops.relu(y)], [y]), "CPU", base)
         for rows in (int(r) for r in a.rows.split(",")):

@@ -9,7 +9,8 @@ in its low nibble and ``j+16`` in its high one), output f32 ``[..., N]`` = ``x W
 with the extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, blocks)`` is the same with ``blocks`` u8
 ``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``), ``Q6KMatMul`` with ``[N, K/256*210]``,
 ``block_q6_K`` (``int8/q6k_matmul.cpp``), ``Q80MatMul`` with ``[N, K/32*34]``, ``block_q8_0``
-(``int8/q80_matmul.cpp``). OpenVINO is imported when first used.
+(``int8/q80_matmul.cpp``). ``Q4KX8MatMul`` takes the same Q4_K weights interleaved eight columns at a time
+(``pack_q4k_x8``: ``[N, K/256*148]``), the form the int8 path writes for Q4_K. OpenVINO is imported when first used.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ K_OPS = {"Q4_K": ("Q4KMatMul", 144), "Q6_K": ("Q6KMatMul", 210)}
 # The ops that read a matrix's bytes as the file has them: the K-quants', and Q8_0's (block_q8_0: f16 d, 32 int8;
 # activations per 32 as llama.cpp's Q8_0)
 RAW_OPS = {**K_OPS, "Q8_0": ("Q80MatMul", 34)}
-# GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py)
-OP_TYPES = {"Q4_1": TYPE_NAME, **{kind: name for kind, (name, _) in RAW_OPS.items()}}
+# Q4_K interleaved eight columns at a time (pack_q4k_x8): the op's type name and bytes per super-block and column
+Q4K_X8 = ("Q4KX8MatMul", 148)
+X8_GROUP, X8_BYTES = 8, 1184  # columns per group; bytes per group and super-block (8 * 148)
+# GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py): Q4_K as
+# Q4KX8MatMul (one contiguous stream per task and the eight-column products at every M: docs/int8-avx2.md)
+OP_TYPES = {"Q4_1": TYPE_NAME, **{kind: name for kind, (name, _) in RAW_OPS.items()}, "Q4_K": Q4K_X8[0]}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:
@@ -54,6 +59,39 @@ def unpack_blocks(blocks: Any) -> tuple[Any, Any, Any]:
     m = np.ascontiguousarray(b[..., 2:4]).view(np.float16)[..., 0]
     q = np.concatenate([b[..., 4:] & 0xF, b[..., 4:] >> 4], axis=-1)
     return q, d, m
+
+
+def pack_q4k_x8(blocks: Any) -> Any:
+    """GGUF Q4_K ``blocks`` [N, K/256*144] (row n = output n) in ``Q4KX8MatMul``'s layout, [N, K/256*148] u8: per
+    group of eight rows and super-block, 1,184 bytes (``int8/q4k_matmul.cpp``): the 128 nibble bytes of the eight
+    rows as dwords side by side (32 bytes per dword index: row c's dword at 4c), the eight 6-bit scales as bytes
+    [sub-block][row], the minimums as bytes [sub-block pair][row][2], then the eight f16 ``d`` and the eight
+    ``dmin``; the last N % 8 rows as the file has them, then N % 8 * K/256 * 4 zero bytes."""
+    import numpy as np
+
+    n, row = blocks.shape
+    nsb = row // K_OPS["Q4_K"][1]
+    n8 = n // X8_GROUP * X8_GROUP
+    b = np.asarray(blocks[:n8], np.uint8).reshape(n8 // X8_GROUP, X8_GROUP, nsb, K_OPS["Q4_K"][1])
+    # [group, column, super-block, j, q, byte] -> [group, super-block, j, q, column, byte]
+    nib = b[..., 16:].reshape(*b.shape[:3], 4, 8, 4).transpose(0, 2, 3, 4, 1, 5)
+    s = b[..., 4:16]  # ggml's get_scale_min_k4 packing (as gguf_kquants.q4_k)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 0xF) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
+    groups = n8 // X8_GROUP
+    out = np.concatenate(
+        [
+            nib.reshape(groups, nsb, 1024),
+            sc.transpose(0, 2, 3, 1).reshape(groups, nsb, 64),  # [group, super-block, sub-block, column]
+            mn.reshape(groups, X8_GROUP, nsb, 4, 2).transpose(0, 2, 3, 1, 4).reshape(groups, nsb, 64),
+            b[..., 0:2].transpose(0, 2, 1, 3).reshape(groups, nsb, 16),  # d [column]
+            b[..., 2:4].transpose(0, 2, 1, 3).reshape(groups, nsb, 16),  # dmin [column]
+        ],
+        axis=-1,
+    )
+    tail = np.asarray(blocks[n8:], np.uint8).reshape(-1)
+    pad = np.zeros((n - n8) * nsb * (Q4K_X8[1] - K_OPS["Q4_K"][1]), np.uint8)
+    return np.concatenate([out.reshape(-1), tail, pad]).reshape(n, nsb * Q4K_X8[1])
 
 
 _STAND_INS: dict[str, Any] = {}
@@ -119,3 +157,11 @@ def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:
     import openvino.opset13 as ops
 
     return stand_in_class(RAW_OPS[kind][0])([x, ops.constant(blocks).output(0)], kernel)
+
+
+def q4k_x8_matmul(x: Any, packed: Any, kernel: str = "auto") -> Any:
+    """A ``Q4KX8MatMul`` node: ``x`` (an f32 output ``[..., K]``) times Q4_K blocks packed by ``pack_q4k_x8``
+    ([N, K/256*148] u8), transposed. ``kernel`` as ``q41_matmul``'s."""
+    import openvino.opset13 as ops
+
+    return stand_in_class(Q4K_X8[0])([x, ops.constant(packed).output(0)], kernel)

@@ -65,6 +65,7 @@ bool BlockMatMul::evaluate(ov::TensorVector& outputs, const ov::TensorVector& in
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
     std::make_shared<ov::OpExtension<genmesh::Q41MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q4KMatMul>>(),
+    std::make_shared<ov::OpExtension<genmesh::Q4KX8MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q6KMatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q80MatMul>>(),
 }));

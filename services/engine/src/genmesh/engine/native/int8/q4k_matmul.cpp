@@ -202,6 +202,24 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     }
 }
 
+// One activation row m's super-block b for eight columns: the minimums' sum (4 madds of mn[t], column c's
+// (mn[2t], mn[2t+1]) as the i16 pair of dword c, with the row's (bx[2t], bx[2t+1]) broadcast), then two FMAs.
+__attribute__((target("avx2,fma,f16c"))) static inline __m256 group_super_block(const Q8_K& a, size_t m, size_t nsb,
+                                                                                size_t b, const __m256i* mn,
+                                                                                __m256 d, __m256 dmin, __m256i isum,
+                                                                                __m256 acc) {
+    const int16_t* bx = a.bsum.data() + (m * nsb + b) * SUB;
+    __m256i im = _mm256_setzero_si256();
+    for (size_t t = 0; t < 4; ++t) {
+        int32_t pair;
+        std::memcpy(&pair, bx + 2 * t, 4);
+        im = _mm256_add_epi32(im, _mm256_madd_epi16(mn[t], _mm256_set1_epi32(pair)));
+    }
+    const __m256 dx = _mm256_set1_ps(a.d[m * nsb + b]);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(im), acc);
+}
+
 template <size_t R>
 __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_K& a, const uint8_t* packed,
                                                                      float* y, size_t m0, size_t K, size_t N,
@@ -232,20 +250,10 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_K&
             for (size_t r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16[r], scale));
         }
         const int32_t* mn = sc + 64;
+        __m256i mnv[4];
+        for (size_t t = 0; t < 4; ++t) mnv[t] = _mm256_loadu_si256((const __m256i*)(mn + 8 * t));
         const __m256 d = _mm256_loadu_ps((const float*)(mn + 32)), dmin = _mm256_loadu_ps((const float*)(mn + 40));
-        for (size_t r = 0; r < R; ++r) {
-            const int16_t* bx = a.bsum.data() + ((m0 + r) * nsb + b) * SUB;
-            __m256i im = _mm256_setzero_si256();
-            for (size_t t = 0; t < 4; ++t) {
-                int32_t pair;
-                std::memcpy(&pair, bx + 2 * t, 4);
-                im = _mm256_add_epi32(im, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(mn + 8 * t)),
-                                                             _mm256_set1_epi32(pair)));
-            }
-            const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * nsb + b]);
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(im), acc[r]);
-        }
+        for (size_t r = 0; r < R; ++r) acc[r] = group_super_block(a, m0 + r, nsb, b, mnv, d, dmin, isum[r], acc[r]);
     }
     for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
 }
@@ -263,12 +271,157 @@ static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_
         });
 }
 
+// ----------------------------------------------------------- the blocks interleaved eight columns (Q4KX8MatMul)
+// Per group of eight columns (n = 8g .. 8g+7) and super-block b, X8_BYTES at (g * K/256 + b) * X8_BYTES:
+//   0     nib[j][q] (j = 0..3, q = 0..7)   32 bytes: dword c = column c's nibble bytes 32j + 4q .. +3 (as repack_group)
+//   1024  sc[s][c] (s = 0..7)              the 6-bit scales, one byte each
+//   1088  mn[t][c][k] (t = 0..3, k = 0, 1)  the minimums of sub-blocks 2t + k, one byte each
+//   1152  d[c], 1168 dmin[c]               f16, as the file's
+// then the last N % 8 columns in the file's layout (N % 8 rows of K/256 * 144 bytes) and N % 8 * K/256 * 4 zero
+// bytes: N * K/256 * 148 bytes in all (2.8 % more than the file's 144). Written at IR-build time
+// (genmesh.engine.native.q41_op.pack_q4k_x8). One contiguous stream per task, and no per-call repack: every M takes
+// the eight-column products (one broadcast activation dword and one maddubs for eight columns); the scales need a
+// widening and a shift per sub-block instead of repack_group's transposes.
+constexpr size_t X8_BYTES = 1024 + 64 + 64 + 32, X8_COLUMN_BYTES = X8_BYTES / GROUP;
+// the software prefetch's distance: 4 super-blocks of the group's stream (the next group's where the group ends;
+// driver scripts/int8_probe/q4k_x8_driver.cpp, Zen 4: M = 1 from memory 25 against 28 ns summed over the 1.5B's
+// four shapes, at 0 / 2 super-blocks, both cores under load 3-3.6: noisy)
+constexpr size_t X8_PREFETCH = 4 * X8_BYTES;
+
+static void x8_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                      size_t n1) {
+    const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
+    for (size_t n = n0; n < std::min(n1, n8); ++n) {
+        const size_t c = n % GROUP;
+        for (size_t m = 0; m < M; ++m) {
+            const int8_t* qx = a.q.data() + m * K;
+            float acc = 0.f;
+            for (size_t b = 0; b < nsb; ++b) {
+                const uint8_t* o = w + ((n / GROUP) * nsb + b) * X8_BYTES;
+                uint8_t nib[128];  // the column's nibble bytes as the file has them
+                for (size_t dw = 0; dw < 32; ++dw) std::memcpy(nib + 4 * dw, o + dw * 32 + 4 * c, 4);
+                int isum = 0, imin = 0;
+                for (size_t s = 0; s < SUB; ++s) {
+                    const int8_t* xs = qx + b * QK_K + 32 * s;
+                    const uint8_t* ns = nib + 32 * (s / 2);
+                    int dot = 0;
+                    for (size_t i = 0; i < 32; ++i) dot += (s % 2 ? ns[i] >> 4 : ns[i] & 0x0F) * xs[i];
+                    isum += o[1024 + 8 * s + c] * dot;
+                    imin += o[1088 + 16 * (s / 2) + 2 * c + s % 2] * a.bsum[(m * nsb + b) * SUB + s];
+                }
+                const float d = half_to_float(load_u16(o + 1152 + 2 * c));
+                const float dmin = half_to_float(load_u16(o + 1168 + 2 * c));
+                acc += a.d[m * nsb + b] * (d * (float)isum - dmin * (float)imin);
+            }
+            y[m * N + n] = acc;
+        }
+    }
+    if (n1 > n8)  // the tail in the file's layout
+        rows_scalar(a, w + n8 * nsb * X8_COLUMN_BYTES, y + n8, M, K, N, std::max(n0, n8) - n8, n1 - n8);
+}
+
+// eight scale bytes -> eight (s, s) i16 pairs, one per dword (for a madd with eight columns' i16 pair sums)
+__attribute__((target("avx2,fma,f16c"))) static inline __m256i x8_scales(const uint8_t* p) {
+    const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));
+    return _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+}
+
+// y[m0..m0+R][n..n+8] from one group's interleaved blocks: per sub-block and row, 8 maddubs (one broadcast
+// activation dword each) summed in i16 for the eight columns, one madd with the eight scales (bytes widened to i16
+// pairs); the minimums and the FMAs as group_tile_avx2's (group_super_block). R < 4: both sub-blocks of a 32-byte
+// load at once (a load and two masks per 32 bytes); R = 4: one sub-block at a time (fewer registers: the four rows'
+// sums).
+template <size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void x8_tile_avx2(const Q8_K& a, const uint8_t* group, float* y,
+                                                                  size_t m0, size_t K, size_t N, size_t n) {
+    const size_t nsb = K / QK_K;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[R];
+    for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nsb; ++b) {
+        const uint8_t* o = group + b * X8_BYTES;
+        for (size_t line = 0; line < X8_BYTES; line += 64)
+            _mm_prefetch((const char*)o + X8_PREFETCH + line, _MM_HINT_T0);
+        __m256i isum[R];
+        for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+        if constexpr (R >= 4) {
+            for (size_t s = 0; s < SUB; ++s) {
+                const size_t j = s / 2;
+                __m256i s16[R];
+                for (size_t r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+                for (size_t q = 0; q < 8; ++q) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(o + (8 * j + q) * 32));
+                    const __m256i wv = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, low);
+                    for (size_t r = 0; r < R; ++r) {
+                        const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 32 * s + 4 * q;
+                        s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(qx))));
+                    }
+                }
+                const __m256i sc = x8_scales(o + 1024 + 8 * s);
+                for (size_t r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16[r], sc));
+            }
+        } else {
+            for (size_t j = 0; j < 4; ++j) {
+                __m256i lo[R], hi[R];
+                for (size_t r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
+                for (size_t q = 0; q < 8; ++q) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(o + (8 * j + q) * 32));
+                    const __m256i wl = _mm256_and_si256(raw, low);
+                    const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    for (size_t r = 0; r < R; ++r) {
+                        const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 64 * j + 4 * q;
+                        lo[r] = _mm256_add_epi16(lo[r], _mm256_maddubs_epi16(wl, _mm256_set1_epi32(load_i32(qx))));
+                        hi[r] = _mm256_add_epi16(hi[r], _mm256_maddubs_epi16(wh, _mm256_set1_epi32(load_i32(qx + 32))));
+                    }
+                }
+                const __m256i sl = x8_scales(o + 1024 + 16 * j), sh = x8_scales(o + 1024 + 16 * j + 8);
+                for (size_t r = 0; r < R; ++r)
+                    isum[r] = _mm256_add_epi32(
+                        isum[r], _mm256_add_epi32(_mm256_madd_epi16(lo[r], sl), _mm256_madd_epi16(hi[r], sh)));
+            }
+        }
+        __m256i mn[4];  // column c's (mn[2t], mn[2t+1]) as the i16 pair of dword c
+        for (size_t t = 0; t < 4; ++t)
+            mn[t] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(o + 1088 + 16 * t)));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1152)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1168)));
+        for (size_t r = 0; r < R; ++r) acc[r] = group_super_block(a, m0 + r, nsb, b, mn, d, dmin, isum[r], acc[r]);
+    }
+    for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
+}
+
+// A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows; the
+// last N % 8 columns by the row tiles over their file-layout blocks.
+static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0, size_t n1) {
+    const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
+    for (size_t n = n0; n < std::min(n1, n8); n += GROUP) {
+        const uint8_t* group = w + (n / GROUP) * nsb * X8_BYTES;
+        size_t m = 0;
+        for (; m + 4 <= M; m += 4) x8_tile_avx2<4>(a, group, y, m, K, N, n);
+        for (; m + 2 <= M; m += 2) x8_tile_avx2<2>(a, group, y, m, K, N, n);
+        for (; m < M; ++m) x8_tile_avx2<1>(a, group, y, m, K, N, n);
+    }
+    if (n1 > n8) {
+        const uint8_t* tail = w + n8 * nsb * X8_COLUMN_BYTES;
+        kquant_tiles(M, std::max(n0, n8) - n8, n1 - n8, [&](auto C, auto R, size_t m, size_t n) {
+            tile_avx2<decltype(C)::value, decltype(R)::value>(a, tail, y + n8, m, K, N, n);
+        });
+    }
+}
+
 // ------------------------------------------------------------------------------------------------- the product
 void q4k_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
     Q8_K a;
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     quantise_q8_k(x, M, K, kernel, a);
     parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+}
+
+void q4k_x8_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    Q8_K a;
+    auto rows = kernel == Kernel::Avx2 ? x8_avx2 : x8_scalar;
+    quantise_q8_k(x, M, K, kernel, a);
+    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
 }  // namespace genmesh
