@@ -83,7 +83,8 @@ def register_extension(ov_genai: Any, library: str) -> None:
     """Adds ``library`` to OpenVINO GenAI's own ``ov::Core``, so that ``draft_model()`` can read an IR with its
     ops. OpenVINO GenAI 2026.4 exposes that core only through the pipelines' ``extensions`` property, which
     it applies before it looks for the model: a pipeline asked for a folder with no model adds the library,
-    then raises. (Checked by ``draft_property``'s fallback and tests/engine/server/test_speculative.py.)"""
+    then raises. (Checked by tests/engine/server/test_int8_matmul.py; ``draft_property`` falls back should it
+    stop working.)"""
     with tempfile.TemporaryDirectory(prefix="genmesh-ext-") as empty, contextlib.suppress(RuntimeError):
         ov_genai.ContinuousBatchingPipeline(empty, ov_genai.SchedulerConfig(), "CPU", {"extensions": [library]})
 
@@ -112,9 +113,11 @@ def pipeline_draft(ov_genai: Any, config: CoreConfig) -> Any:
     """The ``draft_model`` property for ``config.draft_model``: with the int8 ops where the main model has them."""
     assert config.draft_model is not None
     args = (ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
-    ops = config.int8_extension is not None and not Path(config.draft_model).expanduser().is_dir()
-    if config.int8_extension is not None and ops:
-        register_extension(ov_genai, config.int8_extension)
+    # the ops where the main model has them and the draft is a GGUF (an IR folder is used as it is)
+    library = None if Path(config.draft_model).expanduser().is_dir() else config.int8_extension
+    ops = library is not None
+    if library is not None:
+        register_extension(ov_genai, library)
     folder = draft_folder(*args, q41_op=ops)
     draft, used = draft_property(
         ov_genai, folder, config.device, config.plugin_config, (lambda: draft_folder(*args)) if ops else None
