@@ -164,18 +164,28 @@ DRAFT_PROMPTS = [
 ACCEPTED = "genmesh_engine_spec_decode_accepted_tokens_total"
 
 
-def test_a_draft_model_runs_the_ops_too(forced_url: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize("quantization", [None, "Q4_1"])
+def test_a_draft_model_runs_the_ops_too(
+    forced_url: str, tmp_path_factory: pytest.TempPathFactory, quantization: str | None
+) -> None:
     """With the ops forced, a GGUF draft (SmolLM2 as its own draft) runs them too: OpenVINO GenAI's
     ``draft_model()`` reads the draft's op IR, which needs the library in its own core first
     (core/draft_model.py ``register_extension``). Greedy replies then equal the forced engine's without the
-    draft, and drafts are accepted."""
+    draft, and drafts are accepted. With ``--draft-quantization Q4_1`` the draft is served from its re-quantised
+    copy (SmolLM2's matrices are Q4_1 already and its output is its embedding, kept: the copy's path, not its
+    numbers, which tests/engine/unit/test_draft_quantization.py checks)."""
     logs = tmp_path_factory.mktemp("int8-draft-logs")
     extra = ("--int8-matmul", "genmesh", "--served-model-name", MODEL_NAME, "--num-assistant-tokens", "4")
+    if quantization is not None:
+        extra += ("--draft-quantization", quantization)
     server = start_engine(logs, *extra, "--draft-model", str(DEFAULT_MODEL), timeout_s=600)
     try:
         log = server.log_path.read_text(errors="replace")
         assert "unsupported opset" not in log, server.log_tail()
-        assert re.search(r"speculative decoding with the draft model .* \((\d+) int8 ops\)", log), server.log_tail()
+        line = r"speculative decoding with the draft model (\S+) \((\d+) int8 ops(; weights re-quantised to \w+)?\)"
+        found = re.search(line, log)
+        assert found, server.log_tail()
+        assert found.group(3) == (f"; weights re-quantised to {quantization}" if quantization else None), found[0]
         same = 0
         with httpx.Client(timeout=300) as client:
             for prompt in DRAFT_PROMPTS:

@@ -88,6 +88,12 @@ class EngineSettings(ServiceSettings):
         "or an OpenVINO IR folder with its tokenizer) that proposes tokens the served model checks in one step "
         "(the same tokens when greedy); it must share the model's tokenizer; no beam search ('best_of')",
     )
+    draft_quantization: Literal["none", "Q4_1"] = Field(
+        default="none",
+        description="with a GGUF --draft-model: serve the draft from a copy (made once in --gguf-cache-dir) whose "
+        "weight matrices are re-quantised to this ('none': as the file has them); the served model checks every "
+        "draft token, so greedy replies stay its own: a cheaper draft, perhaps fewer tokens accepted",
+    )
     assistant_confidence_threshold: float | None = Field(
         default=None,
         gt=0.0,

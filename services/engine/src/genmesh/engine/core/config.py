@@ -29,6 +29,7 @@ class CoreConfig:
     # Speculative decoding (draft_model.py): the draft's path, and the confidence threshold of its drafts
     # (None: each request's num_assistant_tokens).
     draft_model: str | None = None
+    draft_quantization: str | None = None  # a GGUF draft's weight matrices re-quantised to this (None: as written)
     assistant_confidence_threshold: float | None = None
     # ONEDNN_MAX_CPU_ISA for the core process, set before it imports OpenVINO (None: as inherited).
     max_cpu_isa: str | None = None

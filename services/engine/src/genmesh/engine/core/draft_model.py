@@ -12,6 +12,12 @@ its exact IR with the ops (``prepare(..., q41_op=True)``). ``draft_model()`` rea
 GenAI's own ``ov::Core`` when the property is made, before the pipeline adds its ``extensions``, and ignores
 an ``extensions`` key of its own; so ``register_extension`` adds the library to that core first, and a draft
 whose IR still cannot be read with it falls back to OpenVINO's path (``draft_property``).
+
+``--draft-quantization Q4_1`` serves a GGUF draft from a copy whose weight matrices are re-quantised to Q4_1
+(``requantised``; made once in the cache). A draft only proposes tokens: the served model checks each one, so
+greedy replies stay the served model's; what the copy changes is how many drafts are accepted, and what a draft
+token costs. With the int8 ops a token is bound by the bytes it reads, and the 0.5B's own Q5_0/Q8_0 form reads half
+as many as the 1.5B's Q4_K_M: the draft then costs more than it saves (docs/int8-avx2.md).
 """
 
 from __future__ import annotations
@@ -19,14 +25,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .config import CoreConfig
+from .gguf_copy import requantised_copy
 from .gguf_exact import MARKER
-from .gguf_reencode import DEFAULT_TARGET, Target, prepare
+from .gguf_reencode import DEFAULT_TARGET, Target, cache_folder, prepare
 from .gguf_tokenizer import tokenizer_gguf
 
 log = logging.getLogger("genmesh.engine.core.draft_model")
@@ -39,6 +47,21 @@ def _complete(folder: Path, names: tuple[str, ...]) -> bool:
     return all((folder / n).is_file() and (folder / n).with_suffix(".bin").is_file() for n in names)
 
 
+def requantised(src: Path, cache_dir: str, quantization: str) -> Path:
+    """``src`` with its weight matrices re-quantised to ``quantization`` (gguf_copy.requantised_copy), written
+    once, atomically, into its own folder under ``cache_dir``."""
+    folder = cache_folder(src.resolve(), Path(cache_dir).expanduser(), f"draft-{quantization}")
+    copy = folder / f"{src.stem}.{quantization}.gguf"
+    if not copy.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        log.info("re-quantising the draft model %s to %s into %s (once)", src, quantization, copy)
+        tmp = folder / f".{copy.name}.{os.getpid()}.tmp"
+        n = requantised_copy(src, tmp, quantization)
+        os.replace(tmp, copy)
+        log.info("the draft's copy has %d matrices re-quantised to %s", n, quantization)
+    return copy
+
+
 def draft_folder(
     ov_genai: Any,
     path: str,
@@ -46,14 +69,17 @@ def draft_folder(
     reencode: bool = True,
     target: Target = DEFAULT_TARGET,
     q41_op: bool = False,
+    quantization: str | None = None,
 ) -> Path:
     """The IR folder of the draft at ``path`` (built once from a GGUF into its cache folder; ``q41_op``: the
-    exact IR with the int8 ops, as the main model's)."""
+    exact IR with the int8 ops, as the main model's; ``quantization``: from a GGUF's copy re-quantised to it)."""
     src = Path(path).expanduser()
     if src.is_dir():
         if not _complete(src, IR_FILES):
             raise ValueError(f"draft model folder {str(src)!r} lacks one of {', '.join(IR_FILES)}")
         return src
+    if quantization is not None:
+        src = requantised(src, cache_dir, quantization)
     served = prepare(src, cache_dir, reencode, target, q41_op)
     folder = served.parent
     if not _complete(folder, IR_FILES[:1]):
@@ -113,15 +139,25 @@ def pipeline_draft(ov_genai: Any, config: CoreConfig) -> Any:
     """The ``draft_model`` property for ``config.draft_model``: with the int8 ops where the main model has them."""
     assert config.draft_model is not None
     args = (ov_genai, config.draft_model, config.gguf_cache_dir, config.gguf_reencode, config.gguf_reencode_type)
+    quantization = config.draft_quantization
     # the ops where the main model has them and the draft is a GGUF (an IR folder is used as it is)
     library = None if Path(config.draft_model).expanduser().is_dir() else config.int8_extension
     ops = library is not None
     if library is not None:
         register_extension(ov_genai, library)
-    folder = draft_folder(*args, q41_op=ops)
+    folder = draft_folder(*args, q41_op=ops, quantization=quantization)
     draft, used = draft_property(
-        ov_genai, folder, config.device, config.plugin_config, (lambda: draft_folder(*args)) if ops else None
+        ov_genai,
+        folder,
+        config.device,
+        config.plugin_config,
+        (lambda: draft_folder(*args, quantization=quantization)) if ops else None,
     )
     n = int8_ops(used)
-    log.info("speculative decoding with the draft model %s (%s)", used, f"{n} int8 ops" if n else "OpenVINO's path")
+    log.info(
+        "speculative decoding with the draft model %s (%s%s)",
+        used,
+        f"{n} int8 ops" if n else "OpenVINO's path",
+        f"; weights re-quantised to {quantization}" if quantization else "",
+    )
     return draft

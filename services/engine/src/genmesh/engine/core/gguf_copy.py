@@ -1,6 +1,6 @@
 """A copy of a GGUF with some of its tensors re-encoded: metadata, alignment and every other tensor
 kept as they are (the F16/Q8_0 re-encodings of gguf_reencode.py, the exact Q8_0 copy of Q5_0
-matrices that gguf_exact.py hands to OpenVINO GenAI)."""
+matrices that gguf_exact.py hands to OpenVINO GenAI, a draft model's Q4_1 copy: draft_model.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def _file_type(plans: Iterable[TensorPlan]) -> int:
     from gguf import LlamaFileType
 
     weights = {p.target_type for p in plans}
+    if any(p.reencoded and p.target_type == "Q4_1" for p in plans):
+        return int(LlamaFileType.MOSTLY_Q4_1)
     if "Q8_0" in weights:
         return int(LlamaFileType.MOSTLY_Q8_0)
     if "Q4_0" in weights:
@@ -53,6 +55,46 @@ def q5_0_as_q8_0_copy(src: str | Path, dst: str | Path) -> int:
     ]
     write_copy(reader, dst, plans, lambda tensor, _: q5_0_as_q8_0(tensor.data))
     return sum(p.reencoded for p in plans)
+
+
+# What a draft model's weight matrices may be re-quantised to (``--draft-quantization``: draft_model.py)
+REQUANT_TYPES = ("Q4_1",)
+# Kept as they are in a re-quantised copy: the token embedding is a lookup (one row a token), not a matmul
+REQUANT_KEEP = frozenset({"token_embd.weight"})
+_NOT_QUANTISED = frozenset({"F32", "F16", "BF16"})
+
+
+def requantised_copy(src: str | Path, dst: str | Path, target: str = "Q4_1") -> int:
+    """Write ``dst``: ``src`` with every quantised weight matrix but the token embedding re-quantised to
+    ``target`` (the ``gguf`` package's exact dequantisation, then its quantisation), a Q5_0 embedding as its exact
+    Q8_0 copy (OpenVINO GenAI refuses Q5_0), every other tensor as it is. Returns how many were re-quantised."""
+    import numpy as np
+    from gguf import GGUFReader, quants
+
+    from .gguf_kquants import q5_0_as_q8_0
+
+    if target not in REQUANT_TYPES:
+        raise ValueError(f"cannot re-quantise to {target!r}: one of {', '.join(REQUANT_TYPES)}")
+    t = _types()
+    reader = GGUFReader(str(src))
+    plans = []
+    for x in reader.tensors:
+        kind = t(x.tensor_type).name
+        if kind in _NOT_QUANTISED or kind == target or len(x.shape) != 2:
+            plans.append(TensorPlan(x.name, kind, kind))
+        elif x.name in REQUANT_KEEP:
+            plans.append(TensorPlan(x.name, kind, "Q8_0" if kind == "Q5_0" else kind))
+        else:
+            plans.append(TensorPlan(x.name, kind, target))
+
+    def encode(tensor: Any, plan: TensorPlan) -> Any:
+        if plan.target_type == "Q8_0":
+            return q5_0_as_q8_0(tensor.data)
+        weights = quants.dequantize(tensor.data, t(tensor.tensor_type)).astype(np.float32)
+        return quants.quantize(weights, t[plan.target_type])
+
+    write_copy(reader, dst, plans, encode)
+    return sum(p.reencoded and p.target_type == target for p in plans)
 
 
 def write_copy(reader: Any, dst: str | Path, plans: list[TensorPlan], encode: Any) -> None:
@@ -85,8 +127,9 @@ def write_copy(reader: Any, dst: str | Path, plans: list[TensorPlan], encode: An
             continue
         qtype = t[p.target_type]
         rows = tuple(int(d) for d in reversed(tensor.shape))  # numpy order: rows last-but-one
-        byte_shape = quants.quant_shape_to_byte_shape(rows, qtype) if p.target_type == "Q8_0" else rows
-        dtype = np.dtype(np.uint8) if p.target_type == "Q8_0" else np.dtype(np.float16)
+        quantised = p.target_type not in _NOT_QUANTISED
+        byte_shape = quants.quant_shape_to_byte_shape(rows, qtype) if quantised else rows
+        dtype = np.dtype(np.uint8) if quantised else np.dtype(np.float16)
         nbytes = int(np.prod(byte_shape)) * dtype.itemsize
         writer.add_tensor_info(tensor.name, byte_shape, dtype, nbytes, qtype)
     writer.write_header_to_file()

@@ -98,6 +98,7 @@ class EngineState:
             plugin_config=settings.device_config,
             prompt_lookup=settings.uses_prompt_lookup,
             draft_model=settings.draft_model,
+            draft_quantization=None if settings.draft_quantization == "none" else settings.draft_quantization,
             assistant_confidence_threshold=settings.assistant_confidence_threshold,
             max_cpu_isa=settings.max_cpu_isa,
             warmup_grammars=(any_object_grammar(grammar_limits(settings)).render(),),
