@@ -122,11 +122,11 @@ def test_interleaved_layout_matches_the_file_layout_and_fp64(
     core: ov.Core, kind: str, k: int, n: int, rows: tuple[int, ...]
 ) -> None:
     """``Q4KX8MatMul`` / ``Q6KX8MatMul`` over ``pack_q4k_x8`` / ``pack_q6k_x8(blocks)`` against fp64 of the same
-    blocks on the activations as the op quantises them (< 1e-5 relative; measured <= 1.0e-7, the scalar kernel's
-    likewise), and against ``Q4KMatMul`` / ``Q6KMatMul`` over the file's layout: the same integer sums, so below 8
-    / 24 rows (where that op takes its row tiles) only the f32 order of the per-super-block sums differs (< 1e-6;
-    measured <= 1.1e-7 / 1.2e-7), and from there (its eight-column kernel) and in the tail (the same row tiles) the
-    outputs are bit-identical."""
+    blocks on the activations as the op quantises them (< 1e-5 relative; measured <= 1.0e-7 / 2.1e-7, the scalar
+    kernel's <= 1e-7), and against ``Q4KMatMul`` / ``Q6KMatMul`` over the file's layout: the same integer sums, so
+    below 8 / 24 rows (where that op takes its row tiles) only the f32 order of the per-super-block sums differs
+    (< 1e-6; measured <= 1.1e-7 / 2.1e-7), and from there (its eight-column kernel) and in the tail (the same row
+    tiles) the outputs are bit-identical."""
     rng = np.random.default_rng(k + n + 1)
     blocks = kquant_blocks(rng, kind, n, k)
     packed = X8_OPS[kind][1](blocks)
