@@ -28,6 +28,7 @@
 #include <random>
 
 #include "q4k_matmul.cpp"
+#include "driver_timing.hpp"
 
 using namespace genmesh;
 
@@ -90,8 +91,6 @@ struct Shape {
     size_t copies;
 };
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,12 +126,9 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> nd;
     const char* names[] = {"a", "b", "c"};
     for (int round = 0; round < rounds; ++round) {
-        double load[3] = {0, 0, 0};
-        if (FILE* f = fopen("/proc/loadavg", "r")) {
-            if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
-            fclose(f);
-        }
-        printf("# RMAX %zu round %d threads %d load %.2f %.2f %.2f\n", rmax, round, threads, load[0], load[1], load[2]);
+        char what[64];
+        snprintf(what, sizeof what, "RMAX %zu round %d threads %d", rmax, round, threads);
+        driver::print_round(what);
         for (auto& s : shapes) {
             const size_t nsb = s.K / QK_K, bytes = s.N * nsb * BLOCK_BYTES;
             for (size_t M : Ms) {
@@ -153,28 +149,7 @@ int main(int argc, char** argv) {
                             q4k_x8_matmul(x.data(), s.compact.data() + copy * s.N / 8 * nsb * CBYTES, y[v].data(), M,
                                           s.K, s.N, Kernel::Avx2);
                     };
-                    std::vector<double> ts;
-                    size_t calls = 0;
-                    const double t0 = now();
-                    while (now() - t0 < seconds || calls < 20) {
-                        const double t = now();
-                        call(calls % s.copies);
-                        ts.push_back(now() - t);
-                        ++calls;
-                    }
-                    call(0);  // copy 0 for the check below
-                    std::sort(ts.begin(), ts.end());
-                    const double med = ts[ts.size() / 2], p10 = ts[ts.size() / 10];
-                    double err = 0, ref = 0;
-                    for (size_t i = 0; i < y[v].size(); ++i) {
-                        err = std::max(err, (double)std::fabs(y[v][i] - y[0][i]));
-                        ref = std::max(ref, (double)std::fabs(y[0][i]));
-                    }
-                    printf("%s K=%zu N=%zu M=%zu thr=%d: median %.4f ms p10 %.4f ms | GB/s med %.1f p10 %.1f | "
-                           "ns/sb-col med %.2f p10 %.2f | max|y-y_a|/max|y_a| %.1e\n",
-                           names[v], s.K, s.N, M, threads, med * 1e3, p10 * 1e3, bytes / med / 1e9,
-                           bytes / p10 / 1e9, med * 1e9 / (s.N * nsb), p10 * 1e9 / (s.N * nsb), err / ref);
-                    fflush(stdout);
+                    driver::time_case(names[v], s.K, s.N, M, threads, seconds, 20, s.copies, bytes, call, y[v], y[0]);
                 }
             }
         }

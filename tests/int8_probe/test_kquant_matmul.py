@@ -1,6 +1,6 @@
 """The ``Q4KMatMul`` and ``Q6KMatMul`` custom ops (genmesh.engine.native: the file's Q4_K / Q6_K blocks x Q8_K
-activations, AVX2 ``maddubs``), and ``Q4KX8MatMul`` (the same Q4_K blocks interleaved eight rows at a time), one
-layer at a time through OpenVINO's CPU plugin, against an fp64 numpy reference of the same blocks.
+activations, AVX2 ``maddubs``), and ``Q4KX8MatMul`` / ``Q6KX8MatMul`` (the same blocks interleaved eight rows at a
+time), one layer at a time through OpenVINO's CPU plugin, against an fp64 numpy reference of the same blocks.
 
 The blocks are random bytes in ggml's ``block_q4_K`` layout (f16 d and dmin, 12 bytes of packed 6-bit scales and
 minimums, 128 bytes of nibbles) or ``block_q6_K`` (128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales,
@@ -21,7 +21,7 @@ import pytest
 from gguf import GGMLQuantizationType, quants
 
 from genmesh.engine.core.gguf_kquants import UNPACK
-from genmesh.engine.native.q41_op import K_OPS, Q4K_X8, QK_K, kquant_matmul, pack_q4k_x8, q4k_x8_matmul
+from genmesh.engine.native.q41_op import K_OPS, Q4K_X8, Q6K_X8, QK_K, X8_OPS, kquant_matmul, x8_matmul
 from int8_probe import q41
 from int8_probe.bench_layer import kquant_blocks
 
@@ -99,32 +99,41 @@ def test_zero_rows_stay_finite_and_bad_blocks_are_refused(core: ov.Core, kind: s
         layer(core, kind, 512, blocks[:, :-1], "avx2")
 
 
-def x8_layer(core: ov.Core, k: int, packed: np.ndarray, kernel: str) -> Any:
+def x8_layer(core: ov.Core, kind: str, k: int, packed: np.ndarray, kernel: str) -> Any:
     x = ops.parameter([-1, -1, k], np.float32)
-    model = ov.Model([q4k_x8_matmul(x.output(0), packed, kernel).output(0)], [x])
+    model = ov.Model([x8_matmul(kind, x.output(0), packed, kernel).output(0)], [x])
     return core.compile_model(q41.through_ir(core, model), "CPU", F32)
+
+
+# From this many rows the file layout's op takes its eight-column kernel (Q4KMatMul from 8, Q6KMatMul from 24:
+# GROUP_ROWS in q4k_matmul.cpp / q6k_matmul.cpp), whose float order the interleaved op shares (Q6KX8MatMul expands
+# its blocks into that kernel's scratch from 24 rows)
+SAME_ORDER_ROWS = {"Q4_K": 8, "Q6_K": 24}
+X8_BYTES = {"Q4_K": Q4K_X8[1], "Q6_K": Q6K_X8[1]}  # per super-block and column
 
 
 # (K, N): 264 columns of the 1.5B's ffn_up (33 groups of eight, no tail); 13 (one group and a tail of 5 in the
 # file's layout); 7 (the tail alone). M across the interleaved kernel's row tiles (4, 2, 1) and a prefill chunk.
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     ("k", "n", "rows"), [(1536, 264, (1, 2, 3, 4, 6, 7, 8, 33)), (512, 13, (1, 2, 5, 9)), (256, 7, (1, 3, 512))]
 )
-def test_interleaved_q4_k_matches_the_file_layout_and_fp64(
-    core: ov.Core, k: int, n: int, rows: tuple[int, ...]
+def test_interleaved_layout_matches_the_file_layout_and_fp64(
+    core: ov.Core, kind: str, k: int, n: int, rows: tuple[int, ...]
 ) -> None:
-    """``Q4KX8MatMul`` over ``pack_q4k_x8(blocks)`` against fp64 of the same blocks on the activations as the op
-    quantises them (< 1e-5 relative; measured <= 1.0e-7, the scalar kernel's likewise), and against ``Q4KMatMul``
-    over the file's layout: the same integer sums, so below 8 rows (where that op takes its row tiles) only the f32
-    order of the per-super-block sums differs (< 1e-6; measured <= 1.1e-7), and from 8 rows (its eight-column
-    kernel) and in the tail (the same row tiles) the outputs are bit-identical."""
+    """``Q4KX8MatMul`` / ``Q6KX8MatMul`` over ``pack_q4k_x8`` / ``pack_q6k_x8(blocks)`` against fp64 of the same
+    blocks on the activations as the op quantises them (< 1e-5 relative; measured <= 1.0e-7 / 2.1e-7, the scalar
+    kernel's <= 1e-7), and against ``Q4KMatMul`` / ``Q6KMatMul`` over the file's layout: the same integer sums, so
+    below 8 / 24 rows (where that op takes its row tiles) only the f32 order of the per-super-block sums differs
+    (< 1e-6; measured <= 1.1e-7 / 2.1e-7), and from there (its eight-column kernel) and in the tail (the same row
+    tiles) the outputs are bit-identical."""
     rng = np.random.default_rng(k + n + 1)
-    blocks = kquant_blocks(rng, "Q4_K", n, k)
-    packed = pack_q4k_x8(blocks)
-    assert packed.shape == (n, k // QK_K * Q4K_X8[1])
-    w = weights("Q4_K", blocks)
-    rows_op = layer(core, "Q4_K", k, blocks, "avx2")
-    avx2, scalar = x8_layer(core, k, packed, "avx2"), x8_layer(core, k, packed, "scalar")
+    blocks = kquant_blocks(rng, kind, n, k)
+    packed = X8_OPS[kind][1](blocks)
+    assert packed.shape == (n, k // QK_K * X8_BYTES[kind])
+    w = weights(kind, blocks)
+    rows_op = layer(core, kind, k, blocks, "avx2")
+    avx2, scalar = x8_layer(core, kind, k, packed, "avx2"), x8_layer(core, kind, k, packed, "scalar")
     for m in rows:
         x = rng.standard_normal((1, m, k)).astype(np.float32)
         y = avx2(x)[0]
@@ -133,12 +142,16 @@ def test_interleaved_q4_k_matches_the_file_layout_and_fp64(
         assert rel(y, as_quantised) < 1e-5, m
         assert rel(scalar(x)[0], as_quantised) < 1e-5, m
         assert rel(y, rows_op(x)[0]) < 1e-6, m
-        if m >= 8 or n < 8:
+        if m >= SAME_ORDER_ROWS[kind] or n < 8:
             assert np.array_equal(y, rows_op(x)[0]), m
 
 
-def test_interleaved_q4_k_refuses_the_file_layout(core: ov.Core) -> None:
-    """An IR of the file's layout (144 bytes a super-block) cannot be read as the interleaved op (148)."""
-    blocks = kquant_blocks(np.random.default_rng(3), "Q4_K", 16, 512)
-    with pytest.raises(Exception, match=f"Q4_K x8 blocks of {Q4K_X8[1]} bytes"):
-        x8_layer(core, 512, blocks, "avx2")
+@pytest.mark.parametrize("kind", KINDS)
+def test_interleaved_layout_refuses_other_sizes(core: ov.Core, kind: str) -> None:
+    """An IR of Q4_K's file layout (144 bytes a super-block) cannot be read as the interleaved op (148); Q6_K's
+    interleaved layout has the file's size (210), so only its type name (and the cache key) tells them apart, and a
+    block short is refused."""
+    blocks = kquant_blocks(np.random.default_rng(3), kind, 16, 512)
+    wrong = blocks if kind == "Q4_K" else blocks[:, :-1]
+    with pytest.raises(Exception, match=f"{kind} x8 blocks of {X8_BYTES[kind]} bytes"):
+        x8_layer(core, kind, 512, wrong, "avx2")

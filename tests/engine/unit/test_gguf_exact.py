@@ -231,8 +231,8 @@ def test_q5_0_is_the_q8_0_of_the_same_weights() -> None:
 
 @pytest.mark.parametrize("kind", [GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K])
 def test_k_quant_layers_become_the_int8_op(tmp_path: Path, kind: GGMLQuantizationType) -> None:
-    """With the int8 path (``q41_op``), a Q4_K / Q6_K MatMul becomes ``Q4KX8MatMul`` (the blocks interleaved eight
-    rows at a time) / ``Q6KMatMul`` over the file's own bytes (the rows in GenAI's RoPE order for attn_q), which the
+    """With the int8 path (``q41_op``), a Q4_K / Q6_K MatMul becomes ``Q4KX8MatMul`` / ``Q6KX8MatMul`` over the
+    file's own blocks interleaved eight rows at a time (the rows in GenAI's RoPE order for attn_q), which the
     extension runs within int8 activations' error
     (per 256: ~1 %) of the file's weights."""
     from genmesh.engine.native.build import build
@@ -245,7 +245,7 @@ def test_k_quant_layers_become_the_int8_op(tmp_path: Path, kind: GGMLQuantizatio
     want = x.astype(np.float64) @ quants.dequantize(raw, kind).astype(np.float64)[order].T
     model = genai_layer(UNPACK[kind.name](reader.tensors[0].data).rows(order), 512)
     assert rewrite(model, reader, q41_op=True) == 1
-    op = {"Q4_K": "Q4KX8MatMul", "Q6_K": "Q6KMatMul"}[kind.name]
+    op = {"Q4_K": "Q4KX8MatMul", "Q6_K": "Q6KX8MatMul"}[kind.name]
     assert [o.get_type_name() for o in model.get_ops() if o.get_type_name().endswith("MatMul")] == [op]
     ov.save_model(model, str(tmp_path / "op.xml"), compress_to_fp16=False)
     core = ov.Core()

@@ -206,7 +206,7 @@ class EngineSettings(ServiceSettings):
     gguf_cache_dir: str = Field(
         default=DEFAULT_CACHE_DIR, description="where re-encoded GGUFs and their OpenVINO IRs are kept"
     )
-    # The exact form's Q4_1/Q4_K/Q6_K/Q8_0 matmuls: genmesh::Q41MatMul / Q4KX8MatMul / Q6KMatMul / Q80MatMul
+    # The exact form's Q4_1/Q4_K/Q6_K/Q8_0 matmuls: genmesh::Q41MatMul / Q4KX8MatMul / Q6KX8MatMul / Q80MatMul
     # (native/, int8 dot products with AVX2 maddubs) or OpenVINO's own (native/selection.py; docs/engine.md,
     # "Integer matmuls on AVX2 CPUs").
     int8_matmul: Int8Mode = Field(

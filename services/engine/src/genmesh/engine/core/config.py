@@ -42,7 +42,7 @@ class CoreConfig:
     gguf_cache_dir: str = DEFAULT_CACHE_DIR
     max_num_scoring_seqs: int = 8
     scoring_chunk_tokens: int = 256
-    # The int8 extension (genmesh.engine.native: genmesh::Q41MatMul, Q4KX8MatMul, Q6KMatMul, Q80MatMul) when the
+    # The int8 extension (genmesh.engine.native: genmesh::Q41MatMul, Q4KX8MatMul, Q6KX8MatMul, Q80MatMul) when the
     # engine chose that path for the exact form's Q4_1, Q4_K, Q6_K and Q8_0 matmuls (native/selection.py); None:
     # OpenVINO's own MatMul.
     int8_extension: str | None = None

@@ -29,8 +29,8 @@ file's.
 With ``q41_op`` (the engine's int8 path, native/selection.py), each Q4_1 MatMul becomes one
 ``genmesh::Q41MatMul`` over the file's own blocks instead of ``W x + M S(x)``: int8 dot products of the
 blocks with the activations quantised per block of 32 (docs/int8-avx2.md); each Q4_K and Q6_K MatMul likewise
-one ``genmesh::Q4KX8MatMul`` (the file's Q4_K blocks interleaved eight rows at a time: q41_op.pack_q4k_x8) /
-``Q6KMatMul`` (the file's bytes), activations per 256 (``OP_KINDS``), and each
+one ``genmesh::Q4KX8MatMul`` / ``Q6KX8MatMul`` (the file's blocks interleaved eight rows at a time:
+q41_op.pack_q4k_x8 / pack_q6k_x8), activations per 256 (``OP_KINDS``), and each
 Q8_0 MatMul (SmolLM2's output matrix, tied to its embedding, whose Gather keeps GenAI's exact u8 decompression;
 Q5_0 through its exact Q8_0 copy) one ``genmesh::Q80MatMul`` (activations per 32); the ``Q41MatMul`` ops
 of one input (a layer's q/k/v, its gate/up) are then one ``Q41MatMul`` with an output per matrix
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..native.q41_op import OP_TYPES, kquant_matmul, pack_blocks, pack_q4k_x8, q4k_x8_matmul, q41_matmul
+from ..native.q41_op import OP_TYPES, X8_OPS, kquant_matmul, pack_blocks, q41_matmul, x8_matmul
 from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks, q5_0_as_q8_0, q8_0
 from .gguf_op_groups import SIZES as OP_GROUP_SIZES
@@ -224,7 +224,7 @@ def _zero_point_is(np: Any, dec: _Decompression, value: int) -> bool:
 
 
 def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
-    """``Q41MatMul``/``Q4KX8MatMul``/``Q6KMatMul``/``Q80MatMul(x, the file's blocks)`` for a Q4_1/Q4_K/Q6_K/Q8_0
+    """``Q41MatMul``/``Q4KX8MatMul``/``Q6KX8MatMul``/``Q80MatMul(x, the file's blocks)`` for a Q4_1/Q4_K/Q6_K/Q8_0
     ``matmul``
     (x [..., K] times W [N, K] transposed), else None (another layout: left to OpenVINO)."""
     attrs = matmul.get_attributes()
@@ -233,9 +233,9 @@ def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
     x = matmul.input(0).get_source_output()
     if x.get_element_type().get_type_name() != "f32":
         return None
-    if w.kind == "Q4_K":  # interleaved eight rows at a time: one stream per task, eight columns per maddubs
-        op = q4k_x8_matmul(x, pack_q4k_x8(np.ascontiguousarray(w.raw)))
-        op.set_friendly_name(f"{matmul.get_friendly_name()}/q4kx8")
+    if w.kind in X8_OPS:  # Q4_K, Q6_K interleaved eight rows at a time: one stream per task, eight columns a maddubs
+        op = x8_matmul(w.kind, x, X8_OPS[w.kind][1](np.ascontiguousarray(w.raw)))
+        op.set_friendly_name(f"{matmul.get_friendly_name()}/{w.kind.lower().replace('_', '')}x8")
         return op
     if w.kind != "Q4_1":
         op = kquant_matmul(w.kind, x, np.ascontiguousarray(w.raw))
@@ -400,7 +400,7 @@ def build(
                     "q41_matmul_ops": ops_written["Q41MatMul"],
                     "q41_op_groups": grouped_ops,
                     "q4k_matmul_ops": ops_written["Q4KX8MatMul"],
-                    "q6k_matmul_ops": ops_written["Q6KMatMul"],
+                    "q6k_matmul_ops": ops_written["Q6KX8MatMul"],
                     "q80_matmul_ops": ops_written["Q80MatMul"],
                 }
             )

@@ -1,5 +1,6 @@
-"""Build the int8 extension (``int8/``: ``genmesh::Q41MatMul``, ``Q4K(X8)MatMul``, ``Q6KMatMul``, ``Q80MatMul``) with
-cmake and the system's C++ compiler, against the ``openvino`` wheel's ``include/`` and ``cmake/``, once per source.
+"""Build the int8 extension (``int8/``: ``genmesh::Q41MatMul``, ``Q4K(X8)MatMul``, ``Q6K(X8)MatMul``,
+``Q80MatMul``) with cmake and the system's C++ compiler, against the ``openvino`` wheel's ``include/`` and
+``cmake/``, once per source.
 
 The shared library lands in ``<cache>/native/int8-<key>/libgenmesh_int8.so``, where ``key`` hashes the
 sources, the OpenVINO version and the machine type: a changed kernel or a new OpenVINO builds anew, an
@@ -108,7 +109,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="build the engine's int8 extension (genmesh::Q41MatMul, Q4K(X8)MatMul, Q6KMatMul, Q80MatMul)"
+        description="build the engine's int8 extension (genmesh::Q41MatMul, Q4K(X8)MatMul, Q6K(X8)MatMul, Q80MatMul)"
     )
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="the GGUF cache (--gguf-cache-dir)")
     args = parser.parse_args(argv)

@@ -10,7 +10,8 @@ with the extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, block
 ``[N, K/256*144]``, GGUF ``block_q4_K`` (``int8/q4k_matmul.cpp``), ``Q6KMatMul`` with ``[N, K/256*210]``,
 ``block_q6_K`` (``int8/q6k_matmul.cpp``), ``Q80MatMul`` with ``[N, K/32*34]``, ``block_q8_0``
 (``int8/q80_matmul.cpp``). ``Q4KX8MatMul`` takes the same Q4_K weights interleaved eight columns at a time
-(``pack_q4k_x8``: ``[N, K/256*148]``), the form the int8 path writes for Q4_K. OpenVINO is imported when first used.
+(``pack_q4k_x8``: ``[N, K/256*148]``), the form the int8 path writes for Q4_K; ``Q6KX8MatMul`` likewise the Q6_K
+weights (``pack_q6k_x8``: ``[N, K/256*210]``, the file's bytes moved). OpenVINO is imported when first used.
 """
 
 from __future__ import annotations
@@ -30,9 +31,19 @@ RAW_OPS = {**K_OPS, "Q8_0": ("Q80MatMul", 34)}
 # Q4_K interleaved eight columns at a time (pack_q4k_x8): the op's type name and bytes per super-block and column
 Q4K_X8 = ("Q4KX8MatMul", 148)
 X8_GROUP, X8_BYTES = 8, 1184  # columns per group; bytes per group and super-block (8 * 148)
-# GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py): Q4_K as
-# Q4KX8MatMul (one contiguous stream per task and the eight-column products at every M: docs/int8-avx2.md)
-OP_TYPES = {"Q4_1": TYPE_NAME, **{kind: name for kind, (name, _) in RAW_OPS.items()}, "Q4_K": Q4K_X8[0]}
+# Q6_K likewise (pack_q6k_x8): the same 210 bytes per super-block and column, moved
+Q6K_X8 = ("Q6KX8MatMul", 210)
+# GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py): Q4_K and Q6_K
+# as Q4KX8MatMul / Q6KX8MatMul (one contiguous stream per task and the eight-column products at every M:
+# docs/int8-avx2.md)
+OP_TYPES = {
+    "Q4_1": TYPE_NAME,
+    **{kind: name for kind, (name, _) in RAW_OPS.items()},
+    "Q4_K": Q4K_X8[0],
+    "Q6_K": Q6K_X8[0],
+}
+# GGUF type -> (its interleaved op's type name, the packer of the file's blocks into that op's layout)
+X8_OPS: dict[str, tuple[str, Any]] = {}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:
@@ -93,6 +104,35 @@ def pack_q4k_x8(blocks: Any) -> Any:
     pad = np.zeros((n - n8) * nsb * (Q4K_X8[1] - K_OPS["Q4_K"][1]), np.uint8)
     return np.concatenate([out.reshape(-1), tail, pad]).reshape(n, nsb * Q4K_X8[1])
 
+
+def pack_q6k_x8(blocks: Any) -> Any:
+    """GGUF Q6_K ``blocks`` [N, K/256*210] (row n = output n) in ``Q6KX8MatMul``'s layout, [N, K/256*210] u8: per
+    group of eight rows and super-block, 1,680 bytes (``int8/q6k_matmul.cpp``): the 128 ``ql`` bytes of the eight
+    rows as dwords side by side (32 bytes per dword index: row c's dword at 4c), then their 64 ``qh`` bytes likewise,
+    the 16 int8 scales as bytes [sub-block pair][row][2], the eight f16 ``d``; the last N % 8 rows as the file has
+    them."""
+    import numpy as np
+
+    n, row = blocks.shape
+    nsb = row // K_OPS["Q6_K"][1]
+    n8 = n // X8_GROUP * X8_GROUP
+    groups = n8 // X8_GROUP
+    b = np.asarray(blocks[:n8], np.uint8).reshape(groups, X8_GROUP, nsb, K_OPS["Q6_K"][1])
+    # [group, column, super-block, dword, byte] -> [group, super-block, dword, column, byte]: ql then qh
+    quads = b[..., :192].reshape(*b.shape[:3], 48, 4).transpose(0, 2, 3, 1, 4)
+    out = np.concatenate(
+        [
+            quads.reshape(groups, nsb, 1536),
+            b[..., 192:208].reshape(*b.shape[:3], 8, 2).transpose(0, 2, 3, 1, 4).reshape(groups, nsb, 128),
+            b[..., 208:210].transpose(0, 2, 1, 3).reshape(groups, nsb, 16),  # d [column]
+        ],
+        axis=-1,
+    )
+    tail = np.asarray(blocks[n8:], np.uint8).reshape(-1)
+    return np.concatenate([out.reshape(-1), tail]).reshape(n, nsb * Q6K_X8[1])
+
+
+X8_OPS.update({"Q4_K": (Q4K_X8[0], pack_q4k_x8), "Q6_K": (Q6K_X8[0], pack_q6k_x8)})
 
 _STAND_INS: dict[str, Any] = {}
 
@@ -162,6 +202,13 @@ def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:
 def q4k_x8_matmul(x: Any, packed: Any, kernel: str = "auto") -> Any:
     """A ``Q4KX8MatMul`` node: ``x`` (an f32 output ``[..., K]``) times Q4_K blocks packed by ``pack_q4k_x8``
     ([N, K/256*148] u8), transposed. ``kernel`` as ``q41_matmul``'s."""
+    return x8_matmul("Q4_K", x, packed, kernel)
+
+
+def x8_matmul(kind: str, x: Any, packed: Any, kernel: str = "auto") -> Any:
+    """A ``Q4KX8MatMul`` (``kind`` "Q4_K") or ``Q6KX8MatMul`` ("Q6_K") node: ``x`` (an f32 output ``[..., K]``)
+    times the blocks packed by ``X8_OPS[kind][1]`` (``pack_q4k_x8`` / ``pack_q6k_x8``), transposed. ``kernel`` as
+    ``q41_matmul``'s."""
     import openvino.opset13 as ops
 
-    return stand_in_class(Q4K_X8[0])([x, ops.constant(packed).output(0)], kernel)
+    return stand_in_class(X8_OPS[kind][0])([x, ops.constant(packed).output(0)], kernel)

@@ -1,5 +1,5 @@
 """Which path multiplies the exact form's Q4_1, Q4_K, Q6_K and Q8_0 matrices: ``genmesh::Q41MatMul``,
-``Q4KX8MatMul``, ``Q6KMatMul`` and ``Q80MatMul`` (int8 dot products with AVX2 ``maddubs``) or OpenVINO's own CPU
+``Q4KX8MatMul``, ``Q6KX8MatMul`` and ``Q80MatMul`` (int8 dot products with AVX2 ``maddubs``) or OpenVINO's own CPU
 plugin, chosen by the CPU (``--int8-matmul``).
 
 OpenVINO's CPU plugin multiplies 4-bit weights with int8 activations only where the CPU has VNNI

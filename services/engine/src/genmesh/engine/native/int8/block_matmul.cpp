@@ -67,5 +67,6 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
     std::make_shared<ov::OpExtension<genmesh::Q4KMatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q4KX8MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q6KMatMul>>(),
+    std::make_shared<ov::OpExtension<genmesh::Q6KX8MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q80MatMul>>(),
 }));

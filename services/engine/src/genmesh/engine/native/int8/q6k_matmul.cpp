@@ -24,6 +24,26 @@ namespace genmesh {
 constexpr size_t BLOCK_BYTES = 210;  // 128 ql, 64 qh, 16 int8 scales, f16 d
 
 // ----------------------------------------------------------------------------------------------- scalar path
+// sum_s sc[s] * sum_{j in s} (q_j - 32) qx_j of one file-layout block and the activations' super-block xs
+static int block_dot(const uint8_t* blk, const int8_t* xs) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t* sc = (const int8_t*)(blk + 192);
+    int isum = 0;
+    for (size_t h = 0; h < 2; ++h)
+        for (size_t l = 0; l < 4; ++l)
+            for (size_t half = 0; half < 2; ++half) {
+                int dot = 0;
+                for (size_t i = 16 * half; i < 16 * half + 16; ++i) {
+                    const uint8_t lo = ql[64 * h + 32 * (l % 2) + i];
+                    const int hi = (qh[32 * h + i] >> (2 * l)) & 3;
+                    const int q = ((l < 2 ? lo : lo >> 4) & 0x0F) | (hi << 4);
+                    dot += (q - 32) * xs[128 * h + 32 * l + i];
+                }
+                isum += sc[8 * h + 2 * l + half] * dot;
+            }
+    return isum;
+}
+
 static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
                         size_t n1) {
     const size_t nsb = K / QK_K;
@@ -33,23 +53,7 @@ static void rows_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, siz
             float acc = 0.f;
             for (size_t b = 0; b < nsb; ++b) {
                 const uint8_t* blk = w + (n * nsb + b) * BLOCK_BYTES;
-                const uint8_t *ql = blk, *qh = blk + 128;
-                const int8_t* sc = (const int8_t*)(blk + 192);
-                const int8_t* xs = qx + b * QK_K;
-                int isum = 0;
-                for (size_t h = 0; h < 2; ++h)
-                    for (size_t l = 0; l < 4; ++l)
-                        for (size_t half = 0; half < 2; ++half) {
-                            int dot = 0;
-                            for (size_t i = 16 * half; i < 16 * half + 16; ++i) {
-                                const uint8_t lo = ql[64 * h + 32 * (l % 2) + i];
-                                const int hi = (qh[32 * h + i] >> (2 * l)) & 3;
-                                const int q = ((l < 2 ? lo : lo >> 4) & 0x0F) | (hi << 4);
-                                dot += (q - 32) * xs[128 * h + 32 * l + i];
-                            }
-                            isum += sc[8 * h + 2 * l + half] * dot;
-                        }
-                acc += a.d[m * nsb + b] * half_to_float(load_u16(blk + 208)) * (float)isum;
+                acc += a.d[m * nsb + b] * half_to_float(load_u16(blk + 208)) * (float)block_dot(blk, qx + b * QK_K);
             }
             y[m * N + n] = acc;
         }
@@ -241,12 +245,203 @@ static void rows_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_
         });
 }
 
+// ----------------------------------------------------------- the blocks interleaved eight columns (Q6KX8MatMul)
+// Per group of eight columns (n = 8g .. 8g+7) and super-block b, X8_BYTES (8 x 210: the file's bytes, moved) at
+// (g * K/256 + b) * X8_BYTES:
+//   0     ql[v][q] (v = 2h + j, h, j = 0..1; q = 0..7)  32 bytes: dword c = column c's ql bytes 64h + 32j + 4q .. +3
+//   1024  qh[h][q] (h = 0..1, q = 0..7)                 32 bytes: dword c = column c's qh bytes 32h + 4q .. +3
+//   1536  sc[t][c][k] (t = 0..7, k = 0..1)              the int8 scale of sub-block 2t + k of column c
+//   1664  d[c]                                          f16, as the file's
+// then the last N % 8 columns in the file's layout: N * K/256 * 210 bytes in all, as the file's. Written at IR-build
+// time (genmesh.engine.native.q41_op.pack_q6k_x8). The values of a 32-byte vector are built as values_avx2 builds a
+// row's (the same shifts and masks: dword c = column c's six-bit values of elements 128h + 32l + 4q .. +3, of
+// sub-block 8h + 2l + q/4), so one broadcast activation dword and one maddubs serve eight columns; the scales of a
+// sub-block pair widen by one vpmovsxbw to (sc[2t], sc[2t+1]) i16 pairs, the offset's madd operand, and a pshufb
+// per sub-block spreads one of them to both i16 of each dword, the products' madd operand.
+constexpr size_t X8_BYTES = GROUP * BLOCK_BYTES;
+// the software prefetch's distance in the group's stream (as Q4KX8MatMul's: 4 super-blocks)
+constexpr size_t X8_PREFETCH = 4 * X8_BYTES;
+
+// One column c's super-block of a group in the file's layout (the scalar path's gather).
+static void x8_block(const uint8_t* o, size_t c, uint8_t* blk) {
+    for (size_t v = 0; v < 4; ++v)
+        for (size_t q = 0; q < 8; ++q) std::memcpy(blk + 32 * v + 4 * q, o + (8 * v + q) * 32 + 4 * c, 4);
+    for (size_t h = 0; h < 2; ++h)
+        for (size_t q = 0; q < 8; ++q) std::memcpy(blk + 128 + 32 * h + 4 * q, o + 1024 + (8 * h + q) * 32 + 4 * c, 4);
+    for (size_t t = 0; t < 8; ++t) std::memcpy(blk + 192 + 2 * t, o + 1536 + 16 * t + 2 * c, 2);
+    std::memcpy(blk + 208, o + 1664 + 2 * c, 2);
+}
+
+static void x8_scalar(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                      size_t n1) {
+    const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
+    for (size_t n = n0; n < std::min(n1, n8); ++n) {
+        for (size_t m = 0; m < M; ++m) {
+            const int8_t* qx = a.q.data() + m * K;
+            float acc = 0.f;
+            for (size_t b = 0; b < nsb; ++b) {
+                uint8_t blk[BLOCK_BYTES];
+                x8_block(w + ((n / GROUP) * nsb + b) * X8_BYTES, n % GROUP, blk);
+                acc += a.d[m * nsb + b] * half_to_float(load_u16(blk + 208)) * (float)block_dot(blk, qx + b * QK_K);
+            }
+            y[m * N + n] = acc;
+        }
+    }
+    if (n1 > n8)  // the tail in the file's layout
+        rows_scalar(a, w + n8 * nsb * BLOCK_BYTES, y + n8, M, K, N, std::max(n0, n8) - n8, n1 - n8);
+}
+
+// X8_SPREAD[k]: the pshufb mask that copies i16 k of each dword to both of its i16 (sub-block 2t + k's scale of
+// each column, from the (sc[2t], sc[2t+1]) pairs).
+alignas(32) static const uint8_t X8_SPREAD[2][32] = {
+#define GENMESH_SPREAD(k)                                                                                         \
+    {2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 4 + 2 * k, 5 + 2 * k, 4 + 2 * k, 5 + 2 * k,                             \
+     8 + 2 * k, 9 + 2 * k, 8 + 2 * k, 9 + 2 * k, 12 + 2 * k, 13 + 2 * k, 12 + 2 * k, 13 + 2 * k,                 \
+     2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 4 + 2 * k, 5 + 2 * k, 4 + 2 * k, 5 + 2 * k,                             \
+     8 + 2 * k, 9 + 2 * k, 8 + 2 * k, 9 + 2 * k, 12 + 2 * k, 13 + 2 * k, 12 + 2 * k, 13 + 2 * k}
+    GENMESH_SPREAD(0), GENMESH_SPREAD(1),
+#undef GENMESH_SPREAD
+};
+
+// The 32 six-bit values (8 columns x 4 elements) of vector l (elements 128h + 32l + 4q .. +3) of a group's block o.
+__attribute__((target("avx2,fma,f16c"))) static inline __m256i x8_values(const uint8_t* o, size_t h, size_t l,
+                                                                         size_t q) {
+    const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30);
+    const __m256i ql = _mm256_loadu_si256((const __m256i*)(o + (8 * (2 * h + l % 2) + q) * 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i*)(o + 1024 + (8 * h + q) * 32));
+    const __m256i lo = l < 2 ? _mm256_and_si256(ql, low) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low);
+    __m256i hi;  // bits 2l, 2l+1 of qh to bits 4, 5
+    if (l == 0)
+        hi = _mm256_slli_epi16(qh, 4);
+    else if (l == 1)
+        hi = _mm256_slli_epi16(qh, 2);
+    else if (l == 2)
+        hi = qh;
+    else
+        hi = _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hi, high));
+}
+
+// y[m0..m0+R][n..n+8] from one group's interleaved blocks: per sub-block of 16 and row, two pairs of maddubs (one
+// broadcast activation dword each; a pair's i16 sums <= 2 * 2*63*127 = 32,004) and a madd of each pair with the
+// sub-block's eight scales; per super-block the offset 32 * sum_s sc[s] bx[s] (8 madds of the (sc[2t], sc[2t+1])
+// pairs with the row's (bx[2t], bx[2t+1]) broadcast) and one FMA.
+template <size_t R>
+__attribute__((target("avx2,fma,f16c"))) static void x8_tile_avx2(const Q8_K& a, const uint8_t* group, float* y,
+                                                                  size_t m0, size_t K, size_t N, size_t n) {
+    const size_t nsb = K / QK_K;
+    const __m256i spread0 = _mm256_load_si256((const __m256i*)X8_SPREAD[0]);
+    const __m256i spread1 = _mm256_load_si256((const __m256i*)X8_SPREAD[1]);
+    __m256 acc[R];
+    for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nsb; ++b) {
+        const uint8_t* o = group + b * X8_BYTES;
+        for (size_t line = 0; line < X8_BYTES; line += 64)
+            _mm_prefetch((const char*)o + X8_PREFETCH + line, _MM_HINT_T0);
+        const int8_t* qx[R];
+        for (size_t r = 0; r < R; ++r) qx[r] = a.q.data() + (m0 + r) * K + b * QK_K;
+        __m256i isum[R];
+        for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+        for (size_t h = 0; h < 2; ++h)
+            for (size_t l = 0; l < 4; ++l) {
+                const __m256i sp = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(o + 1536 + 16 * (4 * h + l))));
+                for (size_t k = 0; k < 2; ++k) {
+                    const __m256i sc = _mm256_shuffle_epi8(sp, k ? spread1 : spread0);
+                    for (size_t p = 0; p < 2; ++p) {
+                        const size_t q = 4 * k + 2 * p, e = 128 * h + 32 * l + 4 * q;
+                        const __m256i v0 = x8_values(o, h, l, q), v1 = x8_values(o, h, l, q + 1);
+                        for (size_t r = 0; r < R; ++r) {
+                            const __m256i s16 =
+                                _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_set1_epi32(load_i32(qx[r] + e))),
+                                                 _mm256_maddubs_epi16(v1, _mm256_set1_epi32(load_i32(qx[r] + e + 4))));
+                            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16, sc));
+                        }
+                    }
+                }
+            }
+        __m256i off[R];
+        for (size_t r = 0; r < R; ++r) off[r] = _mm256_setzero_si256();
+        for (size_t t = 0; t < 8; ++t) {
+            const __m256i sp = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(o + 1536 + 16 * t)));
+            for (size_t r = 0; r < R; ++r) {
+                int32_t pair;
+                std::memcpy(&pair, a.bsum16.data() + ((m0 + r) * nsb + b) * 2 * SUB + 2 * t, 4);
+                off[r] = _mm256_add_epi32(off[r], _mm256_madd_epi16(sp, _mm256_set1_epi32(pair)));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1664)));
+        for (size_t r = 0; r < R; ++r) {
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], _mm256_slli_epi32(off[r], 5)));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(a.d[(m0 + r) * nsb + b])), p, acc[r]);
+        }
+    }
+    for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
+}
+
+// One group's interleaved blocks expanded into repack_group's scratch layout (the values as bytes, the scales
+// widened, d as f32): the same bytes as repack_group makes of the file's rows, from one contiguous stream.
+__attribute__((target("avx2,fma,f16c"))) static void x8_expand(const uint8_t* group, size_t nsb, uint8_t* out) {
+    const __m256i spread0 = _mm256_load_si256((const __m256i*)X8_SPREAD[0]);
+    const __m256i spread1 = _mm256_load_si256((const __m256i*)X8_SPREAD[1]);
+    for (size_t b = 0; b < nsb; ++b) {
+        const uint8_t* o = group + b * X8_BYTES;
+        uint8_t* e = out + b * GROUP_BYTES;
+        for (size_t line = 0; line < X8_BYTES; line += 64)
+            _mm_prefetch((const char*)o + X8_PREFETCH + line, _MM_HINT_T0);
+        for (size_t h = 0; h < 2; ++h)
+            for (size_t l = 0; l < 4; ++l)
+                for (size_t q = 0; q < 8; ++q)
+                    _mm256_storeu_si256((__m256i*)(e + (8 * (4 * h + l) + q) * 32), x8_values(o, h, l, q));
+        for (size_t t = 0; t < 8; ++t) {
+            const __m256i sp = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(o + 1536 + 16 * t)));
+            _mm256_storeu_si256((__m256i*)(e + 2048 + 2 * t * 32), _mm256_shuffle_epi8(sp, spread0));
+            _mm256_storeu_si256((__m256i*)(e + 2048 + (2 * t + 1) * 32), _mm256_shuffle_epi8(sp, spread1));
+            _mm256_storeu_si256((__m256i*)(e + 2048 + 16 * 32 + t * 32), sp);
+        }
+        _mm256_storeu_ps((float*)(e + 2048 + 24 * 32), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1664))));
+    }
+}
+
+// A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows (from
+// GROUP_ROWS rows on: expanded once per task and group, then group_tile_avx2's tiles, as Q6KMatMul's); the last
+// N % 8 columns by the row tiles over their file-layout blocks.
+static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0, size_t n1) {
+    const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
+    std::vector<uint8_t> expanded(M >= GROUP_ROWS ? nsb * GROUP_BYTES : 0);
+    for (size_t n = n0; n < std::min(n1, n8); n += GROUP) {
+        const uint8_t* group = w + (n / GROUP) * nsb * X8_BYTES;
+        size_t m = 0;
+        if (M >= GROUP_ROWS) {
+            x8_expand(group, nsb, expanded.data());
+            for (; m + 4 <= M; m += 4) group_tile_avx2<4>(a, expanded.data(), y, m, K, N, n);
+            for (; m < M; ++m) group_tile_avx2<1>(a, expanded.data(), y, m, K, N, n);
+            continue;
+        }
+        for (; m + 4 <= M; m += 4) x8_tile_avx2<4>(a, group, y, m, K, N, n);
+        for (; m + 2 <= M; m += 2) x8_tile_avx2<2>(a, group, y, m, K, N, n);
+        for (; m < M; ++m) x8_tile_avx2<1>(a, group, y, m, K, N, n);
+    }
+    if (n1 > n8) {
+        const uint8_t* tail = w + n8 * nsb * BLOCK_BYTES;
+        kquant_tiles(M, std::max(n0, n8) - n8, n1 - n8, [&](auto C, auto R, size_t m, size_t n) {
+            tile_avx2<decltype(C)::value, decltype(R)::value>(a, tail, y + n8, m, K, N, n);
+        });
+    }
+}
+
 // ------------------------------------------------------------------------------------------------- the product
 void q6k_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
     Q8_K a;
     quantise_q8_k(x, M, K, kernel, a, true);
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+}
+
+void q6k_x8_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    Q8_K a;
+    quantise_q8_k(x, M, K, kernel, a, true);
+    auto rows = kernel == Kernel::Avx2 ? x8_avx2 : x8_scalar;
+    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
 }  // namespace genmesh
