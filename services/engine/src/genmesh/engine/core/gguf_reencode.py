@@ -120,8 +120,9 @@ EXACT_KEY = "exact-v4"  # the exact form's cache key: bumped with gguf_exact.VER
 # the exact form with genmesh::Q41MatMul, Q4KX8MatMul, Q6KMatMul and Q80MatMul (needs the int8 extension to load;
 # -q41op: Q4_1 only; -q41kop: without Q8_0; -q41kq80op: one Q41MatMul per matrix, before q/k/v and gate/up were
 # grouped into one op each: gguf_op_groups.py; -grouped: Q4_K as Q4KMatMul over the file's layout, before
-# Q4KX8MatMul over the blocks interleaved eight rows at a time)
-EXACT_OP_KEY = f"{EXACT_KEY}-q41kq80op-grouped-q4kx8"
+# Q4KX8MatMul over the blocks interleaved eight rows at a time; -q4kx8: before a gated MLP's Q4_1 gate/up, SiLU and
+# product became one Q41SwiGLU: gguf_op_swiglu.py)
+EXACT_OP_KEY = f"{EXACT_KEY}-q41kq80op-grouped-q4kx8-swiglu"
 
 
 def exact_ir(served: Path) -> Path | None:

@@ -312,4 +312,31 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
     if (N) q41_matmul_group(x, {w}, {y}, M, K, {N}, kernel);
 }
 
+// ------------------------------------------------------------------------------------------- the SwiGLU product
+// y = silu(x Wg^T) * (x Wu^T): x quantised once, one parallel loop over the N output columns in groups of eight;
+// each task computes its columns' gate products, then their up products (the same kernels and arithmetic as
+// q41_matmul_group's, so both are bit for bit the grouped op's outputs), then silu(g) * u in f32 into y.
+void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, size_t M, size_t K, size_t N,
+                Kernel kernel) {
+    if (M == 0 || N == 0) return;
+    const size_t nb = K / QK, row = nb * BLOCK_BYTES;
+    Q8_1 a;
+    a.q.resize(M * K);
+    a.d.resize(M * nb);
+    a.s.resize(M * nb);
+    auto quantise = kernel == Kernel::Avx2 ? quantise_row_32<Kernel::Avx2> : quantise_row_32<Kernel::Scalar>;
+    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
+    auto silu_mul = kernel == Kernel::Avx2 ? silu_mul_avx2 : silu_mul_scalar;
+    parallel_rows(M, [&](size_t m) {
+        quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
+    });
+    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
+        const size_t width = n1 - n0;  // the task's columns, as a matrix of their own (columns 0..width)
+        std::vector<float> g(M * width), u(M * width);
+        rows(a, wg + n0 * row, g.data(), M, K, width, 0, width);
+        rows(a, wu + n0 * row, u.data(), M, K, width, 0, width);
+        for (size_t m = 0; m < M; ++m) silu_mul(g.data() + m * width, u.data() + m * width, y + m * N + n0, width);
+    });
+}
+
 }  // namespace genmesh
