@@ -180,9 +180,16 @@ __attribute__((target("avx2,fma,f16c"))) inline void silu_mul_avx2(const float* 
 
 // -------------------------------------------------------------------------------------------------- threading
 // fn(m) for every activation row m (the quantisation), over OpenVINO's TBB arena (both cores).
+// At most one grain of rows (decode: M = 1 ... 16) runs here, in this thread: TBB would make it one task anyway, and
+// its parallel_for costs a task and a wait per op node.
 template <class Fn>
 void parallel_rows(size_t M, Fn fn) {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, 16), [&](const tbb::blocked_range<size_t>& r) {
+    constexpr size_t grain = 16;
+    if (M <= grain) {
+        for (size_t m = 0; m < M; ++m) fn(m);
+        return;
+    }
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, grain), [&](const tbb::blocked_range<size_t>& r) {
         for (size_t m = r.begin(); m != r.end(); ++m) fn(m);
     });
 }

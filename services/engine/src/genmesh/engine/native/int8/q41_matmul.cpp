@@ -313,6 +313,20 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
 }
 
 // ------------------------------------------------------------------------------------------- the SwiGLU product
+// Decode (M <= 4 rows: one tile, the weights straight from the file's layout, as groups_avx2): the gate's and the
+// up's groups of eight columns 0..n8 in turn into g and u ([M][width]), each tile prefetching the other matrix's
+// next weight rows (the gate's group n: the up's group n; the up's: the gate's group n + 8).
+template <size_t R>
+static void swiglu_groups_direct(const Q8_1& a, const uint8_t* wg, const uint8_t* wu, float* g, float* u, size_t K,
+                                 size_t width, size_t n8) {
+    const size_t row = K / QK * BLOCK_BYTES;
+    for (size_t n = 0; n < n8; n += GROUP) {
+        group_tile_avx2<R, true>(a, wg + n * row, g, 0, K, width, n, wu + n * row);
+        const uint8_t* next = n + GROUP < n8 ? wg + (n + GROUP) * row : nullptr;
+        group_tile_avx2<R, true>(a, wu + n * row, u, 0, K, width, n, next);
+    }
+}
+
 // y = silu(x Wg^T) * (x Wu^T): x quantised once, one parallel loop over the N output columns in groups of eight;
 // each task computes its columns' gate products, then their up products (the same kernels and arithmetic as
 // q41_matmul_group's, so both are bit for bit the grouped op's outputs), then silu(g) * u in f32 into y.
@@ -333,8 +347,18 @@ void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, 
     parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
         const size_t width = n1 - n0;  // the task's columns, as a matrix of their own (columns 0..width)
         std::vector<float> g(M * width), u(M * width);
-        rows(a, wg + n0 * row, g.data(), M, K, width, 0, width);
-        rows(a, wu + n0 * row, u.data(), M, K, width, 0, width);
+        size_t done = 0;  // decode: gate and up group by group, each prefetching the other's next weight rows
+        if (kernel == Kernel::Avx2 && M <= 4) {
+            done = width / GROUP * GROUP;
+            if (M == 1) swiglu_groups_direct<1>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
+            if (M == 2) swiglu_groups_direct<2>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
+            if (M == 3) swiglu_groups_direct<3>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
+            if (M == 4) swiglu_groups_direct<4>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
+        }
+        if (done < width) {
+            rows(a, wg + n0 * row, g.data(), M, K, width, done, width);
+            rows(a, wu + n0 * row, u.data(), M, K, width, done, width);
+        }
         for (size_t m = 0; m < M; ++m) silu_mul(g.data() + m * width, u.data() + m * width, y + m * N + n0, width);
     });
 }
