@@ -188,7 +188,7 @@ def silu(v: np.ndarray) -> np.ndarray:
 def test_swiglu_op_is_silu_of_gate_times_up(core: ov.Core, kernel: str) -> None:
     """``Q41SwiGLU(x, gate, up)`` = ``silu(x Wg^T) * (x Wu^T)``: one output, one ``Reference`` node; within f32 rounding
     of fp64 on the activations as quantised (the products are the grouped op's, the SiLU the op's own ``exp``).
-    N = 203 (groups of eight, a tail of 3, split across both threads), M = 1 (decode), 5, 70 (the repacked path);
+    N = 203 (groups of eight, a tail of 3, split across both threads), M = 1, 3 (decode), 5, 70 (the repacked path);
     gate products far outside exp's range (|g| > 88) stay finite."""
     from genmesh.engine.native.q41_op import q41_swiglu
 
@@ -202,7 +202,7 @@ def test_swiglu_op_is_silu_of_gate_times_up(core: ov.Core, kernel: str) -> None:
     kinds = [str(o.get_rt_info()["layerType"].astype(str)) for o in compiled.get_runtime_model().get_ops()]
     assert kinds.count("Reference") == 1
     assert "Eltwise" not in kinds
-    for m in (1, 5, 70):
+    for m in (1, 3, 5, 70):
         xv = rng.standard_normal((1, m, k)).astype(np.float32)
         xv[0, 0] *= 400.0  # gate products of hundreds: exp(-g) under- and overflows without the clamp
         y = compiled(xv)[0]

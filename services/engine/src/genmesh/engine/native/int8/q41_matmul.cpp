@@ -239,6 +239,21 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_1&
     for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
 }
 
+// All M rows of the group of eight columns n (M > 4): its blocks repacked into `packed` (the task's scratch), then
+// four rows per tile; the first tile prefetches `next` (the next weight rows this task reads).
+static void packed_group_avx2(const Q8_1& a, const uint8_t* w, uint8_t* packed, float* y, size_t M, size_t K,
+                              size_t N, size_t n, const uint8_t* next) {
+    repack_group(w, K / QK, n, packed);
+    size_t m = 0;
+    for (; m + 4 <= M; m += 4, next = nullptr) group_tile_avx2<4, false>(a, packed, y, m, K, N, n, next);
+    switch (M - m) {
+        case 3: group_tile_avx2<3, false>(a, packed, y, m, K, N, n, next); break;
+        case 2: group_tile_avx2<2, false>(a, packed, y, m, K, N, n, next); break;
+        case 1: group_tile_avx2<1, false>(a, packed, y, m, K, N, n, next); break;
+        default: break;
+    }
+}
+
 // All M rows over the groups of eight columns in n0..n1 (n1 - n0 a multiple of 8), the next group's weight rows
 // prefetched while one computes (without it the repack waited on memory: 2.1 against 0.9 ms at M = 2 above).
 static void groups_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
@@ -255,19 +270,8 @@ static void groups_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, siz
         return;
     }
     std::vector<uint8_t> packed(nb * GROUP_BYTES);
-    for (size_t n = n0; n < n1; n += GROUP) {
-        repack_group(w, nb, n, packed.data());
-        const uint8_t* next = n + GROUP < n1 ? w + (n + GROUP) * row : nullptr;
-        size_t m = 0;
-        for (; m + 4 <= M; m += 4, next = nullptr)
-            group_tile_avx2<4, false>(a, packed.data(), y, m, K, N, n, next);
-        switch (M - m) {
-            case 3: group_tile_avx2<3, false>(a, packed.data(), y, m, K, N, n, next); break;
-            case 2: group_tile_avx2<2, false>(a, packed.data(), y, m, K, N, n, next); break;
-            case 1: group_tile_avx2<1, false>(a, packed.data(), y, m, K, N, n, next); break;
-            default: break;
-        }
-    }
+    for (size_t n = n0; n < n1; n += GROUP)
+        packed_group_avx2(a, w, packed.data(), y, M, K, N, n, n + GROUP < n1 ? w + (n + GROUP) * row : nullptr);
 }
 
 // Activation rows in chunks of M_CHUNK (64 rows of K int8 stay in L2 while the task's weight rows pass).
@@ -313,9 +317,20 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
 }
 
 // ------------------------------------------------------------------------------------------- the SwiGLU product
-// Decode (M <= 4 rows: one tile, the weights straight from the file's layout, as groups_avx2): the gate's and the
-// up's groups of eight columns 0..n8 in turn into g and u ([M][width]), each tile prefetching the other matrix's
-// next weight rows (the gate's group n: the up's group n; the up's: the gate's group n + 8).
+// The gate's and the up's groups of eight columns 0..n8 in turn into g and u ([M][width]), each prefetching the other
+// matrix's next weight rows (the gate's group n: the up's group n; the up's: the gate's group n + 8). Decode (M <= 4
+// rows: one tile) takes the weights straight from the file's layout, as groups_avx2 does.
+// M > 4: the same with each group repacked first (packed_group_avx2, as groups_avx2).
+static void swiglu_groups_packed(const Q8_1& a, const uint8_t* wg, const uint8_t* wu, float* g, float* u, size_t M,
+                                 size_t K, size_t width, size_t n8) {
+    const size_t row = K / QK * BLOCK_BYTES;
+    std::vector<uint8_t> packed(K / QK * GROUP_BYTES);
+    for (size_t n = 0; n < n8; n += GROUP) {
+        packed_group_avx2(a, wg, packed.data(), g, M, K, width, n, wu + n * row);
+        packed_group_avx2(a, wu, packed.data(), u, M, K, width, n, n + GROUP < n8 ? wg + (n + GROUP) * row : nullptr);
+    }
+}
+
 template <size_t R>
 static void swiglu_groups_direct(const Q8_1& a, const uint8_t* wg, const uint8_t* wu, float* g, float* u, size_t K,
                                  size_t width, size_t n8) {
@@ -347,9 +362,10 @@ void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, 
     parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
         const size_t width = n1 - n0;  // the task's columns, as a matrix of their own (columns 0..width)
         std::vector<float> g(M * width), u(M * width);
-        size_t done = 0;  // decode: gate and up group by group, each prefetching the other's next weight rows
-        if (kernel == Kernel::Avx2 && M <= 4) {
+        size_t done = 0;  // gate and up group by group, each prefetching the other's next weight rows
+        if (kernel == Kernel::Avx2) {
             done = width / GROUP * GROUP;
+            if (M > 4) swiglu_groups_packed(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), M, K, width, done);
             if (M == 1) swiglu_groups_direct<1>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
             if (M == 2) swiglu_groups_direct<2>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
             if (M == 3) swiglu_groups_direct<3>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
