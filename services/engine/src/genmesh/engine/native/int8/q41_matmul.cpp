@@ -361,21 +361,26 @@ void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, 
     });
     parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
         const size_t width = n1 - n0;  // the task's columns, as a matrix of their own (columns 0..width)
-        std::vector<float> g(M * width), u(M * width);
+        // the task's gate and up products: the thread's scratch (a task runs to its end without waiting, so no other
+        // task of this thread uses it meanwhile; grown once, not allocated per task)
+        thread_local std::vector<float> scratch;
+        if (scratch.size() < 2 * M * width) scratch.resize(2 * M * width);
+        float* g = scratch.data();
+        float* u = g + M * width;
         size_t done = 0;  // gate and up group by group, each prefetching the other's next weight rows
         if (kernel == Kernel::Avx2) {
             done = width / GROUP * GROUP;
-            if (M > 4) swiglu_groups_packed(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), M, K, width, done);
-            if (M == 1) swiglu_groups_direct<1>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
-            if (M == 2) swiglu_groups_direct<2>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
-            if (M == 3) swiglu_groups_direct<3>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
-            if (M == 4) swiglu_groups_direct<4>(a, wg + n0 * row, wu + n0 * row, g.data(), u.data(), K, width, done);
+            if (M > 4) swiglu_groups_packed(a, wg + n0 * row, wu + n0 * row, g, u, M, K, width, done);
+            if (M == 1) swiglu_groups_direct<1>(a, wg + n0 * row, wu + n0 * row, g, u, K, width, done);
+            if (M == 2) swiglu_groups_direct<2>(a, wg + n0 * row, wu + n0 * row, g, u, K, width, done);
+            if (M == 3) swiglu_groups_direct<3>(a, wg + n0 * row, wu + n0 * row, g, u, K, width, done);
+            if (M == 4) swiglu_groups_direct<4>(a, wg + n0 * row, wu + n0 * row, g, u, K, width, done);
         }
         if (done < width) {
-            rows(a, wg + n0 * row, g.data(), M, K, width, done, width);
-            rows(a, wu + n0 * row, u.data(), M, K, width, done, width);
+            rows(a, wg + n0 * row, g, M, K, width, done, width);
+            rows(a, wu + n0 * row, u, M, K, width, done, width);
         }
-        for (size_t m = 0; m < M; ++m) silu_mul(g.data() + m * width, u.data() + m * width, y + m * N + n0, width);
+        for (size_t m = 0; m < M; ++m) silu_mul(g + m * width, u + m * width, y + m * N + n0, width);
     });
 }
 
