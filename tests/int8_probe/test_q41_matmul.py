@@ -177,3 +177,40 @@ def test_grouping_the_ops_of_one_input_keeps_every_product(core: ov.Core) -> Non
     after = core.compile_model(q41.through_ir(core, model), "CPU", F32)(xv)
     for i in range(3):
         assert np.array_equal(after[i], before[i]), i
+
+
+def silu(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, np.float64)
+    return np.asarray(v * 0.5 * (1.0 + np.tanh(v / 2.0)), np.float64)  # v * sigmoid(v), without exp's overflow
+
+
+@pytest.mark.parametrize("kernel", ["avx2", "scalar"])
+def test_swiglu_op_is_silu_of_gate_times_up(core: ov.Core, kernel: str) -> None:
+    """``Q41SwiGLU(x, gate, up)`` = ``silu(x Wg^T) * (x Wu^T)``: one output, one ``Reference`` node; within f32 rounding
+    of fp64 on the activations as quantised (the products are the grouped op's, the SiLU the op's own ``exp``).
+    N = 203 (groups of eight, a tail of 3, split across both threads), M = 1, 3 (decode), 5, 70 (the repacked path);
+    gate products far outside exp's range (|g| > 88) stay finite."""
+    from genmesh.engine.native.q41_op import q41_swiglu
+
+    k, n = 128, 203
+    rng = np.random.default_rng(29)
+    gate, up = gguf_blocks(rng, n, k), gguf_blocks(rng, n, k)
+    x = ops.parameter([-1, -1, k], np.float32)
+    op = q41_swiglu(x.output(0), gate, up, kernel)
+    assert op.get_output_size() == 1
+    compiled = core.compile_model(q41.through_ir(core, ov.Model([op.output(0)], [x])), "CPU", F32)
+    kinds = [str(o.get_rt_info()["layerType"].astype(str)) for o in compiled.get_runtime_model().get_ops()]
+    assert kinds.count("Reference") == 1
+    assert "Eltwise" not in kinds
+    for m in (1, 3, 5, 70):
+        xv = rng.standard_normal((1, m, k)).astype(np.float32)
+        xv[0, 0] *= 400.0  # gate products of hundreds: exp(-g) under- and overflows without the clamp
+        y = compiled(xv)[0]
+        assert y.shape == (1, m, n)
+        assert np.isfinite(y).all()
+        xq = q41.quantise_q8_1(xv.reshape(m, k))
+        g, u = q41.reference(xq, gate), q41.reference(xq, up)
+        assert np.abs(g).max() > 88.0
+        ref = (silu(g) * u).reshape(y.shape)
+        assert rel(y, ref) < 1e-5, m
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))

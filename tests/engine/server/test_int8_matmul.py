@@ -72,13 +72,14 @@ def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     choice = r.json()["choices"][0]
     assert choice["message"]["content"].strip()
     assert choice["finish_reason"] in ("stop", "length")
-    # every Q4_1 matmul of the exact form became the op (SmolLM2: 7 per layer x 30 layers), those of one input
-    # (q/k/v, gate/up) one op with an output per matrix (4 per layer), and its Q8_0 output matrix (tied to the
-    # embedding, whose Gather stays GenAI's) Q80MatMul, in its own folder
+    # every Q4_1 matmul of the exact form became an op (SmolLM2: 7 per layer x 30 layers): gate/up with the SiLU and
+    # their product one Q41SwiGLU, q/k/v one Q41MatMul with an output per matrix, o and down one each (3 Q41MatMul
+    # per layer), and its Q8_0 output matrix (tied to the embedding, whose Gather stays GenAI's) Q80MatMul, in its
+    # own folder
     marker = cache_folder(DEFAULT_MODEL.resolve(), Path(DEFAULT_CACHE_DIR).expanduser(), EXACT_OP_KEY) / "exact.json"
     written = json.loads(marker.read_text())
-    counts = ("q41_matmul_ops", "q41_op_groups", "q80_matmul_ops", "rewritten_matmuls")
-    assert tuple(written[k] for k in counts) == (120, 60, 1, 211)
+    counts = ("q41_matmul_ops", "q41_op_groups", "q41_swiglu_ops", "q80_matmul_ops", "rewritten_matmuls")
+    assert tuple(written[k] for k in counts) == (90, 30, 30, 1, 211)
 
 
 def test_the_default_engine_chooses_its_path_by_the_cpu(engine_url: str) -> None:

@@ -329,3 +329,38 @@ def test_q4_1_matmuls_of_one_input_become_one_grouped_int8_op(tmp_path: Path) ->
     for i, t in enumerate(reader.tensors):
         want = xv.astype(np.float64) @ quants.dequantize(t.data, GGMLQuantizationType.Q4_1).astype(np.float64).T
         assert relative_error(np.asarray(got[i], np.float64), want) < 0.02, t.name
+
+
+def test_a_gated_mlp_over_q4_1_becomes_one_swiglu_op(tmp_path: Path) -> None:
+    """With the int8 path, a layer's ``Swish(gate(x)) * up(x)`` (Q4_1, one input) becomes one ``Q41SwiGLU``
+    (gguf_op_swiglu.py) and nothing of gate/up's grouped op is left; its output is within int8 activations' error of
+    ``silu(x Wg^T) * (x Wu^T)`` in fp64 of the file's weights. ``swiglu=False`` keeps the grouped op and the
+    plugin's Swish and Multiply (the probe's baseline)."""
+    from genmesh.engine.native.build import build
+
+    rng = np.random.default_rng(13)
+    raws = {
+        f"blk.0.ffn_{part}.weight": quants.quantize(
+            (rng.standard_normal((40, 128)) * 0.05).astype(np.float32), GGMLQuantizationType.Q4_1
+        )
+        for part in ("gate", "up")
+    }
+    reader = write_gguf(tmp_path / "ffn.gguf", raws)
+    xv = rng.standard_normal((1, 3, 128)).astype(np.float32)
+    w = [quants.dequantize(t.data, GGMLQuantizationType.Q4_1).astype(np.float64) for t in reader.tensors]
+    g, u = (xv.astype(np.float64) @ wi.T for wi in w)
+    want = g / (1.0 + np.exp(-g)) * u
+    core = ov.Core()
+    core.add_extension(str(build()))
+    for swiglu, kinds in ((True, {"Q41SwiGLU": 1}), (False, {"Q41MatMul": 1, "Swish": 1, "Multiply": 1})):
+        x = ops.parameter([1, 3, 128], np.float32, name="x")
+        gate, up = (ops.matmul(x, genai_weight(q4_1(reader.tensors[i].data)), False, True) for i in range(2))
+        model = ov.Model([ops.multiply(ops.swish(gate), up)], [x], "ffn")
+        assert rewrite(model, reader, q41_op=True, swiglu=swiglu) == 2
+        names = [o.get_type_name() for o in model.get_ops()]
+        assert {k: names.count(k) for k in kinds} == kinds, names
+        assert "Q41MatMul" not in names or not swiglu
+        xml = tmp_path / f"swiglu-{swiglu}.xml"
+        ov.save_model(model, str(xml), compress_to_fp16=False)
+        got = core.compile_model(core.read_model(str(xml)), "CPU", F32_EXACT)({"x": xv})[0]
+        assert relative_error(np.asarray(got, np.float64), want) < 0.03, swiglu

@@ -34,7 +34,9 @@ q41_op.pack_q4k_x8 / pack_q6k_x8), activations per 256 (``OP_KINDS``), and each
 Q8_0 MatMul (SmolLM2's output matrix, tied to its embedding, whose Gather keeps GenAI's exact u8 decompression;
 Q5_0 through its exact Q8_0 copy) one ``genmesh::Q80MatMul`` (activations per 32); the ``Q41MatMul`` ops
 of one input (a layer's q/k/v, its gate/up) are then one ``Q41MatMul`` with an output per matrix
-(gguf_op_groups.py: 120 op nodes instead of 210 on SmolLM2, the same outputs bit for bit). Such
+(gguf_op_groups.py: 120 op nodes instead of 210 on SmolLM2, the same outputs bit for bit); before that, with
+``swiglu``, a layer's ``Swish(gate) * up`` over two ``Q41MatMul`` becomes one ``genmesh::Q41SwiGLU`` (gguf_op_swiglu.py:
+90 op nodes on SmolLM2, the SiLU in the op's f32). Such
 an IR needs the extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1
 MatMuls that read one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1
 MatMul is written with its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the
@@ -55,11 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..native.q41_op import OP_TYPES, X8_OPS, kquant_matmul, pack_blocks, q41_matmul, x8_matmul
+from ..native.q41_op import OP_TYPES, SWIGLU_TYPE, X8_OPS, kquant_matmul, pack_blocks, q41_matmul, x8_matmul
 from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks, q5_0_as_q8_0, q8_0
 from .gguf_op_groups import SIZES as OP_GROUP_SIZES
 from .gguf_op_groups import group as group_ops
+from .gguf_op_swiglu import fuse_swiglu
 from .ov_graph import input_node, u4_values
 
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
@@ -247,11 +250,18 @@ def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
     return op
 
 
-def rewrite(model: Any, reader: Any, q41_op: bool = False, op_groups: tuple[int, ...] = OP_GROUP_SIZES) -> int:
+def rewrite(
+    model: Any,
+    reader: Any,
+    q41_op: bool = False,
+    op_groups: tuple[int, ...] = OP_GROUP_SIZES,
+    swiglu: bool = True,
+) -> int:
     """Rewrite every misread MatMul/Gather weight of ``model`` (the IR OpenVINO GenAI built from
     ``reader``'s GGUF) into the exact form, in place (``q41_op``: a Q4_1 MatMul into
     ``genmesh::Q41MatMul``, and the ones of one input, where they are ``op_groups`` many (q/k/v, gate/up), into one
-    ``Q41MatMul`` with an output per matrix: gguf_op_groups.py). Returns how many matrices; raises NotExact if a
+    ``Q41MatMul`` with an output per matrix: gguf_op_groups.py; first, with ``swiglu``, a gated MLP's
+    ``Swish(gate) * up`` as one ``Q41SwiGLU``: gguf_op_swiglu.py). Returns how many matrices; raises NotExact if a
     weight is not the file's."""
     import numpy as np
     import openvino.opset13 as ops
@@ -306,6 +316,8 @@ def rewrite(model: Any, reader: Any, q41_op: bool = False, op_groups: tuple[int,
     if names:
         raise NotExact(f"{len(names)} tensors of the GGUF not found in OpenVINO GenAI's model: {sorted(names)[:3]}")
     model.validate_nodes_and_infer_types()
+    if q41_op and swiglu:
+        fuse_swiglu(model)
     if q41_op and op_groups:
         group_ops(model, op_groups)
     return done
@@ -346,6 +358,7 @@ def build(
     q41_op: bool = False,
     fused: bool = True,
     op_groups: tuple[int, ...] = OP_GROUP_SIZES,
+    swiglu: bool = True,
 ) -> int:
     """Write the exact IR of the GGUF ``src`` into ``folder`` (``openvino_model.xml``/``.bin`` and a
     link to ``src`` for the tokenizer), atomically: the folder appears complete or not at all.
@@ -354,7 +367,8 @@ def build(
     (gguf_fuse.py; not with ``q41_op``; ``False`` keeps ``W x + M S(x)`` per matrix, the probes' baseline);
     ``op_groups`` (with ``q41_op``): the ``Q41MatMul`` ops of one input, where they are so many (3: q/k/v, 2:
     gate/up), as one op with an output per matrix (gguf_op_groups.py; ``()``: one op per matrix, the probe's
-    baseline).
+    baseline); ``swiglu`` (with ``q41_op``): a gated MLP's gate/up, SiLU and product as one ``Q41SwiGLU``
+    (gguf_op_swiglu.py; ``False``: the grouped gate/up and the plugin's SiLU and multiply, the probe's baseline).
     Returns how many MatMuls were rewritten."""
     import openvino as ov
     from gguf import GGUFReader
@@ -377,13 +391,14 @@ def build(
         genai_xml = _genai_ir(genai_src, work / "genai")
         core = ov.Core()
         model = core.read_model(str(genai_xml))
-        done = rewrite(model, reader, q41_op, op_groups)
+        done = rewrite(model, reader, q41_op, op_groups, swiglu)
         fused_groups = fuse(model, zp=True) if fused and not q41_op else 0
         grouped_ops = sum(
             op.get_type_name() in OP_KINDS.values() and op.get_output_size() > 1 for op in model.get_ops()
         )
         zero_point = in_zero_point_form(model)  # (Q4_1 only: gguf_fuse.KINDS)
         ops_written = {name: sum(op.get_type_name() == name for op in model.get_ops()) for name in OP_KINDS.values()}
+        swiglu_ops = sum(op.get_type_name() == SWIGLU_TYPE for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
         shutil.rmtree(work / "genai")
@@ -399,6 +414,7 @@ def build(
                     "minimums": "zero_point" if zero_point else "in_op" if any(ops_written.values()) else "block_sums",
                     "q41_matmul_ops": ops_written["Q41MatMul"],
                     "q41_op_groups": grouped_ops,
+                    "q41_swiglu_ops": swiglu_ops,
                     "q4k_matmul_ops": ops_written["Q4KX8MatMul"],
                     "q6k_matmul_ops": ops_written["Q6KX8MatMul"],
                     "q80_matmul_ops": ops_written["Q80MatMul"],

@@ -12,6 +12,9 @@ with the extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, block
 (``int8/q80_matmul.cpp``). ``Q4KX8MatMul`` takes the same Q4_K weights interleaved eight columns at a time
 (``pack_q4k_x8``: ``[N, K/256*148]``), the form the int8 path writes for Q4_K; ``Q6KX8MatMul`` likewise the Q6_K
 weights (``pack_q6k_x8``: ``[N, K/256*210]``, the file's bytes moved). OpenVINO is imported when first used.
+
+``Q41SwiGLU(x, gate_blocks, up_blocks)`` (``q41_swiglu``; Q4_1 blocks as ``Q41MatMul``'s) has one output,
+``silu(x Wg^T) * (x Wu^T)``: a gated MLP's gate/up, SiLU and product as one node (core/gguf_op_swiglu.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any
 QK = 32
 BLOCK_BYTES = 20  # f16 d, f16 m, 16 bytes of nibbles
 TYPE_NAME, OPSET = "Q41MatMul", "genmesh"
+SWIGLU_TYPE = "Q41SwiGLU"  # (x, gate_blocks, up_blocks) -> silu(x Wg^T) * (x Wu^T): one output
+ONE_OUTPUT = frozenset({SWIGLU_TYPE})  # the ops whose blocks inputs make one output (the others: one each)
 QK_K = 256  # weights per K-quant super-block
 # GGUF type -> (the op's type name, bytes per super-block): block_q4_K is f16 d, f16 dmin, 12 bytes of 6-bit
 # scales and minimums, 128 of nibbles; block_q6_K 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
@@ -153,7 +158,7 @@ def stand_in_class(type_name: str = TYPE_NAME) -> Any:
             super().__init__(self, inputs)
 
         def validate_and_infer_types(self) -> None:
-            for i in range(1, self.get_input_size()):  # blocks_i -> output i - 1 (grouped: several)
+            for i in range(1, 2 if type_name in ONE_OUTPUT else self.get_input_size()):  # blocks_i -> output i - 1
                 shape = self.get_input_partial_shape(0)
                 shape[shape.rank.get_length() - 1] = self.get_input_partial_shape(i)[0]
                 self.set_output_type(i - 1, ov.Type.f32, shape)
@@ -212,3 +217,11 @@ def x8_matmul(kind: str, x: Any, packed: Any, kernel: str = "auto") -> Any:
     import openvino.opset13 as ops
 
     return stand_in_class(X8_OPS[kind][0])([x, ops.constant(packed).output(0)], kernel)
+
+
+def q41_swiglu(x: Any, gate: Any, up: Any, kernel: str = "auto") -> Any:
+    """A ``Q41SwiGLU`` node: ``silu(x Wg^T) * (x Wu^T)`` for the Q4_1 blocks ``gate`` and ``up`` (both [N, K/32*20]
+    u8): a gated MLP's gate/up matmuls, SiLU and product as one node (one output, [..., N])."""
+    import openvino.opset13 as ops
+
+    return stand_in_class(SWIGLU_TYPE)([x, ops.constant(gate).output(0), ops.constant(up).output(0)], kernel)

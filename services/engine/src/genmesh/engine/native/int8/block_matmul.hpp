@@ -139,11 +139,57 @@ void quantise_row_32(const float* x, size_t K, int8_t* q, float* d, float* s) {
     }
 }
 
+// ------------------------------------------------------------------------------------------ SiLU(g) * u, f32
+// y[i] = g[i] / (1 + exp(-g[i])) * u[i]: the SwiGLU ops' epilogue (BlockSwiGLU). exp as std::exp (scalar) or a
+// Cephes-style range reduction and degree-5 polynomial (AVX2: within 2 ulp of expf over the clamped range; the
+// argument clamped to +-88 so that 1 + exp never overflows: silu(g) -> 0 for g < -88, g for g > 88).
+inline void silu_mul_scalar(const float* g, const float* u, float* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 exp_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.f)), _mm256_set1_ps(88.f));
+    // x = k ln2 + r, |r| <= ln2/2; ln2 in two parts (Cody-Waite) so that r is exact to f32
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    // times 2^k (|k| <= 127: a normal exponent)
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void silu_mul_avx2(const float* g, const float* u, float* y,
+                                                                   size_t n) {
+    const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 e = exp_avx2(_mm256_xor_ps(gv, sign));  // exp(-g)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    if (i < n) silu_mul_scalar(g + i, u + i, y + i, n - i);
+}
+
 // -------------------------------------------------------------------------------------------------- threading
 // fn(m) for every activation row m (the quantisation), over OpenVINO's TBB arena (both cores).
+// At most one grain of rows (decode: M = 1 ... 16) runs here, in this thread: TBB would make it one task anyway, and
+// its parallel_for costs a task and a wait per op node.
 template <class Fn>
 void parallel_rows(size_t M, Fn fn) {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, 16), [&](const tbb::blocked_range<size_t>& r) {
+    constexpr size_t grain = 16;
+    if (M <= grain) {
+        for (size_t m = 0; m < M; ++m) fn(m);
+        return;
+    }
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, M, grain), [&](const tbb::blocked_range<size_t>& r) {
         for (size_t m = r.begin(); m != r.end(); ++m) fn(m);
     });
 }
@@ -212,6 +258,45 @@ protected:
     }
     std::string m_kernel = "auto";
 };
+
+// y = silu(x Wg^T) * (x Wu^T), Wg and Wu GGUF blocks of one format with the same shape: a gated MLP's gate and up
+// matrices and its SiLU(gate) * up as one node, (x, gate_blocks, up_blocks) -> y [..., N]. The CPU plugin does not
+// merge the SiLU into the multiply when gate and up are two outputs of one node (docs/int8-avx2.md), so the op
+// does it: each output column's gate and up products in one task of one parallel loop, the SiLU in f32 after
+// them. A type of its own (not an attribute of the MatMul op): one output where the MatMul has one per matrix.
+class BlockSwiGLU : public ov::op::Op {
+public:
+    OPENVINO_OP("BlockSwiGLU", "genmesh");
+
+    BlockSwiGLU() = default;
+    BlockSwiGLU(const ov::OutputVector& args, std::string kernel) : Op(args), m_kernel(std::move(kernel)) {}
+
+    void validate_and_infer_types() override;
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("kernel", m_kernel);
+        return true;
+    }
+    bool has_evaluate() const override { return true; }
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override;
+
+protected:
+    virtual size_t block_weights() const = 0;
+    virtual size_t block_bytes() const = 0;
+    virtual const char* format() const = 0;
+    virtual void swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, size_t M, size_t K, size_t N,
+                        Kernel kernel) const = 0;
+    std::string m_kernel = "auto";
+};
+
+#define GENMESH_BLOCK_SWIGLU_CTORS(Name)                                                                         \
+    Name() = default;                                                                                            \
+    Name(const ov::OutputVector& args, std::string kernel) : BlockSwiGLU(args, std::move(kernel)) {              \
+        constructor_validate_and_infer_types();                                                                  \
+    }                                                                                                            \
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {               \
+        OPENVINO_ASSERT(args.size() == 3, #Name " takes x, the gate's blocks and the up's blocks");              \
+        return std::make_shared<Name>(args, m_kernel);                                                           \
+    }
 
 // The op class of one format (its type name, block size and product), grouped or not.
 #define GENMESH_BLOCK_MATMUL_CTORS(Name)                                                                         \

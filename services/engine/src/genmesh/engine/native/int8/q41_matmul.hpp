@@ -11,6 +11,10 @@ void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
 // their columns; each column's arithmetic is q41_matmul's
 void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
                       size_t K, const std::vector<size_t>& Ns, Kernel kernel);
+// y = silu(x wg^T) * (x wu^T) (N columns each): x quantised once, each column's gate and up products in one task,
+// bit for bit q41_matmul's; the SiLU in f32
+void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, size_t M, size_t K, size_t N,
+                Kernel kernel);
 
 class Q41MatMul : public BlockMatMul {
 public:
@@ -29,6 +33,23 @@ protected:
     void multiply_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys,
                         size_t M, size_t K, const std::vector<size_t>& Ns, Kernel kernel) const override {
         q41_matmul_group(x, ws, ys, M, K, Ns, kernel);
+    }
+};
+
+// genmesh::Q41SwiGLU(x, gate_blocks, up_blocks) -> silu(x Wg^T) * (x Wu^T): a gated MLP's gate/up over Q4_1 blocks.
+class Q41SwiGLU : public BlockSwiGLU {
+public:
+    OPENVINO_OP("Q41SwiGLU", "genmesh", BlockSwiGLU);
+
+    GENMESH_BLOCK_SWIGLU_CTORS(Q41SwiGLU)
+
+protected:
+    size_t block_weights() const override { return 32; }
+    size_t block_bytes() const override { return 20; }
+    const char* format() const override { return "Q4_1"; }
+    void swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, size_t M, size_t K, size_t N,
+                Kernel kernel) const override {
+        q41_swiglu(x, wg, wu, y, M, K, N, kernel);
     }
 };
 
