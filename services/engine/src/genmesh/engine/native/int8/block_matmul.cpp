@@ -11,9 +11,8 @@
 
 namespace genmesh {
 
-void BlockMatMul::validate_and_infer_types() {
+ov::PartialShape BlockOp::validate_inputs() {
     const size_t qk = block_weights(), bytes = block_bytes();
-    NODE_VALIDATION_CHECK(this, get_input_size() >= 2, "takes x and at least one blocks input");
     NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
     NODE_VALIDATION_CHECK(this, m_kernel == "auto" || m_kernel == "avx2" || m_kernel == "scalar",
                           "kernel must be auto, avx2 or scalar, not ", m_kernel);
@@ -21,15 +20,31 @@ void BlockMatMul::validate_and_infer_types() {
     NODE_VALIDATION_CHECK(this, xs.rank().is_static() && xs.rank().get_length() >= 1, "x needs a rank");
     const auto& k = xs[xs.rank().get_length() - 1];
     if (k.is_static()) NODE_VALIDATION_CHECK(this, k.get_length() % qk == 0, "K must be a multiple of ", qk);
-    for (size_t i = 1; i < get_input_size(); ++i) {  // blocks_i -> output i - 1
+    for (size_t i = 1; i < get_input_size(); ++i) {
         NODE_VALIDATION_CHECK(this, get_input_element_type(i) == ov::element::u8, "blocks must be u8");
         const auto& ws = get_input_partial_shape(i);
         NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2, "blocks must be 2-D");
         if (k.is_static() && ws[1].is_static())
             NODE_VALIDATION_CHECK(this, (size_t)ws[1].get_length() == k.get_length() / qk * bytes,
                                   "blocks row must hold K/", qk, " ", format(), " blocks of ", bytes, " bytes");
+    }
+    return xs;
+}
+
+Kernel BlockOp::kernel() const {
+    if (m_kernel == "avx2" || (m_kernel == "auto" && cpu_has_avx2())) {
+        OPENVINO_ASSERT(cpu_has_avx2(), get_type_name(), ": kernel avx2 on a CPU without AVX2/FMA/F16C");
+        return Kernel::Avx2;
+    }
+    return Kernel::Scalar;
+}
+
+void BlockMatMul::validate_and_infer_types() {
+    NODE_VALIDATION_CHECK(this, get_input_size() >= 2, "takes x and at least one blocks input");
+    const ov::PartialShape xs = validate_inputs();
+    for (size_t i = 1; i < get_input_size(); ++i) {  // blocks_i -> output i - 1
         auto out = xs;
-        out[out.rank().get_length() - 1] = ws[0];
+        out[out.rank().get_length() - 1] = get_input_partial_shape(i)[0];
         set_output_type(i - 1, ov::element::f32, out);
     }
 }
@@ -39,11 +54,7 @@ bool BlockMatMul::evaluate(ov::TensorVector& outputs, const ov::TensorVector& in
     const ov::Shape xs = x.get_shape();
     const size_t K = xs.back();
     const size_t M = K ? ov::shape_size(xs) / K : 0;
-    Kernel kernel = Kernel::Scalar;
-    if (m_kernel == "avx2" || (m_kernel == "auto" && cpu_has_avx2())) {
-        OPENVINO_ASSERT(cpu_has_avx2(), get_type_name(), ": kernel avx2 on a CPU without AVX2/FMA/F16C");
-        kernel = Kernel::Avx2;
-    }
+    const Kernel kernel = this->kernel();
     std::vector<const uint8_t*> ws;
     std::vector<float*> ys;
     std::vector<size_t> Ns;
@@ -60,33 +71,9 @@ bool BlockMatMul::evaluate(ov::TensorVector& outputs, const ov::TensorVector& in
     return true;
 }
 
-// The kernel a call runs: "auto" is AVX2 where the CPU has AVX2, FMA and F16C.
-static Kernel chosen_kernel(const std::string& name, const char* op) {
-    if (name == "avx2" || (name == "auto" && cpu_has_avx2())) {
-        OPENVINO_ASSERT(cpu_has_avx2(), op, ": kernel avx2 on a CPU without AVX2/FMA/F16C");
-        return Kernel::Avx2;
-    }
-    return Kernel::Scalar;
-}
-
 void BlockSwiGLU::validate_and_infer_types() {
-    const size_t qk = block_weights(), bytes = block_bytes();
     NODE_VALIDATION_CHECK(this, get_input_size() == 3, "takes x, the gate's blocks and the up's blocks");
-    NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
-    NODE_VALIDATION_CHECK(this, m_kernel == "auto" || m_kernel == "avx2" || m_kernel == "scalar",
-                          "kernel must be auto, avx2 or scalar, not ", m_kernel);
-    const auto& xs = get_input_partial_shape(0);
-    NODE_VALIDATION_CHECK(this, xs.rank().is_static() && xs.rank().get_length() >= 1, "x needs a rank");
-    const auto& k = xs[xs.rank().get_length() - 1];
-    if (k.is_static()) NODE_VALIDATION_CHECK(this, k.get_length() % qk == 0, "K must be a multiple of ", qk);
-    for (size_t i = 1; i < 3; ++i) {
-        NODE_VALIDATION_CHECK(this, get_input_element_type(i) == ov::element::u8, "blocks must be u8");
-        const auto& ws = get_input_partial_shape(i);
-        NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2, "blocks must be 2-D");
-        if (k.is_static() && ws[1].is_static())
-            NODE_VALIDATION_CHECK(this, (size_t)ws[1].get_length() == k.get_length() / qk * bytes,
-                                  "blocks row must hold K/", qk, " ", format(), " blocks of ", bytes, " bytes");
-    }
+    const ov::PartialShape xs = validate_inputs();
     NODE_VALIDATION_CHECK(this, get_input_partial_shape(1).compatible(get_input_partial_shape(2)),
                           "the gate's and the up's blocks must have one shape");
     auto out = xs;
@@ -103,7 +90,7 @@ bool BlockSwiGLU::evaluate(ov::TensorVector& outputs, const ov::TensorVector& in
     outputs[0].set_shape(ys);
     if (M && N)
         swiglu(inputs[0].data<const float>(), inputs[1].data<const uint8_t>(), inputs[2].data<const uint8_t>(),
-               outputs[0].data<float>(), M, K, N, chosen_kernel(m_kernel, get_type_name()));
+               outputs[0].data<float>(), M, K, N, kernel());
     return true;
 }
 

@@ -229,25 +229,42 @@ void parallel_segments(const std::vector<size_t>& Ns, size_t group, Fn fn) {
 // Grouped: (x, blocks_0, ..., blocks_{g-1}) -> (y_0, ..., y_{g-1}), y_i = x W_i^T: the matrices that read one input
 // (a layer's q/k/v, its gate/up) as one node, so the CPU plugin runs one Reference node instead of g and the format
 // may quantise x once (multiply_group). With one blocks input it is the per-matrix op.
-class BlockMatMul : public ov::op::Op {
+// What the block ops share: the kernel attribute, the format's block size, and the checks of x and the blocks inputs.
+class BlockOp : public ov::op::Op {
 public:
-    OPENVINO_OP("BlockMatMul", "genmesh");
+    OPENVINO_OP("BlockOp", "genmesh");
 
-    BlockMatMul() = default;
-    BlockMatMul(const ov::OutputVector& args, std::string kernel) : Op(args), m_kernel(std::move(kernel)) {}
+    BlockOp() = default;
+    BlockOp(const ov::OutputVector& args, std::string kernel) : Op(args), m_kernel(std::move(kernel)) {}
 
-    void validate_and_infer_types() override;
     bool visit_attributes(ov::AttributeVisitor& visitor) override {
         visitor.on_attribute("kernel", m_kernel);
         return true;
     }
     bool has_evaluate() const override { return true; }
-    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override;
 
 protected:
     virtual size_t block_weights() const = 0;  // weights per block (32, 256)
     virtual size_t block_bytes() const = 0;
     virtual const char* format() const = 0;  // "Q4_1", "Q4_K": for messages
+    // checks the kernel attribute, x (f32, K a multiple of the block) and blocks inputs 1 .. inputs-1 (u8, 2-D,
+    // K/qk blocks a row); returns x's shape
+    ov::PartialShape validate_inputs();
+    Kernel kernel() const;  // the kernel a call runs ("auto": AVX2 where the CPU has AVX2, FMA and F16C)
+    std::string m_kernel = "auto";
+};
+
+class BlockMatMul : public BlockOp {
+public:
+    OPENVINO_OP("BlockMatMul", "genmesh", BlockOp);
+
+    BlockMatMul() = default;
+    BlockMatMul(const ov::OutputVector& args, std::string kernel) : BlockOp(args, std::move(kernel)) {}
+
+    void validate_and_infer_types() override;
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override;
+
+protected:
     virtual void multiply(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N,
                           Kernel kernel) const = 0;
     // ys[i] = x ws[i]^T (Ns[i] columns) for every matrix of a group; by default one multiply each
@@ -256,7 +273,6 @@ protected:
         for (size_t i = 0; i < ws.size(); ++i)
             if (Ns[i]) multiply(x, ws[i], ys[i], M, K, Ns[i], kernel);
     }
-    std::string m_kernel = "auto";
 };
 
 // y = silu(x Wg^T) * (x Wu^T), Wg and Wu GGUF blocks of one format with the same shape: a gated MLP's gate and up
@@ -264,28 +280,19 @@ protected:
 // merge the SiLU into the multiply when gate and up are two outputs of one node (docs/int8-avx2.md), so the op
 // does it: each output column's gate and up products in one task of one parallel loop, the SiLU in f32 after
 // them. A type of its own (not an attribute of the MatMul op): one output where the MatMul has one per matrix.
-class BlockSwiGLU : public ov::op::Op {
+class BlockSwiGLU : public BlockOp {
 public:
-    OPENVINO_OP("BlockSwiGLU", "genmesh");
+    OPENVINO_OP("BlockSwiGLU", "genmesh", BlockOp);
 
     BlockSwiGLU() = default;
-    BlockSwiGLU(const ov::OutputVector& args, std::string kernel) : Op(args), m_kernel(std::move(kernel)) {}
+    BlockSwiGLU(const ov::OutputVector& args, std::string kernel) : BlockOp(args, std::move(kernel)) {}
 
     void validate_and_infer_types() override;
-    bool visit_attributes(ov::AttributeVisitor& visitor) override {
-        visitor.on_attribute("kernel", m_kernel);
-        return true;
-    }
-    bool has_evaluate() const override { return true; }
     bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override;
 
 protected:
-    virtual size_t block_weights() const = 0;
-    virtual size_t block_bytes() const = 0;
-    virtual const char* format() const = 0;
     virtual void swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, size_t M, size_t K, size_t N,
                         Kernel kernel) const = 0;
-    std::string m_kernel = "auto";
 };
 
 #define GENMESH_BLOCK_SWIGLU_CTORS(Name)                                                                         \
