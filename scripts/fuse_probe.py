@@ -18,7 +18,7 @@ VariadicSplit after the Add):
               (gguf_op_groups.py: 120 op nodes instead of 210, no Split); compare with ``--baseline op``
     op_qkv    op_group for q/k/v only (150 op nodes)
     op_swiglu op_group, with each layer's gate/up, SiLU and product as one ``genmesh::Q41SwiGLU``
-              (gguf_op_swiglu.py: 90 op nodes; off in the engine: gguf_exact.SWIGLU); compare with ``--baseline op_group``
+              (gguf_op_swiglu.py: 90 op nodes; off in the engine: gguf_exact.SWIGLU); compare with op_group
 
 and checks that each variant's logits equal the unfused IR's (f32, ``ov.Core``, a few prompts), counts the
 compiled model's nodes, and times one stream's decode through ``ContinuousBatchingPipeline`` the way the
