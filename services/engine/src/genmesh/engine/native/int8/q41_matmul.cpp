@@ -295,19 +295,25 @@ static void rows_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_
 }
 
 // ------------------------------------------------------------------------------------------------- the product
-void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
-                      size_t K, const std::vector<size_t>& Ns, Kernel kernel) {
-    if (M == 0) return;
+// x's M rows quantised per block of 32 (Q8_1: int8 values, d, and d * their sum), the rows in parallel
+static Q8_1 quantise_q8_1(const float* x, size_t M, size_t K, Kernel kernel) {
     const size_t nb = K / QK;
     Q8_1 a;
     a.q.resize(M * K);
     a.d.resize(M * nb);
     a.s.resize(M * nb);
     auto quantise = kernel == Kernel::Avx2 ? quantise_row_32<Kernel::Avx2> : quantise_row_32<Kernel::Scalar>;
-    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     parallel_rows(M, [&](size_t m) {
         quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
     });
+    return a;
+}
+
+void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
+                      size_t K, const std::vector<size_t>& Ns, Kernel kernel) {
+    if (M == 0) return;
+    const Q8_1 a = quantise_q8_1(x, M, K, kernel);
+    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     // Split every matrix's output columns in groups of eight (the M > 1 kernel's unit), all in one loop.
     parallel_segments(Ns, GROUP, [&](size_t i, size_t n0, size_t n1) { rows(a, ws[i], ys[i], M, K, Ns[i], n0, n1); });
 }
@@ -348,17 +354,10 @@ static void swiglu_groups_direct(const Q8_1& a, const uint8_t* wg, const uint8_t
 void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, size_t M, size_t K, size_t N,
                 Kernel kernel) {
     if (M == 0 || N == 0) return;
-    const size_t nb = K / QK, row = nb * BLOCK_BYTES;
-    Q8_1 a;
-    a.q.resize(M * K);
-    a.d.resize(M * nb);
-    a.s.resize(M * nb);
-    auto quantise = kernel == Kernel::Avx2 ? quantise_row_32<Kernel::Avx2> : quantise_row_32<Kernel::Scalar>;
+    const size_t row = K / QK * BLOCK_BYTES;
+    const Q8_1 a = quantise_q8_1(x, M, K, kernel);
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     auto silu_mul = kernel == Kernel::Avx2 ? silu_mul_avx2 : silu_mul_scalar;
-    parallel_rows(M, [&](size_t m) {
-        quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, a.s.data() + m * nb);
-    });
     parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
         const size_t width = n1 - n0;  // the task's columns, as a matrix of their own (columns 0..width)
         // the task's gate and up products: the thread's scratch (a task runs to its end without waiting, so no other

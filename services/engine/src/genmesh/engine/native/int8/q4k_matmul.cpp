@@ -396,10 +396,7 @@ static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t 
     const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
     for (size_t n = n0; n < std::min(n1, n8); n += GROUP) {
         const uint8_t* group = w + (n / GROUP) * nsb * X8_BYTES;
-        size_t m = 0;
-        for (; m + 4 <= M; m += 4) x8_tile_avx2<4>(a, group, y, m, K, N, n);
-        for (; m + 2 <= M; m += 2) x8_tile_avx2<2>(a, group, y, m, K, N, n);
-        for (; m < M; ++m) x8_tile_avx2<1>(a, group, y, m, K, N, n);
+        row_tiles(0, M, [&](auto R, size_t m) { x8_tile_avx2<decltype(R)::value>(a, group, y, m, K, N, n); });
     }
     if (n1 > n8) {
         const uint8_t* tail = w + n8 * nsb * X8_COLUMN_BYTES;

@@ -90,14 +90,20 @@ __attribute__((target("avx2,fma,f16c"))) inline void transpose_dwords_8x8(const 
 // rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 2, then 1 for the
 // rest: two or three rows share one pass over the weights' nibbles and scales).
 // tile(C, R, m, n) computes y[m..m+R][n..n+C] (C, R: std::integral_constant, for the kernel's template).
+// Rows m0..m1 in tiles of R = 4, then 2, then 1 activation rows: row_tile(R, m) for each (R: std::integral_constant).
+template <class RowTile>
+void row_tiles(size_t m0, size_t m1, RowTile row_tile) {
+    size_t m = m0;
+    for (; m + 4 <= m1; m += 4) row_tile(std::integral_constant<size_t, 4>{}, m);
+    for (; m + 2 <= m1; m += 2) row_tile(std::integral_constant<size_t, 2>{}, m);
+    for (; m < m1; ++m) row_tile(std::integral_constant<size_t, 1>{}, m);
+}
+
 template <class Tile>
 void kquant_tiles(size_t M, size_t n0, size_t n1, Tile tile) {
     constexpr size_t ROWS = 4, M_CHUNK = 64;
     auto columns = [&](auto C, size_t m0, size_t m1, size_t n) {
-        size_t m = m0;
-        for (; m + ROWS <= m1; m += ROWS) tile(C, std::integral_constant<size_t, ROWS>{}, m, n);
-        for (; m + 2 <= m1; m += 2) tile(C, std::integral_constant<size_t, 2>{}, m, n);
-        for (; m < m1; ++m) tile(C, std::integral_constant<size_t, 1>{}, m, n);
+        row_tiles(m0, m1, [&](auto R, size_t m) { tile(C, R, m, n); });
     };
     for (size_t m0 = 0; m0 < M; m0 += M_CHUNK) {
         const size_t m1 = std::min(M, m0 + M_CHUNK);
