@@ -142,7 +142,7 @@ def main() -> None:
     import openvino.opset13 as ops
 
     from genmesh.engine.core.gguf_kquants import UNPACK
-    from genmesh.engine.native.q41_op import kquant_matmul, pack_q4k_x8, q4k_x8_matmul
+    from genmesh.engine.native.q41_op import kquant_matmul, pack_q4k_x8, x8_matmul
     from int8_probe import q41
 
     core = ov.Core()
@@ -192,7 +192,7 @@ def main() -> None:
             model = ov.Model([op.output(0)], [x])
             forms[f"{a.format}-{kernel}"] = core.compile_model(q41.through_ir(core, model), "CPU", base)
             if kind == "Q4_K":  # the form the exact IR writes: the blocks interleaved eight rows at a time
-                x8 = ov.Model([q4k_x8_matmul(xo, pack_q4k_x8(blocks), kernel).output(0)], [x])
+                x8 = ov.Model([x8_matmul("Q4_K", xo, pack_q4k_x8(blocks), kernel).output(0)], [x])
                 forms[f"q4kx8-{kernel}"] = core.compile_model(q41.through_ir(core, x8), "CPU", base)
         y = ops.parameter([-1, -1, k], np.float32)
         forms["noop"] = core.compile_model(ov.Model([ops.relu(y)], [y]), "CPU", base)

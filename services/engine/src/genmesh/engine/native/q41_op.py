@@ -47,8 +47,6 @@ OP_TYPES = {
     "Q4_K": Q4K_X8[0],
     "Q6_K": Q6K_X8[0],
 }
-# GGUF type -> (its interleaved op's type name, the packer of the file's blocks into that op's layout)
-X8_OPS: dict[str, tuple[str, Any]] = {}
 
 
 def pack_blocks(q: Any, d: Any, m: Any) -> Any:
@@ -137,7 +135,8 @@ def pack_q6k_x8(blocks: Any) -> Any:
     return np.concatenate([out.reshape(-1), tail]).reshape(n, nsb * Q6K_X8[1])
 
 
-X8_OPS.update({"Q4_K": (Q4K_X8[0], pack_q4k_x8), "Q6_K": (Q6K_X8[0], pack_q6k_x8)})
+# GGUF type -> (its interleaved op's type name, the packer of the file's blocks into that op's layout)
+X8_OPS: dict[str, tuple[str, Any]] = {"Q4_K": (Q4K_X8[0], pack_q4k_x8), "Q6_K": (Q6K_X8[0], pack_q6k_x8)}
 
 _STAND_INS: dict[str, Any] = {}
 
@@ -202,12 +201,6 @@ def kquant_matmul(kind: str, x: Any, blocks: Any, kernel: str = "auto") -> Any:
     import openvino.opset13 as ops
 
     return stand_in_class(RAW_OPS[kind][0])([x, ops.constant(blocks).output(0)], kernel)
-
-
-def q4k_x8_matmul(x: Any, packed: Any, kernel: str = "auto") -> Any:
-    """A ``Q4KX8MatMul`` node: ``x`` (an f32 output ``[..., K]``) times Q4_K blocks packed by ``pack_q4k_x8``
-    ([N, K/256*148] u8), transposed. ``kernel`` as ``q41_matmul``'s."""
-    return x8_matmul("Q4_K", x, packed, kernel)
 
 
 def x8_matmul(kind: str, x: Any, packed: Any, kernel: str = "auto") -> Any:
