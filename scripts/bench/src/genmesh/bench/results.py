@@ -215,10 +215,43 @@ def make_result(
     return result | {"output_lens": [o.output_tokens for o in ok], "input_lens": [o.prompt_tokens for o in ok]}
 
 
+# /proc/cpuinfo flags that decide which matmul paths run (the engine's int8 selection, vLLM's dtype), as the report
+# names them beside the CPU: in this order, each where any of its flags is present
+ISA_CLASSES = (
+    ("AVX2", ("avx2",)),
+    ("AVX-512", ("avx512f",)),
+    ("VNNI", ("avx512_vnni", "avx_vnni")),
+    ("BF16", ("avx512_bf16",)),
+    ("AMX", ("amx_int8", "amx_bf16", "amx_tile")),
+)
+
+CPU_IDS = (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))  # label, /proc/cpuinfo key
+
+
+def cpu_name(cpuinfo: str) -> str:
+    """The first CPU of a /proc/cpuinfo text, named so that two reports on different CPUs can be told apart: the
+    model name, its family, model and stepping (one model name covers several generations, "AMD EPYC" Zen 3 and
+    Zen 4 alike), and the instruction-set classes that choose the matmul paths (``ISA_CLASSES``)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:  # the first processor's block ends at its blank line
+                break
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown"
+    ids = [f"{label} {fields[key]}" for label, key in CPU_IDS if fields.get(key)]
+    flags = set(fields.get("flags", "").split())
+    isa = [label for label, names in ISA_CLASSES if flags & set(names)]
+    details = "; ".join(part for part in (", ".join(ids), ", ".join(isa)) if part)
+    return f"{name} ({details})" if details else name
+
+
 def describe() -> dict[str, str]:
     """The machine and the software the figures were taken on."""
-    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    cpu = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+    cpuinfo = Path("/proc/cpuinfo")
+    cpu = cpu_name(cpuinfo.read_text(encoding="utf-8", errors="replace") if cpuinfo.is_file() else "")
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
         # the report's own outputs (docs/) do not make the measured code dirty
@@ -228,7 +261,7 @@ def describe() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         version = "unknown"
     openvino = importlib.metadata.version("openvino-genai")  # a dependency of genmesh-bench
-    host = {"cpu": cpu[0] if cpu else platform.processor() or "unknown", "cores": str(os.cpu_count())}
+    host = {"cpu": cpu, "cores": str(os.cpu_count())}
     host |= {"memory": f"{psutil.virtual_memory().total / 1024**3:.1f} GiB", "os": platform.platform()}
     return host | {"python": platform.python_version(), "openvino-genai": openvino, "genmesh commit": version}
 
