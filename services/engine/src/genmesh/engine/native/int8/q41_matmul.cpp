@@ -98,7 +98,7 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_1& a, co
         for (size_t c = 0; c < C; ++c) {
             const uint8_t* blk = w + ((n + c) * nb + b) * BLOCK_BYTES;
             // the next tile's rows (C rows on): the hardware prefetcher alone left the weight loads waiting
-            if (b % 3 == 0) prefetch_weights(blk + C * nb * BLOCK_BYTES);
+            if (b % 3 == 0) _mm_prefetch((const char*)(blk + C * nb * BLOCK_BYTES), _MM_HINT_T0);
             dw[c] = _mm256_set1_ps(f16(blk));
             mw[c * nb + b] = f16(blk + 2);
             qw[c] = unpack_q4(blk + 4);
@@ -207,7 +207,7 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_1&
         // the next group's weight rows, while this one computes (its repack would otherwise wait on memory)
         if (next && b % 3 == 0)
             for (size_t c = 0; c < GROUP; ++c)
-                prefetch_weights(next + c * nb * BLOCK_BYTES + b * BLOCK_BYTES);
+                _mm_prefetch((const char*)(next + c * nb * BLOCK_BYTES + b * BLOCK_BYTES), _MM_HINT_T0);
         GroupBlock gb;
         if constexpr (Direct) {
             gb = gather_block(src + b * BLOCK_BYTES, nb * BLOCK_BYTES);

@@ -109,9 +109,9 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t c = 0; c < C; ++c) {
             const uint8_t* blk = blk0 + c * row;
             const char* next = (const char*)(blk + C * row);  // the next tile's rows: the prefetcher alone lags
-            prefetch_weights(next);
-            prefetch_weights(next + 64);
-            prefetch_weights(next + 128);
+            _mm_prefetch(next, _MM_HINT_T0);
+            _mm_prefetch(next + 64, _MM_HINT_T0);
+            _mm_prefetch(next + 128, _MM_HINT_T0);
             const __m128i sm = scales_mins_vec(blk + 4);
             const __m256i sc = _mm256_broadcastsi128_si256(sm);
             __m256i isum[R];
@@ -174,7 +174,7 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
         uint8_t* o = out + b * GROUP_BYTES;
         for (size_t c = 0; c < GROUP; ++c) {  // the next group's rows (the hardware prefetcher lags 8 streams)
             const char* next = (const char*)(w + (n + GROUP + c) * row + b * BLOCK_BYTES);
-            for (size_t line = 0; line < BLOCK_BYTES; line += 64) prefetch_weights(next + line);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
         }
         for (size_t j = 0; j < 4; ++j) {  // an 8 x 8 transpose of dwords per 32 bytes of nibbles
             __m256i v[8];

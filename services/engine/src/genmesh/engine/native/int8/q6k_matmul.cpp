@@ -103,7 +103,7 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
         for (size_t c = 0; c < C; ++c) {
             const uint8_t* blk = blk0 + c * row;
             const char* next = (const char*)(blk + C * row);  // the next tile's rows
-            for (size_t line = 0; line < BLOCK_BYTES; line += 64) prefetch_weights(next + line);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
             __m256i isum[R];
             for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
@@ -158,7 +158,7 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
         uint8_t* o = out + b * GROUP_BYTES;
         for (size_t c = 0; c < GROUP; ++c) {  // the next group's rows (the hardware prefetcher lags 8 streams)
             const char* next = (const char*)(w + (n + GROUP + c) * row + b * BLOCK_BYTES);
-            for (size_t line = 0; line < BLOCK_BYTES; line += 64) prefetch_weights(next + line);
+            for (size_t line = 0; line < BLOCK_BYTES; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
         }
         for (size_t h = 0; h < 2; ++h) {
             __m256i q[GROUP][4];

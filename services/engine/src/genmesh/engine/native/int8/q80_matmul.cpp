@@ -71,7 +71,7 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_0& a, co
     const char* ahead = (const char*)(w + (n + 2 * C) * row);
     for (size_t b = 0; b < nb; ++b) {
         for (size_t line = 0; line < C * BLOCK_BYTES + 64; line += 64)
-            prefetch_weights(ahead + b * C * BLOCK_BYTES + line);
+            _mm_prefetch(ahead + b * C * BLOCK_BYTES + line, _MM_HINT_T0);
         __m256i qw[C], aw[C];
         __m256 dw[C];
         for (size_t c = 0; c < C; ++c) {
@@ -111,7 +111,7 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     const char* ahead = (const char*)(w + (n + 8) * row);  // the next group's rows, spread over the blocks (as tiles)
     for (size_t b = 0; b < nb; ++b) {
         for (size_t line = 0; line < 8 * BLOCK_BYTES + 64; line += 64)
-            prefetch_weights(ahead + b * 8 * BLOCK_BYTES + line);
+            _mm_prefetch(ahead + b * 8 * BLOCK_BYTES + line, _MM_HINT_T0);
         uint8_t* o = out + b * GROUP_BYTES;
         __m256i v[8];
         float* d = (float*)(o + 512);
