@@ -182,7 +182,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void silu_mul_avx2(const float* 
 // The interleaved kernels (Q4KX8MatMul, Q6KX8MatMul) read one contiguous stream per group of eight columns and
 // prefetch it a few super-blocks ahead. On Intel cores into L2 (T1), elsewhere into L1 (T0, as tuned on AMD Zen 4).
 // On Sapphire Rapids with the kernels' AVX2 code, an L1 prefetch left Q4KX8MatMul at M = 1 slower than the file
-// layout's row kernel; into L2 it is 1.13-1.49x faster per shape (scripts/int8_probe/q4k_x8_driver.cpp, from
+// layout's row kernel; into L2 it is 1.11-1.49x faster per shape (scripts/int8_probe/q4k_x8_driver.cpp, from
 // memory, both cores) and the 1.5B's c=1 went from 1.04x to 1.21x llama-server (docs/int8-avx2.md). The other
 // kernels' prefetches (rows of the file's layout, Q4_1, Q8_0) stay in L1: not measured faster on Intel.
 inline const bool PREFETCH_TO_L2 = [] {
