@@ -85,11 +85,6 @@ __attribute__((target("avx2,fma,f16c"))) inline void transpose_dwords_8x8(const 
     }
 }
 
-// The AVX2 K-quant kernels' loop over a task's columns n0..n1 and all M rows: activation rows in chunks of 64 (64
-// rows of K int8 stay in L2 while the task's weight rows pass); per chunk, tiles of C weight rows x R activation
-// rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 2, then 1 for the
-// rest: two or three rows share one pass over the weights' nibbles and scales).
-// tile(C, R, m, n) computes y[m..m+R][n..n+C] (C, R: std::integral_constant, for the kernel's template).
 // Rows m0..m1 in tiles of R = 4, then 2, then 1 activation rows: row_tile(R, m) for each (R: std::integral_constant).
 template <class RowTile>
 void row_tiles(size_t m0, size_t m1, RowTile row_tile) {
@@ -99,6 +94,11 @@ void row_tiles(size_t m0, size_t m1, RowTile row_tile) {
     for (; m < m1; ++m) row_tile(std::integral_constant<size_t, 1>{}, m);
 }
 
+// The AVX2 K-quant kernels' loop over a task's columns n0..n1 and all M rows: activation rows in chunks of 64 (64
+// rows of K int8 stay in L2 while the task's weight rows pass); per chunk, tiles of C weight rows x R activation
+// rows: C = 4 where fewer than 4 rows (decode), else 2 (then 1 for an odd column), R = 4 (then 2, then 1 for the
+// rest: two or three rows share one pass over the weights' nibbles and scales).
+// tile(C, R, m, n) computes y[m..m+R][n..n+C] (C, R: std::integral_constant, for the kernel's template).
 template <class Tile>
 void kquant_tiles(size_t M, size_t n0, size_t n1, Tile tile) {
     constexpr size_t ROWS = 4, M_CHUNK = 64;
