@@ -19,6 +19,9 @@ VariadicSplit after the Add):
     op_qkv    op_group for q/k/v only (150 op nodes)
     op_swiglu op_group, with each layer's gate/up, SiLU and product as one ``genmesh::Q41SwiGLU``
               (gguf_op_swiglu.py: 90 op nodes; off in the engine: gguf_exact.SWIGLU); compare with op_group
+    op_x8     op_group over the blocks interleaved eight columns at a time (``genmesh::Q41X8MatMul``,
+              gguf_op_x8.py: the engine's IR since it; the other op variants keep the file's layout); compare with
+              op_group
 
 and checks that each variant's logits equal the unfused IR's (f32, ``ov.Core``, a few prompts), counts the
 compiled model's nodes, and times one stream's decode through ``ContinuousBatchingPipeline`` the way the
@@ -30,6 +33,8 @@ engine drives it (``add_request`` + ``step()``), the variants interleaved round 
         --precision f32                                     # the op grouped per input against per matrix
     ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python scripts/fuse_probe.py bench --variants op_swiglu \
         --baseline op_group --precision f32                 # the SwiGLU op against the grouped gate/up
+    ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python scripts/fuse_probe.py bench --variants op_x8 \
+        --baseline op_group --precision f32                 # the interleaved layout against the file's
 
 Results: docs/int8-avx2.md ("Fewer nodes: fused QKV and gate/up (probe)").
 """
@@ -56,7 +61,8 @@ BUILD = ROOT / "scripts" / "build" / "fuse-probe"  # the variants' IRs (gitignor
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 VARIANTS = ("unfused", "qkv", "gate_up", "both", "zp", "zp_both")
 # the int8 path's IR, per matrix and grouped per input (need the extension): the group sizes made one op
-OP_GROUPS = {"op": (), "op_group": (2, 3), "op_qkv": (3,), "op_swiglu": (2, 3)}
+OP_GROUPS = {"op": (), "op_group": (2, 3), "op_qkv": (3,), "op_swiglu": (2, 3), "op_x8": (2, 3)}
+OP_X8 = frozenset({"op_x8"})  # (the others over the file's layout: gguf_exact.build(interleave=False))
 OP_SWIGLU = frozenset({"op_swiglu"})  # (the others without it: gguf_exact.build(swiglu=False))
 OP_VARIANTS = tuple(OP_GROUPS)
 # (group sizes fused: q/k/v 3, gate/up 2; the minimums as an f32 zero point)
@@ -86,15 +92,17 @@ def exact_ir(model: Path = MODEL) -> Path:
     return folder / IR_XML
 
 
-def op_ir(folder: Path, op_groups: tuple[int, ...], model: Path = MODEL, swiglu: bool = False) -> Path:
+def op_ir(
+    folder: Path, op_groups: tuple[int, ...], model: Path = MODEL, swiglu: bool = False, interleave: bool = False
+) -> Path:
     """The int8 path's IR of ``model`` in ``folder`` (``gguf_exact.build(q41_op=True)``; ``op_groups``: the
-    sizes of the sets of ops of one input made one op; ``swiglu``: gate/up, SiLU and product as one op), with the
-    GGUF's tokenizer."""
+    sizes of the sets of ops of one input made one op; ``swiglu``: gate/up, SiLU and product as one op;
+    ``interleave``: the Q4_1 ops over the interleaved layout, as the engine's), with the GGUF's tokenizer."""
     from genmesh.engine.core.gguf_exact import GGUF_LINK, MARKER, build
     from genmesh.engine.core.gguf_tokenizer import tokenizer_gguf
 
     if not (folder / MARKER).is_file():
-        build(model, folder, q41_op=True, op_groups=op_groups, swiglu=swiglu)
+        build(model, folder, q41_op=True, op_groups=op_groups, swiglu=swiglu, interleave=interleave)
     if not (folder / "tokenizer.gguf").is_file():
         tokenizer_gguf((folder / GGUF_LINK).resolve(), folder)
     print(json.dumps({"variant": folder.name, "marker": json.loads((folder / MARKER).read_text())}), flush=True)
@@ -111,7 +119,7 @@ def write_variants(src: Path, out: Path = BUILD, names: tuple[str, ...] = VARIAN
     for name in names:
         folder = out / name
         if name in OP_VARIANTS:
-            folders[name] = op_ir(folder, OP_GROUPS[name], swiglu=name in OP_SWIGLU)
+            folders[name] = op_ir(folder, OP_GROUPS[name], swiglu=name in OP_SWIGLU, interleave=name in OP_X8)
             continue
         folder.mkdir(parents=True, exist_ok=True)
         tokenizer_gguf((src.parent / "model.gguf").resolve(), folder)

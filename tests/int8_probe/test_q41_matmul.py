@@ -179,6 +179,80 @@ def test_grouping_the_ops_of_one_input_keeps_every_product(core: ov.Core) -> Non
         assert np.array_equal(after[i], before[i]), i
 
 
+def test_interleaved_layout_moves_the_file_bytes() -> None:
+    """``pack_q41_x8`` moves the file's bytes and no other: per group of eight rows and block, the rows' nibble
+    bytes as dwords side by side (dword ``4 j + c`` = row c's bytes ``4 j .. 4 j + 3``), then their f16 d and m; the
+    last N % 8 rows as they were."""
+    from genmesh.engine.native.q41_op import pack_q41_x8
+
+    rng = np.random.default_rng(31)
+    n, k = 19, 96  # two groups and a tail of 3 rows, 3 blocks a row
+    blocks = gguf_blocks(rng, n, k)
+    packed = pack_q41_x8(blocks)
+    assert packed.shape == blocks.shape
+    assert packed.dtype == np.uint8
+    assert np.array_equal(np.sort(packed.reshape(-1)), np.sort(blocks.reshape(-1)))
+    assert np.array_equal(packed[16:], blocks[16:])
+    flat = packed[:16].reshape(2, 3, 160)  # group, block, bytes
+    file = blocks[:16].reshape(2, 8, 3, 20)  # group, row, block, bytes
+    for g, b, c, j in ((0, 0, 0, 0), (1, 2, 7, 3), (0, 1, 5, 2)):
+        assert np.array_equal(flat[g, b, 32 * j + 4 * c : 32 * j + 4 * c + 4], file[g, c, b, 4 + 4 * j : 8 + 4 * j])
+        assert np.array_equal(flat[g, b, 128 + 2 * c : 130 + 2 * c], file[g, c, b, 0:2])  # d
+        assert np.array_equal(flat[g, b, 144 + 2 * c : 146 + 2 * c], file[g, c, b, 2:4])  # m
+
+
+@pytest.mark.parametrize("kernel", ["avx2", "scalar"])
+def test_interleaved_op_is_the_file_layout_op_bit_for_bit(core: ov.Core, kernel: str) -> None:
+    """``Q41X8MatMul`` over ``pack_q41_x8(blocks)`` (grouped: q/k/v's three outputs) gives the grouped
+    ``Q41MatMul``'s outputs over the file's blocks bit for bit, and so stays within f32 rounding of fp64 on the
+    activations as quantised. N = 24 + 13 + 203: whole groups, a tail of 5 and of 3 columns, a matrix split across
+    both threads; M = 1 … 5 (every decode tile), 9 (tiles of 4 and 1), 70 and 512 (prefill chunks)."""
+    from genmesh.engine.native.q41_op import pack_q41_x8, q41_x8_matmul
+
+    k, sizes = 128, (24, 13, 203)
+    rng = np.random.default_rng(29)
+    blocks = [gguf_blocks(rng, n, k) for n in sizes]
+    x = ops.parameter([-1, -1, k], np.float32)
+    file = q41.q41_matmul_group(x.output(0), blocks, kernel)
+    x8 = q41_x8_matmul(x.output(0), [pack_q41_x8(b) for b in blocks], kernel)
+    assert x8.get_output_size() == len(sizes)
+    compiled = core.compile_model(q41.through_ir(core, ov.Model([*file.outputs(), *x8.outputs()], [x])), "CPU", F32)
+    kinds = [str(op.get_rt_info()["layerType"].astype(str)) for op in compiled.get_runtime_model().get_ops()]
+    assert kinds.count("Reference") == 2
+    for m in (1, 2, 3, 4, 5, 9, 70, 512):
+        xv = rng.standard_normal((1, m, k)).astype(np.float32)
+        out = compiled(xv)
+        for i, b in enumerate(blocks):
+            y, y8 = out[i], out[len(sizes) + i]
+            assert y8.shape == (1, m, sizes[i])
+            assert np.array_equal(y8, y), (m, i)
+            as_quantised = q41.reference(q41.quantise_q8_1(xv.reshape(m, k)), b).reshape(y8.shape)
+            assert rel(y8, as_quantised) < 1e-5, (m, i)
+
+
+def test_interleaving_the_ops_keeps_every_product(core: ov.Core) -> None:
+    """``gguf_op_x8.interleave`` (the exact form's last step) replaces every ``Q41MatMul``, grouped or not, by a
+    ``Q41X8MatMul`` with the same outputs, bit for bit, and leaves the other ops alone."""
+    from genmesh.engine.core.gguf_op_x8 import interleave
+
+    k = 64
+    rng = np.random.default_rng(37)
+    blocks = [gguf_blocks(rng, n, k) for n in (64, 8, 8, 24)]
+    x = ops.parameter([-1, -1, k], np.float32)
+    qkv = q41.q41_matmul_group(x.output(0), blocks[:3])
+    o = q41.q41_matmul(ops.add(qkv.output(0), qkv.output(0)).output(0), blocks[3])
+    outputs = [qkv.output(1), qkv.output(2), o.output(0)]
+    xv = rng.standard_normal((1, 6, k)).astype(np.float32)
+    before = core.compile_model(q41.through_ir(core, ov.Model(outputs, [x])), "CPU", F32)(xv)
+    model = ov.Model(outputs, [x])
+    assert interleave(model) == 2
+    types = sorted(op.get_type_name() for op in model.get_ops() if op.get_type_name().startswith("Q41"))
+    assert types == ["Q41X8MatMul", "Q41X8MatMul"]
+    after = core.compile_model(q41.through_ir(core, model), "CPU", F32)(xv)
+    for i in range(3):
+        assert np.array_equal(after[i], before[i]), i
+
+
 def silu(v: np.ndarray) -> np.ndarray:
     v = np.asarray(v, np.float64)
     return np.asarray(v * 0.5 * (1.0 + np.tanh(v / 2.0)), np.float64)  # v * sigmoid(v), without exp's overflow

@@ -63,7 +63,7 @@ def score(client: httpx.Client, url: str, ids: list[int]) -> dict[str, Any]:
 def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     described = int8_config(forced_url)
     assert described["path"] == "genmesh", described
-    ops = ("Q41MatMul", "Q4KX8MatMul", "Q6KX8MatMul", "Q80MatMul")
+    ops = ("Q41X8MatMul", "Q4KX8MatMul", "Q6KX8MatMul", "Q80MatMul")
     assert described["op"] == ", ".join(f"genmesh::{op}" for op in ops)
     assert described["reason"].startswith("--int8-matmul genmesh"), described
     assert Path(described["library"]).is_file()
@@ -74,12 +74,13 @@ def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     assert choice["message"]["content"].strip()
     assert choice["finish_reason"] in ("stop", "length")
     # every Q4_1 matmul of the exact form became an op (SmolLM2: 7 per layer x 30 layers), those of one input
-    # (q/k/v, gate/up) one op with an output per matrix (4 per layer; no Q41SwiGLU: gguf_exact.SWIGLU is off), and
+    # (q/k/v, gate/up) one op with an output per matrix (4 per layer; no Q41SwiGLU: gguf_exact.SWIGLU is off), every
+    # one over the interleaved layout (Q41X8MatMul: gguf_exact.INTERLEAVE_Q41), and
     # its Q8_0 output matrix (tied to the embedding, whose Gather stays GenAI's) Q80MatMul, in its own folder
     marker = cache_folder(DEFAULT_MODEL.resolve(), Path(DEFAULT_CACHE_DIR).expanduser(), EXACT_OP_KEY) / "exact.json"
     written = json.loads(marker.read_text())
-    counts = ("q41_matmul_ops", "q41_op_groups", "q41_swiglu_ops", "q80_matmul_ops", "rewritten_matmuls")
-    assert tuple(written[k] for k in counts) == (120, 60, 0, 1, 211)
+    counts = ("q41_matmul_ops", "q41_x8_ops", "q41_op_groups", "q41_swiglu_ops", "q80_matmul_ops", "rewritten_matmuls")
+    assert tuple(written[k] for k in counts) == (120, 120, 60, 0, 1, 211)
 
 
 def test_the_default_engine_chooses_its_path_by_the_cpu(engine_url: str) -> None:

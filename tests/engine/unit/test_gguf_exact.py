@@ -304,7 +304,8 @@ def test_a_tied_q8_0_output_matrix_becomes_the_int8_op_and_its_embedding_stays(
 
 def test_q4_1_matmuls_of_one_input_become_one_grouped_int8_op(tmp_path: Path) -> None:
     """With the int8 path (``q41_op``), a layer's gate and up (Q4_1, one input) become one ``Q41MatMul`` with an output
-    per matrix (gguf_op_groups.py), each within int8 activations' error (per 32: ~0.5 %) of the file's weights."""
+    per matrix (gguf_op_groups.py), over the blocks interleaved (``Q41X8MatMul``: gguf_op_x8.py), each within int8
+    activations' error (per 32: ~0.5 %) of the file's weights; without ``interleave`` the grouped ``Q41MatMul``."""
     from genmesh.engine.native.build import build
 
     rng = np.random.default_rng(9)
@@ -318,8 +319,12 @@ def test_q4_1_matmuls_of_one_input_become_one_grouped_int8_op(tmp_path: Path) ->
     x = ops.parameter([1, 3, 128], np.float32, name="x")
     weights = [genai_weight(q4_1(reader.tensors[i].data)) for i in range(2)]
     model = ov.Model([ops.matmul(x, w, False, True) for w in weights], [x], "ffn")
+    plain = model.clone()
     assert rewrite(model, reader, q41_op=True) == 2
-    grouped = [o for o in model.get_ops() if o.get_type_name() == "Q41MatMul"]
+    grouped = [o for o in model.get_ops() if o.get_type_name() == "Q41X8MatMul"]
+    assert [(o.get_input_size(), o.get_output_size()) for o in grouped] == [(3, 2)]
+    assert rewrite(plain, reader, q41_op=True, interleave=False) == 2
+    grouped = [o for o in plain.get_ops() if o.get_type_name() == "Q41MatMul"]
     assert [(o.get_input_size(), o.get_output_size()) for o in grouped] == [(3, 2)]
     ov.save_model(model, str(tmp_path / "op.xml"), compress_to_fp16=False)
     core = ov.Core()
@@ -352,7 +357,7 @@ def test_a_gated_mlp_over_q4_1_becomes_one_swiglu_op(tmp_path: Path) -> None:
     want = g / (1.0 + np.exp(-g)) * u
     core = ov.Core()
     core.add_extension(str(build()))
-    for swiglu, kinds in ((True, {"Q41SwiGLU": 1}), (False, {"Q41MatMul": 1, "Swish": 1, "Multiply": 1})):
+    for swiglu, kinds in ((True, {"Q41SwiGLU": 1}), (False, {"Q41X8MatMul": 1, "Swish": 1, "Multiply": 1})):
         x = ops.parameter([1, 3, 128], np.float32, name="x")
         gate, up = (ops.matmul(x, genai_weight(q4_1(reader.tensors[i].data)), False, True) for i in range(2))
         model = ov.Model([ops.multiply(ops.swish(gate), up)], [x], "ffn")

@@ -37,7 +37,7 @@ def never() -> Path:
 
 def test_auto_picks_the_op_only_on_avx2_without_vnni_or_amx() -> None:
     zen3 = choose("auto", ZEN3, built)
-    ops = "genmesh::Q41MatMul, genmesh::Q4KX8MatMul, genmesh::Q6KX8MatMul, genmesh::Q80MatMul"
+    ops = "genmesh::Q41X8MatMul, genmesh::Q4KX8MatMul, genmesh::Q6KX8MatMul, genmesh::Q80MatMul"
     assert (zen3.path, zen3.library, zen3.op) == ("genmesh", LIB, ops)
     assert "AVX2 without VNNI" in zen3.reason
     for flags, named in ((ZEN4, "avx512_vnni"), (ALDER_LAKE, "avx_vnni"), (SAPPHIRE_RAPIDS, "amx_int8")):

@@ -36,7 +36,9 @@ Q5_0 through its exact Q8_0 copy) one ``genmesh::Q80MatMul`` (activations per 32
 of one input (a layer's q/k/v, its gate/up) are then one ``Q41MatMul`` with an output per matrix
 (gguf_op_groups.py: 120 op nodes instead of 210 on SmolLM2, the same outputs bit for bit); before that, with
 ``swiglu``, a layer's ``Swish(gate) * up`` over two ``Q41MatMul`` becomes one ``genmesh::Q41SwiGLU`` (gguf_op_swiglu.py:
-90 op nodes on SmolLM2, the SiLU in the op's f32). Such
+90 op nodes on SmolLM2, the SiLU in the op's f32); last, with ``interleave`` (the default), every ``Q41MatMul`` is a
+``genmesh::Q41X8MatMul`` over its blocks interleaved eight rows at a time (gguf_op_x8.py: the same outputs bit for
+bit, no transpose at run time). Such
 an IR needs the extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1
 MatMuls that read one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1
 MatMul is written with its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the
@@ -57,12 +59,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..native.q41_op import OP_TYPES, SWIGLU_TYPE, X8_OPS, kquant_matmul, pack_blocks, q41_matmul, x8_matmul
+from ..native.q41_op import (
+    OP_TYPES,
+    Q41_X8,
+    SWIGLU_TYPE,
+    TYPE_NAME,
+    X8_OPS,
+    kquant_matmul,
+    pack_blocks,
+    q41_matmul,
+    x8_matmul,
+)
 from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks, q5_0_as_q8_0, q8_0
 from .gguf_op_groups import SIZES as OP_GROUP_SIZES
 from .gguf_op_groups import group as group_ops
 from .gguf_op_swiglu import fuse_swiglu
+from .gguf_op_x8 import interleave as interleave_q41
 from .ov_graph import input_node, u4_values
 
 log = logging.getLogger("genmesh.engine.core.gguf_exact")
@@ -254,6 +267,10 @@ def _int8_op(np: Any, matmul: Any, w: Blocks) -> Any | None:
 # under the AVX2 cap gave 22 of 30 greedy answers equal to the reference (the floor is 23; the grouped IR: 25), its
 # other figures as good (docs/int8-avx2.md, "SwiGLU in the op"); the op stays for the probes (fuse_probe op_swiglu).
 SWIGLU = False
+# Whether the served op IR writes its Q4_1 ops (grouped or not) over the blocks interleaved eight columns at a time
+# (Q41X8MatMul, gguf_op_x8.py: bit for bit the same products, no transpose at run time). The probes' baselines
+# (fuse_probe) pass False.
+INTERLEAVE_Q41 = True
 
 
 def rewrite(
@@ -262,14 +279,15 @@ def rewrite(
     q41_op: bool = False,
     op_groups: tuple[int, ...] = OP_GROUP_SIZES,
     swiglu: bool = SWIGLU,
+    interleave: bool = INTERLEAVE_Q41,
 ) -> int:
     """Rewrite every misread MatMul/Gather weight of ``model`` (the IR OpenVINO GenAI built from
     ``reader``'s GGUF) into the exact form, in place (``q41_op``: a Q4_1 MatMul into
     ``genmesh::Q41MatMul``, and the ones of one input, where they are ``op_groups`` many (q/k/v, gate/up), into one
     ``Q41MatMul`` with an output per matrix: gguf_op_groups.py; first, with ``swiglu``, a gated MLP's
-    ``Swish(gate) * up`` as one ``Q41SwiGLU``: gguf_op_swiglu.py; off by default: ``SWIGLU``). Returns how many
-    matrices; raises NotExact if a
-    weight is not the file's."""
+    ``Swish(gate) * up`` as one ``Q41SwiGLU``: gguf_op_swiglu.py; off by default: ``SWIGLU``; last, with
+    ``interleave``, every ``Q41MatMul`` as a ``Q41X8MatMul`` over its blocks interleaved: gguf_op_x8.py). Returns
+    how many matrices; raises NotExact if a weight is not the file's."""
     import numpy as np
     import openvino.opset13 as ops
 
@@ -327,6 +345,8 @@ def rewrite(
         fuse_swiglu(model)
     if q41_op and op_groups:
         group_ops(model, op_groups)
+    if q41_op and interleave:
+        interleave_q41(model)
     return done
 
 
@@ -366,6 +386,7 @@ def build(
     fused: bool = True,
     op_groups: tuple[int, ...] = OP_GROUP_SIZES,
     swiglu: bool = SWIGLU,
+    interleave: bool = INTERLEAVE_Q41,
 ) -> int:
     """Write the exact IR of the GGUF ``src`` into ``folder`` (``openvino_model.xml``/``.bin`` and a
     link to ``src`` for the tokenizer), atomically: the folder appears complete or not at all.
@@ -375,7 +396,8 @@ def build(
     ``op_groups`` (with ``q41_op``): the ``Q41MatMul`` ops of one input, where they are so many (3: q/k/v, 2:
     gate/up), as one op with an output per matrix (gguf_op_groups.py; ``()``: one op per matrix, the probe's
     baseline); ``swiglu`` (with ``q41_op``): a gated MLP's gate/up, SiLU and product as one ``Q41SwiGLU``
-    (gguf_op_swiglu.py; ``False``, the default: the grouped gate/up and the plugin's SiLU and multiply).
+    (gguf_op_swiglu.py; ``False``, the default: the grouped gate/up and the plugin's SiLU and multiply);
+    ``interleave`` (with ``q41_op``): the ``Q41MatMul`` ops as ``Q41X8MatMul`` (gguf_op_x8.py; the default).
     Returns how many MatMuls were rewritten."""
     import openvino as ov
     from gguf import GGUFReader
@@ -398,13 +420,12 @@ def build(
         genai_xml = _genai_ir(genai_src, work / "genai")
         core = ov.Core()
         model = core.read_model(str(genai_xml))
-        done = rewrite(model, reader, q41_op, op_groups, swiglu)
+        done = rewrite(model, reader, q41_op, op_groups, swiglu, interleave)
         fused_groups = fuse(model, zp=True) if fused and not q41_op else 0
-        grouped_ops = sum(
-            op.get_type_name() in OP_KINDS.values() and op.get_output_size() > 1 for op in model.get_ops()
-        )
+        op_names = {*OP_KINDS.values(), TYPE_NAME}  # (Q4_1: Q41X8MatMul, or Q41MatMul without ``interleave``)
+        grouped_ops = sum(op.get_type_name() in op_names and op.get_output_size() > 1 for op in model.get_ops())
         zero_point = in_zero_point_form(model)  # (Q4_1 only: gguf_fuse.KINDS)
-        ops_written = {name: sum(op.get_type_name() == name for op in model.get_ops()) for name in OP_KINDS.values()}
+        ops_written = {name: sum(op.get_type_name() == name for op in model.get_ops()) for name in op_names}
         swiglu_ops = sum(op.get_type_name() == SWIGLU_TYPE for op in model.get_ops())
         ov.save_model(model, str(work / IR_XML), compress_to_fp16=False)
         del model
@@ -419,7 +440,8 @@ def build(
                     "rewritten_matmuls": done,
                     "fused_groups": fused_groups,
                     "minimums": "zero_point" if zero_point else "in_op" if any(ops_written.values()) else "block_sums",
-                    "q41_matmul_ops": ops_written["Q41MatMul"],
+                    "q41_matmul_ops": ops_written[TYPE_NAME] + ops_written[Q41_X8],
+                    "q41_x8_ops": ops_written[Q41_X8],
                     "q41_op_groups": grouped_ops,
                     "q41_swiglu_ops": swiglu_ops,
                     "q4k_matmul_ops": ops_written["Q4KX8MatMul"],

@@ -117,13 +117,14 @@ def cache_folder(src: Path, cache_dir: Path, target: str) -> Path:
 
 SERVED_NAME = "model.gguf"
 EXACT_KEY = "exact-v4"  # the exact form's cache key: bumped with gguf_exact.VERSION
-# the exact form with genmesh::Q41MatMul, Q41SwiGLU, Q4KX8MatMul, Q6KX8MatMul and Q80MatMul (needs the int8
-# extension to load; -q41op: Q4_1 only; -q41kop: without Q8_0; -q41kq80op: one Q41MatMul per matrix, before q/k/v
+# the exact form with genmesh::Q41MatMul (Q41X8MatMul), Q41SwiGLU, Q4KX8MatMul, Q6KX8MatMul and Q80MatMul (needs the
+# int8 extension to load; -q41op: Q4_1 only; -q41kop: without Q8_0; -q41kq80op: one Q41MatMul per matrix, before q/k/v
 # and gate/up were grouped into one op each: gguf_op_groups.py; -grouped: Q4_K as Q4KMatMul over the file's layout,
 # before Q4KX8MatMul over the blocks interleaved eight rows at a time; -q4kx8: Q6_K as Q6KMatMul over the file's
-# layout, before Q6KX8MatMul; gguf_exact.SWIGLU, off, would add -swiglu: a gated MLP's Q4_1 gate/up, SiLU and
-# product as one Q41SwiGLU, gguf_op_swiglu.py)
-EXACT_OP_KEY = f"{EXACT_KEY}-q41kq80op-grouped-q4kx8-q6kx8"
+# layout, before Q6KX8MatMul; gguf_exact.SWIGLU, off, would add -swiglu: a gated MLP's Q4_1 gate/up, SiLU and product
+# as one Q41SwiGLU, gguf_op_swiglu.py; -q6kx8: Q4_1 as Q41MatMul over the file's layout, before Q41X8MatMul over the
+# blocks interleaved eight rows at a time, gguf_op_x8.py)
+EXACT_OP_KEY = f"{EXACT_KEY}-q41kq80op-grouped-q4kx8-q6kx8-q41x8"
 
 
 def exact_ir(served: Path) -> Path | None:

@@ -1,4 +1,4 @@
-"""Build the int8 extension (``int8/``: ``genmesh::Q41MatMul``, ``Q4K(X8)MatMul``, ``Q6K(X8)MatMul``,
+"""Build the int8 extension (``int8/``: ``genmesh::Q41(X8)MatMul``, ``Q4K(X8)MatMul``, ``Q6K(X8)MatMul``,
 ``Q80MatMul``) with cmake and the system's C++ compiler, against the ``openvino`` wheel's ``include/`` and
 ``cmake/``, once per source.
 
@@ -109,7 +109,8 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="build the engine's int8 extension (genmesh::Q41MatMul, Q4K(X8)MatMul, Q6K(X8)MatMul, Q80MatMul)"
+        description="build the engine's int8 extension (genmesh::Q41(X8)MatMul, Q4K(X8)MatMul, Q6K(X8)MatMul, "
+        "Q80MatMul)"
     )
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="the GGUF cache (--gguf-cache-dir)")
     args = parser.parse_args(argv)

@@ -13,6 +13,9 @@ with the extension (``build.build()``) reads as the C++ op. ``Q4KMatMul(x, block
 (``pack_q4k_x8``: ``[N, K/256*148]``), the form the int8 path writes for Q4_K; ``Q6KX8MatMul`` likewise the Q6_K
 weights (``pack_q6k_x8``: ``[N, K/256*210]``, the file's bytes moved). OpenVINO is imported when first used.
 
+``Q41X8MatMul`` takes the same Q4_1 blocks interleaved eight columns at a time (``pack_q41_x8``: ``[N, K/32*20]``,
+the file's bytes moved; grouped as ``Q41MatMul``), the form the int8 path writes for Q4_1 (core/gguf_op_x8.py).
+
 ``Q41SwiGLU(x, gate_blocks, up_blocks)`` (``q41_swiglu``; Q4_1 blocks as ``Q41MatMul``'s) has one output,
 ``silu(x Wg^T) * (x Wu^T)``: a gated MLP's gate/up, SiLU and product as one node (core/gguf_op_swiglu.py).
 """
@@ -36,13 +39,16 @@ RAW_OPS = {**K_OPS, "Q8_0": ("Q80MatMul", 34)}
 # Q4_K interleaved eight columns at a time (pack_q4k_x8): the op's type name and bytes per super-block and column
 Q4K_X8 = ("Q4KX8MatMul", 148)
 X8_GROUP, X8_BYTES = 8, 1184  # columns per group; bytes per group and super-block (8 * 148)
+# Q4_1 likewise (pack_q41_x8): the same 20 bytes per block and column, moved; gguf_op_x8.py writes it over the
+# Q41MatMul ops (grouped or not) of the int8 path's IR
+Q41_X8 = "Q41X8MatMul"
 # Q6_K likewise (pack_q6k_x8): the same 210 bytes per super-block and column, moved
 Q6K_X8 = ("Q6KX8MatMul", 210)
-# GGUF type -> the op the int8 path writes for its MatMuls (core/gguf_exact.py, native/selection.py): Q4_K and Q6_K
-# as Q4KX8MatMul / Q6KX8MatMul (one contiguous stream per task and the eight-column products at every M:
-# docs/int8-avx2.md)
+# GGUF type -> the op the int8 path serves for its MatMuls (core/gguf_exact.py, native/selection.py): Q4_1, Q4_K and
+# Q6_K as Q41X8MatMul / Q4KX8MatMul / Q6KX8MatMul (one contiguous stream per task and the eight-column products at
+# every M: docs/int8-avx2.md; Q4_1 written first as Q41MatMul, grouped, then interleaved: core/gguf_op_x8.py)
 OP_TYPES = {
-    "Q4_1": TYPE_NAME,
+    "Q4_1": Q41_X8,
     **{kind: name for kind, (name, _) in RAW_OPS.items()},
     "Q4_K": Q4K_X8[0],
     "Q6_K": Q6K_X8[0],
@@ -73,6 +79,27 @@ def unpack_blocks(blocks: Any) -> tuple[Any, Any, Any]:
     m = np.ascontiguousarray(b[..., 2:4]).view(np.float16)[..., 0]
     q = np.concatenate([b[..., 4:] & 0xF, b[..., 4:] >> 4], axis=-1)
     return q, d, m
+
+
+def pack_q41_x8(blocks: Any) -> Any:
+    """GGUF Q4_1 ``blocks`` [N, K/32*20] (row n = output n) in ``Q41X8MatMul``'s layout, [N, K/32*20] u8 (the same
+    bytes, moved): the groups of eight rows first, group g at byte ``8 g * K/32*20``, per block 160 bytes: the 16
+    nibble bytes of each of the eight rows as four dwords, dword ``4 j + c`` = row c's bytes ``4 j .. 4 j + 3`` (one
+    ``maddubs`` of a broadcast activation dword serves the eight columns), then the eight rows' f16 d, then their f16
+    m; the last N % 8 rows as the file has them."""
+    import numpy as np
+
+    n = blocks.shape[0]
+    nb = blocks.shape[1] // BLOCK_BYTES
+    n8 = n // X8_GROUP * X8_GROUP
+    groups = n8 // X8_GROUP
+    b = np.asarray(blocks[:n8], np.uint8).reshape(groups, X8_GROUP, nb, BLOCK_BYTES)
+    nibbles = b[..., 4:].reshape(groups, X8_GROUP, nb, 4, 4).transpose(0, 2, 3, 1, 4).reshape(groups, nb, 128)
+    d = b[..., 0:2].transpose(0, 2, 1, 3).reshape(groups, nb, 16)
+    m = b[..., 2:4].transpose(0, 2, 1, 3).reshape(groups, nb, 16)
+    out = np.concatenate([nibbles, d, m], axis=-1)
+    tail = np.asarray(blocks[n8:], np.uint8).reshape(-1)
+    return np.concatenate([out.reshape(-1), tail]).reshape(n, nb * BLOCK_BYTES)
 
 
 def pack_q4k_x8(blocks: Any) -> Any:
@@ -183,6 +210,14 @@ def q41_matmul(x: Any, blocks: Any, kernel: str = "auto") -> Any:
     import openvino.opset13 as ops
 
     return stand_in_class()([x, ops.constant(blocks).output(0)], kernel)
+
+
+def q41_x8_matmul(x: Any, packed: list[Any], kernel: str = "auto") -> Any:
+    """A ``Q41X8MatMul`` node (an output per matrix): ``x`` times each of ``packed`` (Q4_1 blocks packed by
+    ``pack_q41_x8``), transposed; the products are ``q41_matmul_group``'s of the same blocks, bit for bit."""
+    import openvino.opset13 as ops
+
+    return stand_in_class(Q41_X8)([x, *(ops.constant(p).output(0) for p in packed)], kernel)
 
 
 def q41_matmul_group(x: Any, blocks: list[Any], kernel: str = "auto") -> Any:

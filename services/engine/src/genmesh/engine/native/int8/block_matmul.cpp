@@ -98,6 +98,7 @@ bool BlockSwiGLU::evaluate(ov::TensorVector& outputs, const ov::TensorVector& in
 
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
     std::make_shared<ov::OpExtension<genmesh::Q41MatMul>>(),
+    std::make_shared<ov::OpExtension<genmesh::Q41X8MatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q41SwiGLU>>(),
     std::make_shared<ov::OpExtension<genmesh::Q4KMatMul>>(),
     std::make_shared<ov::OpExtension<genmesh::Q4KX8MatMul>>(),

@@ -15,9 +15,13 @@
 // saturation) and _mm256_madd_epi16 (-> 8 x i32); then float multiply-adds per block. The AVX2 kernel takes
 // eight output columns at a time (their blocks transposed so that one maddubs serves all eight and one madd,
 // convert and FMA finish a block for all eight); the last N % 8 columns take a per-column tile.
+// genmesh::Q41X8MatMul: the same products over the blocks stored in that transposed order (the interleaved layout,
+// below), so the kernel reads them as they lie.
 
 #include "q41_matmul.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace genmesh {
@@ -189,10 +193,17 @@ __attribute__((target("avx2,fma,f16c"))) static void repack_group(const uint8_t*
     }
 }
 
-// y[m0..m0+R][n..n+8] from a repacked group: the eight weight vectors of a block stay in registers for R rows.
-// Direct: src is the file's weight row n (fewer than 4 rows: each block is used once, no scratch), else the
-// repacked group.
-template <size_t R, bool Direct>
+// Where a group tile reads its eight columns' blocks from (each gives the same GroupBlock, so the same products):
+//   File     the file's weight rows n..n+7 (gather_block per block: decode, each block used once, no scratch)
+//   Scratch  repack_group's layout in the task's scratch (M > 4 rows over the file's layout: f32 d and m)
+//   X8       Q41X8MatMul's layout in the IR: per block 128 bytes of nibbles as gather_block leaves them, then the
+//            eight columns' f16 d and f16 m (X8_BLOCK_BYTES = 160, the file's 8 x 20 bytes)
+enum class Src { File, Scratch, X8 };
+constexpr size_t X8_BLOCK_BYTES = 4 * 32 + 2 * GROUP * 2;  // per block of a group of eight columns
+
+// y[m0..m0+R][n..n+8] from one group of eight columns: the eight weight vectors of a block stay in registers for
+// R rows. src: the file's weight row n (Src::File), the repacked group (Scratch) or the interleaved group (X8).
+template <size_t R, Src From>
 __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_1& a, const uint8_t* src, float* y,
                                                                      size_t m0, size_t K, size_t N, size_t n,
                                                                      const uint8_t* next) {
@@ -205,12 +216,22 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_1&
     for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
         // the next group's weight rows, while this one computes (its repack would otherwise wait on memory)
-        if (next && b % 3 == 0)
+        if constexpr (From == Src::X8) {  // every line of the next group's block (160 bytes: 3 lines from b * 160)
+            if (next)
+                for (size_t l = 0; l < 3; ++l)
+                    _mm_prefetch((const char*)(next + b * X8_BLOCK_BYTES + 64 * l), _MM_HINT_T0);
+        } else if (next && b % 3 == 0) {
             for (size_t c = 0; c < GROUP; ++c)
                 _mm_prefetch((const char*)(next + c * nb * BLOCK_BYTES + b * BLOCK_BYTES), _MM_HINT_T0);
+        }
         GroupBlock gb;
-        if constexpr (Direct) {
+        if constexpr (From == Src::File) {
             gb = gather_block(src + b * BLOCK_BYTES, nb * BLOCK_BYTES);
+        } else if constexpr (From == Src::X8) {
+            const uint8_t* o = src + b * X8_BLOCK_BYTES;
+            for (size_t g = 0; g < 4; ++g) gb.nib[g] = _mm256_loadu_si256((const __m256i*)(o + 32 * g));
+            gb.d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 128)));
+            gb.m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 144)));
         } else {
             const uint8_t* o = src + b * GROUP_BYTES;
             for (size_t g = 0; g < 4; ++g) gb.nib[g] = _mm256_loadu_si256((const __m256i*)(o + 32 * g));
@@ -239,19 +260,27 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_1&
     for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
 }
 
+// All M rows of the group of eight columns n from src (laid out as From says) in tiles of four rows, then one of 3, 2
+// or 1; the first tile prefetches `next` (the next weight rows this task reads).
+template <Src From>
+static void group_rows_avx2(const Q8_1& a, const uint8_t* src, float* y, size_t M, size_t K, size_t N, size_t n,
+                            const uint8_t* next) {
+    size_t m = 0;
+    for (; m + 4 <= M; m += 4, next = nullptr) group_tile_avx2<4, From>(a, src, y, m, K, N, n, next);
+    switch (M - m) {
+        case 3: group_tile_avx2<3, From>(a, src, y, m, K, N, n, next); break;
+        case 2: group_tile_avx2<2, From>(a, src, y, m, K, N, n, next); break;
+        case 1: group_tile_avx2<1, From>(a, src, y, m, K, N, n, next); break;
+        default: break;
+    }
+}
+
 // All M rows of the group of eight columns n (M > 4): its blocks repacked into `packed` (the task's scratch), then
-// four rows per tile; the first tile prefetches `next` (the next weight rows this task reads).
+// four rows per tile.
 static void packed_group_avx2(const Q8_1& a, const uint8_t* w, uint8_t* packed, float* y, size_t M, size_t K,
                               size_t N, size_t n, const uint8_t* next) {
     repack_group(w, K / QK, n, packed);
-    size_t m = 0;
-    for (; m + 4 <= M; m += 4, next = nullptr) group_tile_avx2<4, false>(a, packed, y, m, K, N, n, next);
-    switch (M - m) {
-        case 3: group_tile_avx2<3, false>(a, packed, y, m, K, N, n, next); break;
-        case 2: group_tile_avx2<2, false>(a, packed, y, m, K, N, n, next); break;
-        case 1: group_tile_avx2<1, false>(a, packed, y, m, K, N, n, next); break;
-        default: break;
-    }
+    group_rows_avx2<Src::Scratch>(a, packed, y, M, K, N, n, next);
 }
 
 // All M rows over the groups of eight columns in n0..n1 (n1 - n0 a multiple of 8), the next group's weight rows
@@ -262,10 +291,10 @@ static void groups_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, siz
     if (M <= 4) {  // one tile of rows: each weight block is used once, straight from the file's layout
         for (size_t n = n0; n < n1; n += GROUP) {
             const uint8_t* next = n + GROUP < n1 ? w + (n + GROUP) * row : nullptr;
-            if (M == 4) group_tile_avx2<4, true>(a, w + n * row, y, 0, K, N, n, next);
-            if (M == 3) group_tile_avx2<3, true>(a, w + n * row, y, 0, K, N, n, next);
-            if (M == 2) group_tile_avx2<2, true>(a, w + n * row, y, 0, K, N, n, next);
-            if (M == 1) group_tile_avx2<1, true>(a, w + n * row, y, 0, K, N, n, next);
+            if (M == 4) group_tile_avx2<4, Src::File>(a, w + n * row, y, 0, K, N, n, next);
+            if (M == 3) group_tile_avx2<3, Src::File>(a, w + n * row, y, 0, K, N, n, next);
+            if (M == 2) group_tile_avx2<2, Src::File>(a, w + n * row, y, 0, K, N, n, next);
+            if (M == 1) group_tile_avx2<1, Src::File>(a, w + n * row, y, 0, K, N, n, next);
         }
         return;
     }
@@ -309,17 +338,85 @@ static Q8_1 quantise_q8_1(const float* x, size_t M, size_t K, Kernel kernel) {
     return a;
 }
 
-void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
-                      size_t K, const std::vector<size_t>& Ns, Kernel kernel) {
+// The columns n0..n1 of one matrix over all M rows, in one layout (the file's: rows_avx2 / rows_scalar; the
+// interleaved: x8_rows_avx2 / x8_rows_scalar)
+using Rows = void (*)(const Q8_1&, const uint8_t*, float*, size_t, size_t, size_t, size_t, size_t);
+
+// x quantised once; every matrix's output columns split in groups of eight (the AVX2 kernel's unit), all in one loop
+static void matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys,
+                         size_t M, size_t K, const std::vector<size_t>& Ns, Kernel kernel, Rows rows) {
     if (M == 0) return;
     const Q8_1 a = quantise_q8_1(x, M, K, kernel);
-    auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
-    // Split every matrix's output columns in groups of eight (the M > 1 kernel's unit), all in one loop.
     parallel_segments(Ns, GROUP, [&](size_t i, size_t n0, size_t n1) { rows(a, ws[i], ys[i], M, K, Ns[i], n0, n1); });
+}
+
+void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
+                      size_t K, const std::vector<size_t>& Ns, Kernel kernel) {
+    matmul_group(x, ws, ys, M, K, Ns, kernel, kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar);
 }
 
 void q41_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
     if (N) q41_matmul_group(x, {w}, {y}, M, K, {N}, kernel);
+}
+
+// ------------------------------------------------------------------------------------- the interleaved layout
+// Q41X8MatMul's blocks, u8 [N, K/32 * 20] as the file's: the groups of eight columns 0..N8 (N8 = N - N % 8) first,
+// group n/8 at byte n * row (row = K/32 * 20: a group takes its eight columns' bytes), X8_BLOCK_BYTES per block
+// (Src::X8); then the last N % 8 columns in the file's layout, column n at byte n * row as in the file. The AVX2
+// kernel reads a group's blocks as they lie (no gather: decode) and needs no scratch (no repack: M > 4); every
+// product is Q41MatMul's, tile for tile, so the outputs are bit for bit the file layout's.
+
+// Group n..n+7 of the interleaved layout back in the file's layout (the scalar kernel's input): eight rows of nb
+// blocks into out.
+static void x8_group_to_file(const uint8_t* src, size_t nb, uint8_t* out) {
+    const size_t row = nb * BLOCK_BYTES;
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* o = src + b * X8_BLOCK_BYTES;
+        for (size_t c = 0; c < GROUP; ++c) {
+            uint8_t* blk = out + c * row + b * BLOCK_BYTES;
+            std::memcpy(blk, o + 128 + 2 * c, 2);
+            std::memcpy(blk + 2, o + 144 + 2 * c, 2);
+            for (size_t g = 0; g < 4; ++g) std::memcpy(blk + 4 + 4 * g, o + 32 * g + 4 * c, 4);
+        }
+    }
+}
+
+// Columns n0..n1 (n0 a multiple of 8) of the interleaved layout: each group back in the file's layout in the
+// thread's scratch, then rows_scalar; the last N % 8 columns straight from the file's layout.
+static void x8_rows_scalar(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                           size_t n1) {
+    const size_t nb = K / QK, row = nb * BLOCK_BYTES, n8 = std::min(n1, N / GROUP * GROUP);
+    thread_local std::vector<uint8_t> file;
+    if (file.size() < GROUP * row) file.resize(GROUP * row);
+    size_t n = n0;
+    for (; n < n8; n += GROUP) {
+        x8_group_to_file(w + n * row, nb, file.data());
+        rows_scalar(a, file.data(), y + n, M, K, N, 0, GROUP);
+    }
+    if (n < n1) rows_scalar(a, w, y, M, K, N, n, n1);
+}
+
+// Columns n0..n1 (n0 a multiple of 8) of the interleaved layout: per group, all M rows in tiles of 4, then 3, 2 or
+// 1 (Q41MatMul's tiles: one tile of M rows at M <= 4), the next group prefetched during the first; the last N % 8
+// columns by rows_avx2 from the file's layout.
+static void x8_rows_avx2(const Q8_1& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0,
+                         size_t n1) {
+    const size_t row = K / QK * BLOCK_BYTES, n8 = std::min(n1, N / GROUP * GROUP);
+    size_t n = n0;
+    for (; n < n8; n += GROUP) {
+        const uint8_t* group = w + n * row;
+        group_rows_avx2<Src::X8>(a, group, y, M, K, N, n, n + GROUP < n8 ? group + GROUP * row : nullptr);
+    }
+    if (n < n1) rows_avx2(a, w, y, M, K, N, n, n1);
+}
+
+void q41_x8_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys,
+                         size_t M, size_t K, const std::vector<size_t>& Ns, Kernel kernel) {
+    matmul_group(x, ws, ys, M, K, Ns, kernel, kernel == Kernel::Avx2 ? x8_rows_avx2 : x8_rows_scalar);
+}
+
+void q41_x8_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
+    if (N) q41_x8_matmul_group(x, {w}, {y}, M, K, {N}, kernel);
 }
 
 // ------------------------------------------------------------------------------------------- the SwiGLU product
@@ -342,9 +439,9 @@ static void swiglu_groups_direct(const Q8_1& a, const uint8_t* wg, const uint8_t
                                  size_t width, size_t n8) {
     const size_t row = K / QK * BLOCK_BYTES;
     for (size_t n = 0; n < n8; n += GROUP) {
-        group_tile_avx2<R, true>(a, wg + n * row, g, 0, K, width, n, wu + n * row);
+        group_tile_avx2<R, Src::File>(a, wg + n * row, g, 0, K, width, n, wu + n * row);
         const uint8_t* next = n + GROUP < n8 ? wg + (n + GROUP) * row : nullptr;
-        group_tile_avx2<R, true>(a, wu + n * row, u, 0, K, width, n, next);
+        group_tile_avx2<R, Src::File>(a, wu + n * row, u, 0, K, width, n, next);
     }
 }
 
