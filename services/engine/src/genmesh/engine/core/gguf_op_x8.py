@@ -4,9 +4,9 @@
 and so transposes each block of eight rows in registers at decode (``gather_block``: some twenty shuffles a block,
 on the one shuffle port of an Intel core) and repacks them into a scratch per task at M > 4. ``Q41X8MatMul`` reads
 them already in that order (``q41_op.pack_q41_x8``: the same bytes, moved), so the kernel loads a group's block as
-it lies: one layer at M = 1 1.16-1.37x faster on a Sapphire Rapids core with SmolLM2's weights in its cache
-(docs/int8-avx2.md, "Q4_1 interleaved in the IR"). Each product is the same arithmetic tile for tile, so the outputs
-are ``Q41MatMul``'s bit for bit (tests/int8_probe/test_q41_matmul.py).
+it lies: SmolLM2's layers 1.23-1.43x faster at M = 1 and 1.25-1.37x at M = 8 on an Intel core, SmolLM2's decode
+1.10x at one stream (docs/int8-avx2.md, "Q4_1 interleaved in the IR"). Each product is the same arithmetic tile for
+tile, so the outputs are ``Q41MatMul``'s bit for bit (tests/int8_probe/test_q41_matmul.py).
 
 Runs last, on the ops ``gguf_op_groups.group`` left (grouped or not); ``Q41SwiGLU`` keeps the file's layout.
 """
