@@ -184,7 +184,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void silu_mul_avx2(const float* 
 // On Sapphire Rapids with the kernels' AVX2 code, an L1 prefetch left Q4KX8MatMul at M = 1 slower than the file
 // layout's row kernel; into L2 it is 1.11-1.49x faster per shape (scripts/int8_probe/q4k_x8_driver.cpp, from
 // memory, both cores) and the 1.5B's c=1 went from 1.04x to 1.21x llama-server (docs/int8-avx2.md). The other
-// kernels' prefetches (rows of the file's layout, Q4_1, Q8_0) stay in L1: not measured faster on Intel.
+// kernels' prefetches (rows of the file's layout, Q4_1 and its interleaved layout, Q8_0) stay in L1: not measured
+// faster on Intel (Q41X8MatMul's was measured, and was slower: q41_matmul.cpp).
 inline const bool PREFETCH_TO_L2 = [] {
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") != 0;

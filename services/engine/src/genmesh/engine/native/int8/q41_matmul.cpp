@@ -216,7 +216,11 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_1&
     for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
         // the next group's weight rows, while this one computes (its repack would otherwise wait on memory)
-        if constexpr (From == Src::X8) {  // every line of the next group's block (160 bytes: 3 lines from b * 160)
+        // X8: every line of the next group's block (160 bytes: 3 lines from b * 160), into L1 on every CPU, not
+        // prefetch_weights' L2 on Intel: there L2 was not faster (a one-off copy of the q41_x8 driver with both hints,
+        // 110 MB of copies: gate/up at M = 1 0.030 against 0.027 ms), and one line per two blocks gained nothing in the
+        // pipeline (docs/int8-avx2.md)
+        if constexpr (From == Src::X8) {
             if (next)
                 for (size_t l = 0; l < 3; ++l)
                     _mm_prefetch((const char*)(next + b * X8_BLOCK_BYTES + 64 * l), _MM_HINT_T0);
