@@ -178,6 +178,20 @@ __attribute__((target("avx2,fma,f16c"))) inline void silu_mul_avx2(const float* 
     if (i < n) silu_mul_scalar(g + i, u + i, y + i, n - i);
 }
 
+// ------------------------------------------------------------------------------------- integer sums in order
+// GCC reassociates a chain of integer adds (s += maddubs(w_g, x_g) over a block's eight dwords) into a tree of adds
+// (shorter latency), so every product of the chain is live at once. At four activation rows that is more than
+// AVX2's 16 registers: the kernels spilled their products to the stack and read them back (Q4KX8MatMul's four-row
+// tile: 98 stack accesses; one layer at M = 32 ... 128 ran at 130-150 G multiply-adds a second on two Sapphire
+// Rapids cores). keep_order after each step takes the accumulators in registers through an empty asm, so the
+// chain stays in program order; it emits no instruction. The sums are integers: the same bits either way.
+__attribute__((target("avx2"), always_inline)) inline void keep_order(__m256i& v) { __asm__("" : "+x"(v)); }
+
+template <size_t R>
+__attribute__((target("avx2"), always_inline)) inline void keep_order(__m256i (&v)[R]) {
+    for (size_t r = 0; r < R; ++r) __asm__("" : "+x"(v[r]));
+}
+
 // ------------------------------------------------------------------------------------------ weight prefetch
 // The interleaved kernels (Q4KX8MatMul, Q6KX8MatMul) read one contiguous stream per group of eight columns and
 // prefetch it a few super-blocks ahead. On Intel cores into L2 (T1), elsewhere into L1 (T0, as tuned on AMD Zen 4).

@@ -119,6 +119,7 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(const Q8_K& a, co
                         const __m256i p = _mm256_maddubs_epi16(q[l], _mm256_loadu_si256((const __m256i*)qx));
                         isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, s));
                     }
+                    keep_order(isum);
                 }
             }
             const float d = f16(blk + 208);
@@ -212,6 +213,7 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_K&
                                                          _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(qx + 4))));
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16, scale));
                 }
+                keep_order(isum);
             }
         }
         const int32_t* sp = sc + 128;

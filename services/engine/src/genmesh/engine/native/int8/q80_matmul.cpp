@@ -148,6 +148,7 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_0&
                 const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
                 isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p16, ones));
             }
+            keep_order(isum);
         }
         const __m256 d = _mm256_loadu_ps((const float*)(o + 512));
         for (size_t r = 0; r < R; ++r) {
