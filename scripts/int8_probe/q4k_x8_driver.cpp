@@ -6,7 +6,7 @@
 //       (1,472 bytes per super-block and 8 columns: +28 % over the file's 8 x 144 = 1,152)
 //   c   q4k_x8_matmul (the Q4KX8MatMul op's kernel) over its interleaved layout (1,184 bytes per super-block and 8
 //       columns: the dword-transposed nibbles, the 6-bit scales and minimums as bytes, d and dmin as f16), packed
-//       here by pack_compact (the op's IR is packed by genmesh.engine.native.q41_op.pack_q4k_x8; the shapes here
+//       here by q4k_x8_pack.hpp (the op's IR is packed by genmesh.engine.native.q41_op.pack_q4k_x8; the shapes here
 //       are multiples of 8, so no tail)
 //
 // Each round runs every variant in turn (interleaved), for each shape and M; every call reads a different copy of
@@ -29,36 +29,13 @@
 
 #include "q4k_matmul.cpp"
 #include "driver_timing.hpp"
+#include "q4k_x8_pack.hpp"
 
 using namespace genmesh;
 
 namespace {
 
 constexpr size_t CBYTES = X8_BYTES;  // layout c, per super-block and group of 8
-
-// layout c from the row layout: group n/8, super-block b
-__attribute__((target("avx2,fma,f16c"))) void pack_compact(const uint8_t* w, size_t nsb, size_t n, uint8_t* out) {
-    const size_t row = nsb * BLOCK_BYTES;
-    for (size_t b = 0; b < nsb; ++b) {
-        uint8_t* o = out + b * CBYTES;
-        for (size_t j = 0; j < 4; ++j) {
-            __m256i v[8];
-            for (size_t c = 0; c < GROUP; ++c)
-                v[c] = _mm256_loadu_si256((const __m256i*)(w + (n + c) * row + b * BLOCK_BYTES + 16 + 32 * j));
-            transpose_dwords_8x8(v, o + 8 * j * 32);
-        }
-        for (size_t c = 0; c < GROUP; ++c) {
-            const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            alignas(16) uint8_t sm[16];
-            _mm_store_si128((__m128i*)sm, scales_mins_vec(blk + 4));
-            for (size_t s = 0; s < SUB; ++s) o[1024 + 8 * s + c] = sm[s];
-            for (size_t t = 0; t < 4; ++t)
-                for (size_t k = 0; k < 2; ++k) o[1088 + 16 * t + 2 * c + k] = sm[8 + 2 * t + k];
-            std::memcpy(o + 1152 + 2 * c, blk, 2);
-            std::memcpy(o + 1168 + 2 * c, blk + 2, 2);
-        }
-    }
-}
 
 // the largest tile of activation rows for the grouped kernels (env RMAX; 4 by default)
 const size_t rmax = getenv("RMAX") ? (size_t)atoi(getenv("RMAX")) : 4;
@@ -118,7 +95,7 @@ int main(int argc, char** argv) {
             for (size_t n = 0; n < s.N; n += 8) {
                 repack_group(s.rows.data() + c * bytes, nsb, n,
                              s.packed.data() + (c * s.N / 8 + n / 8) * nsb * GROUP_BYTES);
-                pack_compact(s.rows.data() + c * bytes, nsb, n,
+                pack_q4k_x8_group(s.rows.data() + c * bytes, nsb, n,
                              s.compact.data() + (c * s.N / 8 + n / 8) * nsb * CBYTES);
             }
     }

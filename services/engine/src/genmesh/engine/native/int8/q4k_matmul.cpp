@@ -395,7 +395,7 @@ __attribute__((target("avx2,fma,f16c"))) static void x8_tile_avx2(const Q8_K& a,
     for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
 }
 
-// From X8_UNPACK_ROWS rows on (prefill chunks, batched decode of 16 and more), each group is first unpacked once
+// From X8_UNPACK_ROWS rows on (prefill chunks, batched decode of 20 and more), each group is first unpacked once
 // per task into a scratch of K/256 * U_BYTES (15 KB at K = 1,536, 87 KB at K = 8,960: L2), which all its row
 // tiles then read as it lies:
 //   0     w[s][q] (s = 0..7, q = 0..7)   32 bytes: dword c = column c's elements 4q..4q+3 of sub-block s, one u8 each
@@ -404,9 +404,10 @@ __attribute__((target("avx2,fma,f16c"))) static void x8_tile_avx2(const Q8_K& a,
 //   2432  d[c], 2464 dmin[c]             f32
 // so a tile's inner loop is one load, a broadcast and a maddubs per row and 32 bytes, without x8_tile_avx2's
 // mask and shift per 32 bytes and tile, and its widening of the scales. The same integer sums in the same
-// order: the same bits as x8_tile_avx2. (scripts/int8_probe/q4k_big_driver.cpp, both Sapphire Rapids cores under
-// the AVX2 kernels: M = 32 ... 128, 0.80-0.85x x8_tile_avx2's time; 0.88-0.95x at 16; slower at 8.)
-constexpr size_t X8_UNPACK_ROWS = 16;
+// order: the same bits as x8_tile_avx2. (scripts/int8_probe/q4k_rows_driver.cpp, both Sapphire Rapids cores,
+// from cache, the op against x8_tile_avx2 over every row: 0.82-0.93x the time at M = 32, 0.84-0.91x at 128,
+// 0.89-1.0x at 20 and 24, 0.95-1.04x at 16.)
+constexpr size_t X8_UNPACK_ROWS = 20;
 constexpr size_t U_BYTES = 2048 + 256 + 128 + 64;
 
 __attribute__((target("avx2,fma,f16c"))) static void unpack_x8_group(const uint8_t* group, size_t nsb,

@@ -213,7 +213,6 @@ __attribute__((target("avx2,fma,f16c"))) static void group_tile_avx2(const Q8_K&
                                                          _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(qx + 4))));
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16, scale));
                 }
-                keep_order(isum);
             }
         }
         const int32_t* sp = sc + 128;
