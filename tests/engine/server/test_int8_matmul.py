@@ -76,11 +76,13 @@ def test_the_forced_engine_serves_chat_through_the_op(forced_url: str) -> None:
     # every Q4_1 matmul of the exact form became an op (SmolLM2: 7 per layer x 30 layers), those of one input
     # (q/k/v, gate/up) one op with an output per matrix (4 per layer; no Q41SwiGLU: gguf_exact.SWIGLU is off), every
     # one over the interleaved layout (Q41X8MatMul: gguf_exact.INTERLEAVE_Q41), and
-    # its Q8_0 output matrix (tied to the embedding, whose Gather stays GenAI's) Q80MatMul, in its own folder
+    # its Q8_0 output matrix (tied to the embedding, whose Gather stays GenAI's) Q80MatMul over the sampled rows only
+    # (gguf_op_head.py), in its own folder
     marker = cache_folder(DEFAULT_MODEL.resolve(), Path(DEFAULT_CACHE_DIR).expanduser(), EXACT_OP_KEY) / "exact.json"
     written = json.loads(marker.read_text())
     counts = ("q41_matmul_ops", "q41_x8_ops", "q41_op_groups", "q41_swiglu_ops", "q80_matmul_ops", "rewritten_matmuls")
     assert tuple(written[k] for k in counts) == (120, 120, 60, 0, 1, 211)
+    assert written["sampled_head"] is True
 
 
 def test_the_default_engine_chooses_its_path_by_the_cpu(engine_url: str) -> None:

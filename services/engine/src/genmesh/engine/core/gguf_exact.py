@@ -38,8 +38,9 @@ of one input (a layer's q/k/v, its gate/up) are then one ``Q41MatMul`` with an o
 ``swiglu``, a layer's ``Swish(gate) * up`` over two ``Q41MatMul`` becomes one ``genmesh::Q41SwiGLU`` (gguf_op_swiglu.py:
 90 op nodes on SmolLM2, the SiLU in the op's f32); last, with ``interleave`` (the default), every ``Q41MatMul`` is a
 ``genmesh::Q41X8MatMul`` over its blocks interleaved eight rows at a time (gguf_op_x8.py: the same outputs bit for
-bit, no transpose at run time). Such
-an IR needs the extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1
+bit, no transpose at run time); and where one of these ops makes the logits, the rows the pipeline samples are
+gathered in front of it (gguf_op_head.py: OpenVINO GenAI gathers before a MatMul head only). Such an IR needs the
+extension to load (its own cache folder: gguf_reencode.EXACT_OP_KEY). Otherwise the Q4_1
 MatMuls that read one input (a layer's q/k/v, its gate/up) are then fused into one each, and every Q4_1
 MatMul is written with its minimums as an f32 zero point, ``(q - z) d`` with ``z = -m/d`` (gguf_fuse.py: the
 same values to f32 rounding; one compressed fully-connected per group and no ``S(x)``, so far fewer nodes for
@@ -74,6 +75,7 @@ from .gguf_fuse import fuse, in_zero_point_form
 from .gguf_kquants import QK, UNPACK, Blocks, q5_0_as_q8_0, q8_0
 from .gguf_op_groups import SIZES as OP_GROUP_SIZES
 from .gguf_op_groups import group as group_ops
+from .gguf_op_head import gather_before_head
 from .gguf_op_swiglu import fuse_swiglu
 from .gguf_op_x8 import interleave as interleave_q41
 from .ov_graph import input_node, u4_values
@@ -421,6 +423,7 @@ def build(
         core = ov.Core()
         model = core.read_model(str(genai_xml))
         done = rewrite(model, reader, q41_op, op_groups, swiglu, interleave)
+        sampled_head = gather_before_head(model) if q41_op else False  # (gguf_op_head.py)
         fused_groups = fuse(model, zp=True) if fused and not q41_op else 0
         op_names = {*OP_KINDS.values(), TYPE_NAME}  # (Q4_1: Q41X8MatMul, or Q41MatMul without ``interleave``)
         grouped_ops = sum(op.get_type_name() in op_names and op.get_output_size() > 1 for op in model.get_ops())
@@ -447,6 +450,7 @@ def build(
                     "q4k_matmul_ops": ops_written["Q4KX8MatMul"],
                     "q6k_matmul_ops": ops_written["Q6KX8MatMul"],
                     "q80_matmul_ops": ops_written["Q80MatMul"],
+                    "sampled_head": sampled_head,
                 }
             )
         )

@@ -123,8 +123,9 @@ EXACT_KEY = "exact-v4"  # the exact form's cache key: bumped with gguf_exact.VER
 # before Q4KX8MatMul over the blocks interleaved eight rows at a time; -q4kx8: Q6_K as Q6KMatMul over the file's
 # layout, before Q6KX8MatMul; gguf_exact.SWIGLU, off, would add -swiglu: a gated MLP's Q4_1 gate/up, SiLU and product
 # as one Q41SwiGLU, gguf_op_swiglu.py; -q6kx8: Q4_1 as Q41MatMul over the file's layout, before Q41X8MatMul over the
-# blocks interleaved eight rows at a time, gguf_op_x8.py)
-EXACT_OP_KEY = f"{EXACT_KEY}-q41kq80op-grouped-q4kx8-q6kx8-q41x8"
+# blocks interleaved eight rows at a time, gguf_op_x8.py; -q41x8: the output head over every prompt token, before the
+# gather of the sampled rows in front of it, gguf_op_head.py)
+EXACT_OP_KEY = f"{EXACT_KEY}-q41kq80op-grouped-q4kx8-q6kx8-q41x8-sampled"
 
 
 def exact_ir(served: Path) -> Path | None:
