@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 2;
     const int rounds = argc > 2 ? atoi(argv[2]) : 3;
     const double seconds = argc > 3 ? atof(argv[3]) : 0.4;
-    const size_t Ms[] = {1, 2, 4, 6};
+    const size_t Ms[] = {1, 2, 3, 4, 6};
     std::vector<Shape> shapes;
     for (auto [K, N] : std::vector<std::pair<size_t, size_t>>{{1536, 8960}, {8960, 1536}, {1536, 1536}, {1536, 256}})
         shapes.push_back({K, N, {}, {}, {}, 0});

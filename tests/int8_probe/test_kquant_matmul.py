@@ -113,8 +113,9 @@ X8_BYTES = {"Q4_K": Q4K_X8[1], "Q6_K": Q6K_X8[1]}  # per super-block and column
 
 
 # (K, N): 264 columns of the 1.5B's ffn_up (33 groups of eight, no tail); 13 (one group and a tail of 5 in the
-# file's layout); 7 (the tail alone). M across the interleaved kernel's row tiles (4, 2, 1), Q4KX8MatMul's unpacked
-# groups from 20 rows (X8_UNPACK_ROWS in q4k_matmul.cpp: 21 and 33) and a prefill chunk.
+# file's layout); 7 (the tail alone). M across the interleaved kernel's row tiles (4, 3, 2, 1: 3 and 7 end on the
+# three-row tile), Q4KX8MatMul's unpacked groups from 20 rows (X8_UNPACK_ROWS in q4k_matmul.cpp: 21 and 33) and a
+# prefill chunk.
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     ("k", "n", "rows"), [(1536, 264, (1, 2, 3, 4, 6, 7, 8, 33)), (512, 13, (1, 2, 5, 9, 21)), (256, 7, (1, 3, 512))]

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..native.q41_op import OP_TYPES, Q41_X8, TYPE_NAME
+from ..native.q41_op import OP_TYPES, TYPE_NAME
 
 # the parameter OpenVINO GenAI's model runner fills when a model has it (model_runner.hpp: the flat token rows whose
 # logits it samples from, this step)
 SAMPLED = "sampled_tokens_indices"
 LOGITS = "logits"
-HEAD_OPS = frozenset({*OP_TYPES.values(), TYPE_NAME, Q41_X8})
+HEAD_OPS = frozenset({*OP_TYPES.values(), TYPE_NAME})  # every block type's op, and the file-layout Q4_1 op
 
 
 def gather_before_head(model: Any) -> bool:

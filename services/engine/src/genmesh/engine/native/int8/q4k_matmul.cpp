@@ -466,15 +466,16 @@ __attribute__((target("avx2,fma,f16c"))) static void unpacked_tile_avx2(const Q8
     for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
 }
 
-// A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows (from
-// X8_UNPACK_ROWS rows on, unpacked first); the last N % 8 columns by the row tiles over their file-layout blocks.
+// A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows (three
+// left: one tile of 3; from X8_UNPACK_ROWS rows on, unpacked first); the last N % 8 columns by the row tiles over
+// their file-layout blocks.
 static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0, size_t n1) {
     const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
     std::vector<uint8_t> unpacked(M >= X8_UNPACK_ROWS && n0 < n8 ? nsb * U_BYTES : 0);
     for (size_t n = n0; n < std::min(n1, n8); n += GROUP) {
         const uint8_t* group = w + (n / GROUP) * nsb * X8_BYTES;
         if (unpacked.empty()) {
-            row_tiles(0, M, [&](auto R, size_t m) { x8_tile_avx2<decltype(R)::value>(a, group, y, m, K, N, n); });
+            row_tiles<true>(0, M, [&](auto R, size_t m) { x8_tile_avx2<decltype(R)::value>(a, group, y, m, K, N, n); });
             continue;
         }
         unpack_x8_group(group, nsb, unpacked.data());

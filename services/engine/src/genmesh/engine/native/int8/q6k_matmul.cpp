@@ -403,9 +403,9 @@ __attribute__((target("avx2,fma,f16c"))) static void x8_expand(const uint8_t* gr
     }
 }
 
-// A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows (from
-// GROUP_ROWS rows on: expanded once per task and group, then group_tile_avx2's tiles, as Q6KMatMul's); the last
-// N % 8 columns by the row tiles over their file-layout blocks.
+// A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows (three
+// left: one tile of 3; from GROUP_ROWS rows on: expanded once per task and group, then group_tile_avx2's tiles, as
+// Q6KMatMul's); the last N % 8 columns by the row tiles over their file-layout blocks.
 static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t K, size_t N, size_t n0, size_t n1) {
     const size_t nsb = K / QK_K, n8 = N / GROUP * GROUP;
     std::vector<uint8_t> expanded(M >= GROUP_ROWS ? nsb * GROUP_BYTES : 0);
@@ -418,7 +418,7 @@ static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t 
             for (; m < M; ++m) group_tile_avx2<1>(a, expanded.data(), y, m, K, N, n);
             continue;
         }
-        row_tiles(0, M, [&](auto R, size_t m) { x8_tile_avx2<decltype(R)::value>(a, group, y, m, K, N, n); });
+        row_tiles<true>(0, M, [&](auto R, size_t m) { x8_tile_avx2<decltype(R)::value>(a, group, y, m, K, N, n); });
     }
     if (n1 > n8) {
         const uint8_t* tail = w + n8 * nsb * BLOCK_BYTES;

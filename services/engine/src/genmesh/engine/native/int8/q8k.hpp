@@ -86,10 +86,18 @@ __attribute__((target("avx2,fma,f16c"))) inline void transpose_dwords_8x8(const 
 }
 
 // Rows m0..m1 in tiles of R = 4, then 2, then 1 activation rows: row_tile(R, m) for each (R: std::integral_constant).
-template <class RowTile>
+// THREE: three rows left are one tile of 3 (the eight-column kernels at decode sizes: a draft's three verified rows,
+// or 3 and 7 sequences, read the weights once instead of twice).
+template <bool THREE = false, class RowTile>
 void row_tiles(size_t m0, size_t m1, RowTile row_tile) {
     size_t m = m0;
     for (; m + 4 <= m1; m += 4) row_tile(std::integral_constant<size_t, 4>{}, m);
+    if constexpr (THREE) {
+        if (m + 3 == m1) {
+            row_tile(std::integral_constant<size_t, 3>{}, m);
+            return;
+        }
+    }
     for (; m + 2 <= m1; m += 2) row_tile(std::integral_constant<size_t, 2>{}, m);
     for (; m < m1; ++m) row_tile(std::integral_constant<size_t, 1>{}, m);
 }
