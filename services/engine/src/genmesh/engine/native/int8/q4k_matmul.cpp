@@ -328,39 +328,63 @@ __attribute__((target("avx2,fma,f16c"))) static inline __m256i x8_scales(const u
     return _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
 }
 
-// y[m0..m0+R][n..n+8] from one group's interleaved blocks: per sub-block and row, 8 maddubs (one broadcast
-// activation dword each) summed in i16 for the eight columns, one madd with the eight scales (bytes widened to i16
-// pairs); the minimums and the FMAs as group_tile_avx2's (group_super_block). R < 4: both sub-blocks of a 32-byte
-// load at once (a load and two masks per 32 bytes); R = 4: one sub-block at a time (fewer registers: the four rows'
-// sums).
-template <size_t R>
+// From X8_UNPACK_ROWS rows on (prefill chunks, batched decode of 20 and more), each group is first unpacked once
+// per task into a scratch of K/256 * U_BYTES (15 KB at K = 1,536, 87 KB at K = 8,960: L2), which all its row
+// tiles then read as it lies:
+//   0     w[s][q] (s = 0..7, q = 0..7)   32 bytes: dword c = column c's elements 4q..4q+3 of sub-block s, one u8 each
+//   2048  sc[s]                          x8_scales: column c's scale of sub-block s as the i16 pair of dword c
+//   2304  mn[t] (t = 0..3)               column c's (mn[2t], mn[2t+1]) as the i16 pair of dword c
+//   2432  d[c], 2464 dmin[c]             f32
+// so a tile's inner loop is one load, a broadcast and a maddubs per row and 32 bytes, without the mask and shift
+// per 32 bytes and tile, and the widening of the scales. The same integer sums in the same order: the same bits.
+// (scripts/int8_probe/q4k_rows_driver.cpp, both Sapphire Rapids cores, from cache, the op against the interleaved
+// tiles over every row: 0.82-0.93x the time at M = 32, 0.84-0.91x at 128, 0.89-1.0x at 20 and 24, 0.95-1.04x at 16.)
+constexpr size_t X8_UNPACK_ROWS = 20;
+constexpr size_t U_BYTES = 2048 + 256 + 128 + 64;
+
+// Where x8_tile_avx2 reads a group's super-blocks from: the interleaved blocks as the IR has them (X8, X8_BYTES
+// each), or the task's unpacked scratch (Unpacked, U_BYTES each).
+enum class Src { X8, Unpacked };
+
+// y[m0..m0+R][n..n+8] from one group of eight columns: per sub-block and row, 8 maddubs (one broadcast activation
+// dword each) summed in i16 for the eight columns, one madd with the eight scales (bytes widened to i16 pairs); the
+// minimums and the FMAs as group_tile_avx2's (group_super_block). X8 with R < 4: both sub-blocks of a 32-byte load
+// at once (a load and two masks per 32 bytes); else one sub-block at a time (fewer registers: the four rows' sums).
+template <size_t R, Src From = Src::X8>
 __attribute__((target("avx2,fma,f16c"))) static void x8_tile_avx2(const Q8_K& a, const uint8_t* group, float* y,
                                                                   size_t m0, size_t K, size_t N, size_t n) {
+    constexpr bool X8 = From == Src::X8;
     const size_t nsb = K / QK_K;
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[R];
     for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nsb; ++b) {
-        const uint8_t* o = group + b * X8_BYTES;
-        for (size_t line = 0; line < X8_BYTES; line += 64)
-            prefetch_weights(o + X8_PREFETCH + line);
+        const uint8_t* o = group + b * (X8 ? X8_BYTES : U_BYTES);
+        if constexpr (X8)
+            for (size_t line = 0; line < X8_BYTES; line += 64)
+                prefetch_weights(o + X8_PREFETCH + line);
         __m256i isum[R];
         for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-        if constexpr (R >= 4) {
+        if constexpr (!X8 || R >= 4) {
             for (size_t s = 0; s < SUB; ++s) {
-                const size_t j = s / 2;
                 __m256i s16[R];
                 for (size_t r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
                 for (size_t q = 0; q < 8; ++q) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(o + (8 * j + q) * 32));
-                    const __m256i wv = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, low);
+                    __m256i wv;
+                    if constexpr (X8) {
+                        const __m256i raw = _mm256_loadu_si256((const __m256i*)(o + (8 * (s / 2) + q) * 32));
+                        wv = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, low);
+                    } else {
+                        wv = _mm256_loadu_si256((const __m256i*)(o + (8 * s + q) * 32));
+                    }
                     for (size_t r = 0; r < R; ++r) {
                         const int8_t* qx = a.q.data() + (m0 + r) * K + b * QK_K + 32 * s + 4 * q;
                         s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(qx))));
                     }
                     keep_order(s16);
                 }
-                const __m256i sc = x8_scales(o + 1024 + 8 * s);
+                const __m256i sc =
+                    X8 ? x8_scales(o + 1024 + 8 * s) : _mm256_loadu_si256((const __m256i*)(o + 2048 + 32 * s));
                 for (size_t r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16[r], sc));
             }
         } else {
@@ -386,29 +410,21 @@ __attribute__((target("avx2,fma,f16c"))) static void x8_tile_avx2(const Q8_K& a,
             }
         }
         __m256i mn[4];  // column c's (mn[2t], mn[2t+1]) as the i16 pair of dword c
-        for (size_t t = 0; t < 4; ++t)
-            mn[t] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(o + 1088 + 16 * t)));
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1152)));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1168)));
+        __m256 d, dmin;
+        if constexpr (X8) {
+            for (size_t t = 0; t < 4; ++t)
+                mn[t] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(o + 1088 + 16 * t)));
+            d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1152)));
+            dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o + 1168)));
+        } else {
+            for (size_t t = 0; t < 4; ++t) mn[t] = _mm256_loadu_si256((const __m256i*)(o + 2304 + 32 * t));
+            d = _mm256_loadu_ps((const float*)(o + 2432));
+            dmin = _mm256_loadu_ps((const float*)(o + 2464));
+        }
         for (size_t r = 0; r < R; ++r) acc[r] = group_super_block(a, m0 + r, nsb, b, mn, d, dmin, isum[r], acc[r]);
     }
     for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
 }
-
-// From X8_UNPACK_ROWS rows on (prefill chunks, batched decode of 20 and more), each group is first unpacked once
-// per task into a scratch of K/256 * U_BYTES (15 KB at K = 1,536, 87 KB at K = 8,960: L2), which all its row
-// tiles then read as it lies:
-//   0     w[s][q] (s = 0..7, q = 0..7)   32 bytes: dword c = column c's elements 4q..4q+3 of sub-block s, one u8 each
-//   2048  sc[s]                          x8_scales: column c's scale of sub-block s as the i16 pair of dword c
-//   2304  mn[t] (t = 0..3)               column c's (mn[2t], mn[2t+1]) as the i16 pair of dword c
-//   2432  d[c], 2464 dmin[c]             f32
-// so a tile's inner loop is one load, a broadcast and a maddubs per row and 32 bytes, without x8_tile_avx2's
-// mask and shift per 32 bytes and tile, and its widening of the scales. The same integer sums in the same
-// order: the same bits as x8_tile_avx2. (scripts/int8_probe/q4k_rows_driver.cpp, both Sapphire Rapids cores,
-// from cache, the op against x8_tile_avx2 over every row: 0.82-0.93x the time at M = 32, 0.84-0.91x at 128,
-// 0.89-1.0x at 20 and 24, 0.95-1.04x at 16.)
-constexpr size_t X8_UNPACK_ROWS = 20;
-constexpr size_t U_BYTES = 2048 + 256 + 128 + 64;
 
 __attribute__((target("avx2,fma,f16c"))) static void unpack_x8_group(const uint8_t* group, size_t nsb,
                                                                      uint8_t* out) {
@@ -433,39 +449,6 @@ __attribute__((target("avx2,fma,f16c"))) static void unpack_x8_group(const uint8
     }
 }
 
-// y[m0..m0+R][n..n+8] from one unpacked group: x8_tile_avx2's R >= 4 loop over the unpacked values
-template <size_t R>
-__attribute__((target("avx2,fma,f16c"))) static void unpacked_tile_avx2(const Q8_K& a, const uint8_t* un, float* y,
-                                                                        size_t m0, size_t K, size_t N, size_t n) {
-    const size_t nsb = K / QK_K;
-    __m256 acc[R];
-    for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nsb; ++b) {
-        const uint8_t* u = un + b * U_BYTES;
-        const int8_t* qb = a.q.data() + m0 * K + b * QK_K;
-        __m256i isum[R];
-        for (size_t r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-        for (size_t s = 0; s < SUB; ++s) {
-            __m256i s16[R];
-            for (size_t r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
-            for (size_t q = 0; q < 8; ++q) {
-                const __m256i wv = _mm256_loadu_si256((const __m256i*)(u + (8 * s + q) * 32));
-                for (size_t r = 0; r < R; ++r)
-                    s16[r] = _mm256_add_epi16(
-                        s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(qb + r * K + 32 * s + 4 * q))));
-                keep_order(s16);
-            }
-            const __m256i sc = _mm256_loadu_si256((const __m256i*)(u + 2048 + 32 * s));
-            for (size_t r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16[r], sc));
-        }
-        __m256i mn[4];
-        for (size_t t = 0; t < 4; ++t) mn[t] = _mm256_loadu_si256((const __m256i*)(u + 2304 + 32 * t));
-        const __m256 d = _mm256_loadu_ps((const float*)(u + 2432)), dmin = _mm256_loadu_ps((const float*)(u + 2464));
-        for (size_t r = 0; r < R; ++r) acc[r] = group_super_block(a, m0 + r, nsb, b, mn, d, dmin, isum[r], acc[r]);
-    }
-    for (size_t r = 0; r < R; ++r) _mm256_storeu_ps(y + (m0 + r) * N + n, acc[r]);
-}
-
 // A task's columns n0..n1 (n0 a multiple of 8): each whole group over all M rows in tiles of 4, 2, 1 rows (three
 // left: one tile of 3; from X8_UNPACK_ROWS rows on, unpacked first); the last N % 8 columns by the row tiles over
 // their file-layout blocks.
@@ -480,7 +463,7 @@ static void x8_avx2(const Q8_K& a, const uint8_t* w, float* y, size_t M, size_t 
         }
         unpack_x8_group(group, nsb, unpacked.data());
         row_tiles(0, M, [&](auto R, size_t m) {
-            unpacked_tile_avx2<decltype(R)::value>(a, unpacked.data(), y, m, K, N, n);
+            x8_tile_avx2<decltype(R)::value, Src::Unpacked>(a, unpacked.data(), y, m, K, N, n);
         });
     }
     if (n1 > n8) {
