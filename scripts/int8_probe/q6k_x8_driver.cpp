@@ -4,7 +4,7 @@
 //   a   q6k_matmul as Q6KMatMul runs it (row tiles below 24 rows, per-task repack from 24 rows)
 //   c   q6k_x8_matmul (the Q6KX8MatMul op's kernel) over its interleaved layout (1,680 bytes per super-block and 8
 //       columns, the file's 8 x 210 moved: the ql and qh bytes as dwords of the eight columns side by side, the
-//       int8 scales as [pair][column][2], the eight f16 d), packed here by pack_x8 (the op's IR is packed by
+//       int8 scales as [pair][column][2], the eight f16 d), packed here by q6k_x8_pack.hpp (the op's IR is packed by
 //       genmesh.engine.native.q41_op.pack_q6k_x8; the shapes here are multiples of 8, so no tail)
 //
 // Shapes: the 1.5B's Q6_K matrices: ffn_down 8,960 -> 1,536 and attn_v 1,536 -> 256 (half the layers each), the
@@ -29,28 +29,11 @@
 
 #include "q6k_matmul.cpp"
 #include "driver_timing.hpp"
+#include "q6k_x8_pack.hpp"
 
 using namespace genmesh;
 
 namespace {
-
-// the interleaved layout from the row layout: group n/8, every super-block (as q41_op.pack_q6k_x8)
-void pack_x8(const uint8_t* w, size_t nsb, size_t n, uint8_t* out) {
-    const size_t row = nsb * BLOCK_BYTES;
-    for (size_t b = 0; b < nsb; ++b) {
-        uint8_t* o = out + b * X8_BYTES;
-        for (size_t c = 0; c < GROUP; ++c) {
-            const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            for (size_t v = 0; v < 4; ++v)
-                for (size_t q = 0; q < 8; ++q) std::memcpy(o + (8 * v + q) * 32 + 4 * c, blk + 32 * v + 4 * q, 4);
-            for (size_t h = 0; h < 2; ++h)
-                for (size_t q = 0; q < 8; ++q)
-                    std::memcpy(o + 1024 + (8 * h + q) * 32 + 4 * c, blk + 128 + 32 * h + 4 * q, 4);
-            for (size_t t = 0; t < 8; ++t) std::memcpy(o + 1536 + 16 * t + 2 * c, blk + 192 + 2 * t, 2);
-            std::memcpy(o + 1664 + 2 * c, blk + 208, 2);
-        }
-    }
-}
 
 struct Shape {
     size_t K, N;
@@ -86,7 +69,7 @@ int main(int argc, char** argv) {
         s.x8.resize(bytes * s.copies);
         for (size_t c = 0; c < s.copies; ++c)
             for (size_t n = 0; n < s.N; n += 8)
-                pack_x8(s.rows.data() + c * bytes, nsb, n, s.x8.data() + c * bytes + n * nsb * BLOCK_BYTES);
+                pack_q6k_x8_group(s.rows.data() + c * bytes, nsb, n, s.x8.data() + c * bytes + n * nsb * BLOCK_BYTES);
     }
     tbb::global_control gc(tbb::global_control::max_allowed_parallelism, threads);
     std::normal_distribution<float> nd;

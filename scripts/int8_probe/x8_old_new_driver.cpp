@@ -31,35 +31,16 @@
 #if KQ == 4
 #include "q4k_x8_pack.hpp"
 #define X8_MATMUL q4k_x8_matmul
+#define PACK_GROUP pack_q4k_x8_group
 #else
+#include "q6k_x8_pack.hpp"
 #define X8_MATMUL q6k_x8_matmul
+#define PACK_GROUP pack_q6k_x8_group
 #endif
 
 using namespace genmesh;
 
 namespace {
-
-#if KQ == 4
-void pack_group(const uint8_t* w, size_t nsb, size_t n, uint8_t* out) { pack_q4k_x8_group(w, nsb, n, out); }
-#else
-// as q6k_x8_driver.cpp's pack_x8 (genmesh.engine.native.q41_op.pack_q6k_x8)
-void pack_group(const uint8_t* w, size_t nsb, size_t n, uint8_t* out) {
-    const size_t row = nsb * BLOCK_BYTES;
-    for (size_t b = 0; b < nsb; ++b) {
-        uint8_t* o = out + b * X8_BYTES;
-        for (size_t c = 0; c < GROUP; ++c) {
-            const uint8_t* blk = w + (n + c) * row + b * BLOCK_BYTES;
-            for (size_t v = 0; v < 4; ++v)
-                for (size_t q = 0; q < 8; ++q) std::memcpy(o + (8 * v + q) * 32 + 4 * c, blk + 32 * v + 4 * q, 4);
-            for (size_t h = 0; h < 2; ++h)
-                for (size_t q = 0; q < 8; ++q)
-                    std::memcpy(o + 1024 + (8 * h + q) * 32 + 4 * c, blk + 128 + 32 * h + 4 * q, 4);
-            for (size_t t = 0; t < 8; ++t) std::memcpy(o + 1536 + 16 * t + 2 * c, blk + 192 + 2 * t, 2);
-            std::memcpy(o + 1664 + 2 * c, blk + 208, 2);
-        }
-    }
-}
-#endif
 
 struct Shape {
     size_t K, N, copies, bytes;  // bytes: one copy's interleaved blocks
@@ -104,7 +85,7 @@ int main(int argc, char** argv) {
 #endif
             }
             for (size_t n = 0; n < N; n += GROUP)
-                pack_group(rows.data(), nsb, n, s.x8.data() + c * s.bytes + n / GROUP * nsb * X8_BYTES);
+                PACK_GROUP(rows.data(), nsb, n, s.x8.data() + c * s.bytes + n / GROUP * nsb * X8_BYTES);
         }
         shapes.push_back(std::move(s));
     }
