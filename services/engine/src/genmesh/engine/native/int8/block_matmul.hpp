@@ -228,12 +228,23 @@ void parallel_rows(size_t M, Fn fn) {
     });
 }
 
+// The parallel loops' grain over `groups` groups of columns for M activation rows. Decode (M <= DECODE_ROWS) runs an
+// op in tens of microseconds, and up to 128 tasks (groups / 64) cost the engine more than they balanced there:
+// SmolLM2 at one stream, each engine alone in turn (6 rounds), 0.90x the time per output token with groups / 8 (eight
+// to sixteen tasks; groups / 2, 4, 16: 0.92-0.94x beside a running twin). From more rows on the finer grain stays: the
+// coarse one showed no gain there (the 1.5B's kernels alone at M = 32 ... 512 0.97-1.03x; the 1.5B at c=32 against
+// llama-server 1.78x with it, 1.87x before, in other hours: docs/int8-avx2.md).
+constexpr size_t DECODE_ROWS = 4;
+inline size_t column_grain(size_t groups, size_t M) {
+    return std::max<size_t>(1, groups / (M <= DECODE_ROWS ? 8 : 64));
+}
+
 // fn(n0, n1) over the N output columns split in groups of `group` (the kernels' unit): each task reads its weight
 // rows once and all M activation rows.
 template <class Fn>
-void parallel_columns(size_t N, size_t group, Fn fn) {
+void parallel_columns(size_t N, size_t group, size_t M, Fn fn) {
     const size_t groups = (N + group - 1) / group;
-    const size_t grain = std::max<size_t>(1, groups / 64);
+    const size_t grain = column_grain(groups, M);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain), [&](const tbb::blocked_range<size_t>& r) {
         fn(r.begin() * group, std::min(N, r.end() * group));
     });
@@ -243,11 +254,11 @@ void parallel_columns(size_t N, size_t group, Fn fn) {
 // parallel loop: each matrix's columns split in groups of `group` from its own column 0, as parallel_columns splits
 // one matrix, so every column takes the same kernel (and the same arithmetic) as in an op of its own.
 template <class Fn>
-void parallel_segments(const std::vector<size_t>& Ns, size_t group, Fn fn) {
+void parallel_segments(const std::vector<size_t>& Ns, size_t group, size_t M, Fn fn) {
     std::vector<size_t> first(Ns.size() + 1, 0);  // first[i]: matrix i's first group in the concatenation
     for (size_t i = 0; i < Ns.size(); ++i) first[i + 1] = first[i] + (Ns[i] + group - 1) / group;
     const size_t groups = first.back();
-    const size_t grain = std::max<size_t>(1, groups / 64);
+    const size_t grain = column_grain(groups, M);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain), [&](const tbb::blocked_range<size_t>& r) {
         for (size_t i = 0; i < Ns.size(); ++i) {
             const size_t g0 = std::max(r.begin(), first[i]), g1 = std::min(r.end(), first[i + 1]);

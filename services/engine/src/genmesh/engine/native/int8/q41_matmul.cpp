@@ -355,7 +355,8 @@ static void matmul_group(const float* x, const std::vector<const uint8_t*>& ws, 
                          size_t M, size_t K, const std::vector<size_t>& Ns, Kernel kernel, Rows rows) {
     if (M == 0) return;
     const Q8_1 a = quantise_q8_1(x, M, K, kernel);
-    parallel_segments(Ns, GROUP, [&](size_t i, size_t n0, size_t n1) { rows(a, ws[i], ys[i], M, K, Ns[i], n0, n1); });
+    parallel_segments(Ns, GROUP, M,
+                      [&](size_t i, size_t n0, size_t n1) { rows(a, ws[i], ys[i], M, K, Ns[i], n0, n1); });
 }
 
 void q41_matmul_group(const float* x, const std::vector<const uint8_t*>& ws, const std::vector<float*>& ys, size_t M,
@@ -463,7 +464,7 @@ void q41_swiglu(const float* x, const uint8_t* wg, const uint8_t* wu, float* y, 
     const Q8_1 a = quantise_q8_1(x, M, K, kernel);
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
     auto silu_mul = kernel == Kernel::Avx2 ? silu_mul_avx2 : silu_mul_scalar;
-    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
+    parallel_columns(N, GROUP, M, [&](size_t n0, size_t n1) {
         const size_t width = n1 - n0;  // the task's columns, as a matrix of their own (columns 0..width)
         // the task's gate and up products: the thread's scratch (a task runs to its end without waiting, so no other
         // task of this thread uses it meanwhile; grown once, not allocated per task)

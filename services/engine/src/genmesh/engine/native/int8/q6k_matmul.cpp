@@ -433,14 +433,14 @@ void q6k_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
     Q8_K a;
     quantise_q8_k(x, M, K, kernel, a, true);
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
-    parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+    parallel_columns(N, 8, M, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
 void q6k_x8_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_t N, Kernel kernel) {
     Q8_K a;
     quantise_q8_k(x, M, K, kernel, a, true);
     auto rows = kernel == Kernel::Avx2 ? x8_avx2 : x8_scalar;
-    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+    parallel_columns(N, GROUP, M, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
 }  // namespace genmesh

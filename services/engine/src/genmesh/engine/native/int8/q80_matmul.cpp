@@ -181,7 +181,7 @@ void q80_matmul(const float* x, const uint8_t* w, float* y, size_t M, size_t K, 
     auto quantise = kernel == Kernel::Avx2 ? quantise_row_32<Kernel::Avx2> : quantise_row_32<Kernel::Scalar>;
     parallel_rows(M, [&](size_t m) { quantise(x + m * K, K, a.q.data() + m * K, a.d.data() + m * nb, nullptr); });
     auto rows = kernel == Kernel::Avx2 ? rows_avx2 : rows_scalar;
-    parallel_columns(N, 8, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
+    parallel_columns(N, 8, M, [&](size_t n0, size_t n1) { rows(a, w, y, M, K, N, n0, n1); });
 }
 
 }  // namespace genmesh
