@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from genmesh.bench.servers import NO_REPACK, StartFailed, llama_peer, start_peer
+from genmesh.bench import servers
+from genmesh.bench.servers import NO_REPACK, StartFailed, free_port, listens, llama_peer, start, start_peer
 
 FAKE = Path(__file__).parents[1] / "support" / "fake_llama_server.py"
 
@@ -30,6 +32,14 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     binary.chmod(0o755)
     monkeypatch.setenv("FAKE_LLAMA_ARGV", str(tmp_path / "argv.jsonl"))
     return binary
+
+
+@pytest.fixture
+def squatter(fake: Path, tmp_path: Path) -> Iterator[int]:
+    """Another process's server on a loopback port, answering ``/health`` and chat as ours would."""
+    argv = [str(fake), "--no-repack", "--port", servers.PORT]
+    with start("squatter", argv, tmp_path / "squatter.log", 30.0) as server:
+        yield int(server.url.rsplit(":", 1)[1])
 
 
 def starts(tmp_path: Path) -> list[list[str]]:
@@ -96,3 +106,33 @@ def test_the_settings_line_names_the_build_arguments_of_the_binary_that_runs(fak
     peer = llama_peer("m.gguf", True, 4, 2, binary=fake)
     assert "built with `-DGGML_NATIVE=ON -DGGML_NATIVE=OFF -DGGML_AVX2=ON`;" in peer.settings
     assert peer.argv[0] == str(fake)
+
+
+def test_a_port_another_process_took_is_left_for_a_new_one(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, squatter: int
+) -> None:
+    """A free port is free only when chosen: another process may bind it first. Its server answers ``/health``
+    for ours (once, this took the peer's place in `make test`), so ``start`` checks the port is its own."""
+    monkeypatch.setenv("FAKE_LLAMA_CRASH", "never")
+    ports = iter([squatter, free_port()])
+    monkeypatch.setattr(servers, "free_port", lambda: next(ports))
+    with start("llama", [str(fake), "--port", servers.PORT], tmp_path / "llama.log", 30.0) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        assert port != squatter
+        assert listens(server.proc, port)
+        assert httpx.get(server.url + "/health").status_code == 200
+    assert starts(tmp_path)[-1] == ["--port", str(port)]  # (ours on the squatter's port may have been stopped
+    # before it logged its start: the squatter answered at once)
+
+
+def test_where_every_port_is_taken_the_server_fails_to_start(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, squatter: int
+) -> None:
+    monkeypatch.setattr(servers, "free_port", lambda: squatter)
+    with pytest.raises(StartFailed, match=f"found its port taken by another process {servers.PORT_TRIES} times"):
+        start("llama", [str(fake), "--port", servers.PORT], tmp_path / "llama.log", 30.0)
+    assert answers_health(squatter)  # the other process's server is left alone
+
+
+def answers_health(port: int) -> bool:
+    return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from genmesh.bench.servers import ManagedServer, free_port
+from genmesh.bench.servers import ManagedServer, free_port, listens
 from support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +65,8 @@ def start_server(
 
     try:
         wait_until(healthy, timeout_s, interval_s=0.2, what=f"{name} to become healthy")
+        if not listens(proc, port):  # a free port is free only when chosen
+            raise AssertionError(f"{name}: another process took port {port} and answered:\n{server.log_tail()}")
     except BaseException:
         server.stop()
         raise
