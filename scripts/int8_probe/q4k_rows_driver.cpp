@@ -35,7 +35,7 @@ void tiles(const float* x, const uint8_t* w, float* y, size_t M, size_t K, size_
     Q8_K a;
     quantise_q8_k(x, M, K, Kernel::Avx2, a);
     const size_t nsb = K / QK_K;
-    parallel_columns(N, GROUP, [&](size_t n0, size_t n1) {
+    parallel_columns(N, GROUP, M, [&](size_t n0, size_t n1) {
         for (size_t n = n0; n < n1; n += GROUP)
             row_tiles(0, M, [&](auto R, size_t m) {
                 x8_tile_avx2<decltype(R)::value>(a, w + (n / GROUP) * nsb * X8_BYTES, y, m, K, N, n);

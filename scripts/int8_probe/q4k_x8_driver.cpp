@@ -48,7 +48,7 @@ void grouped(const float* x, const uint8_t* packed, size_t gbytes, size_t M, siz
     Q8_K a;
     quantise_q8_k(x, M, K, Kernel::Avx2, a);
     const size_t nsb = K / QK_K;
-    parallel_columns(N, 8, [&](size_t n0, size_t n1) {
+    parallel_columns(N, 8, M, [&](size_t n0, size_t n1) {
         for (size_t n = n0; n < n1; n += 8) {
             const uint8_t* p = packed + (n / 8) * nsb * gbytes;
             size_t m = 0;
