@@ -131,8 +131,4 @@ def test_where_every_port_is_taken_the_server_fails_to_start(
     monkeypatch.setattr(servers, "free_port", lambda: squatter)
     with pytest.raises(StartFailed, match=f"found its port taken by another process {servers.PORT_TRIES} times"):
         start("llama", [str(fake), "--port", servers.PORT], tmp_path / "llama.log", 30.0)
-    assert answers_health(squatter)  # the other process's server is left alone
-
-
-def answers_health(port: int) -> bool:
-    return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+    assert servers.answers(f"http://127.0.0.1:{squatter}/health")  # the other process's server is left alone
