@@ -49,3 +49,18 @@ def test_the_report_names_this_machines_cpu() -> None:
         assert "family" in cpu, cpu
         assert ";" in cpu, cpu  # and the instruction-set classes after the identifiers
     assert cpu not in ("", "unknown")
+
+
+def test_an_isa_cap_is_named_beside_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a report taken with oneDNN capped to AVX2 stands in for another CPU: its machine table must say so
+    monkeypatch.setenv("GENMESH_ENGINE_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("GENMESH_ENGINE_PLUGIN_CONFIG", '{"INFERENCE_PRECISION_HINT":"f32"}')
+    monkeypatch.delenv("GENMESH_ENGINE_INT8_MATMUL", raising=False)
+    env = describe()["engine environment"]
+    assert env == '`GENMESH_ENGINE_MAX_CPU_ISA=AVX2`, `GENMESH_ENGINE_PLUGIN_CONFIG={"INFERENCE_PRECISION_HINT":"f32"}`'
+
+
+def test_without_the_knobs_there_is_no_environment_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GENMESH_ENGINE_MAX_CPU_ISA", "GENMESH_ENGINE_PLUGIN_CONFIG", "GENMESH_ENGINE_INT8_MATMUL"):
+        monkeypatch.delenv(name, raising=False)
+    assert "engine environment" not in describe()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from genmesh.bench.cli import main
+from genmesh.bench.servers import int8_path
 from support.servers import DEFAULT_MODEL
 
 
@@ -40,3 +41,14 @@ def test_serve_against_the_engine_writes_sane_results(engine_url: str, tmp_path:
     assert result["output_throughput"] > 0
     assert result["goodput"] == result["request_throughput"]  # a 10-minute SLO: every request meets it
     assert 0 <= result["steal_percent"] <= 100
+
+
+def test_the_report_reads_which_path_multiplies_the_matrices(engine_url: str) -> None:
+    # the engine's /v1/config names its path and why; the report's settings line carries both
+    text = int8_path(engine_url)
+    assert text.startswith(("matrices by genmesh's path (`", "matrices by openvino's path: ")), text
+    assert len(text.split(": ", 1)[1]) > 10, text  # the reason, not an empty string
+
+
+def test_a_server_without_the_config_gives_no_path() -> None:
+    assert int8_path("http://127.0.0.1:9") == ""  # nothing listens on the discard port: no line, no crash

@@ -31,6 +31,7 @@ from .servers import (
     OPEA_NOTE,
     Peer,
     add_llama_arguments,
+    int8_path,
     is_default_model,
     llama_peer,
     running_mesh,
@@ -237,7 +238,9 @@ class Report:
             for target, (label, settings) in OURS.items():
                 if target in lines and target in urls:
                     self.line(label, target, urls[target], False, m.pids)
-                    self.settings.append((label, "this commit", settings.format(defaults=self.defaults)))
+                    text = settings.format(defaults=self.defaults)
+                    path = int8_path(urls["engine"]) if target == "engine" else ""
+                    self.settings.append((label, "this commit", f"{text}; {path}" if path else text))
                 if target == "engine" and "engine" in lines and args.profile:
                     self._profile(m.engine.proc.pid, Endpoint(urls["engine"], MODEL_NAME))
 
@@ -277,7 +280,9 @@ class Report:
         extra += ["--num-assistant-tokens", str(self.args.num_assistant_tokens)]
         with start_engine(self.args.model, self.args.log_dir / "draft.log", timeout_s=1800.0, extra=extra) as server:
             text = settings.format(draft=f"{draft} --num-assistant-tokens {self.args.num_assistant_tokens}")
-            self.settings.append((label, "this commit", f"{text}; up in {time.monotonic() - started:.1f} s"))
+            text += f"; up in {time.monotonic() - started:.1f} s"
+            path = int8_path(server.url)
+            self.settings.append((label, "this commit", f"{text}; {path}" if path else text))
             self.line(label, "draft", server.url, False, [server.proc.pid])
 
     def ir(self, key: str) -> None:

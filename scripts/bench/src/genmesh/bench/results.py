@@ -248,6 +248,10 @@ def cpu_name(cpuinfo: str) -> str:
     return f"{name} ({details})" if details else name
 
 
+# the engine's settings that change which kernels run on a CPU (services/engine settings.py), named in reports
+ENGINE_CPU_KNOBS = ("GENMESH_ENGINE_MAX_CPU_ISA", "GENMESH_ENGINE_PLUGIN_CONFIG", "GENMESH_ENGINE_INT8_MATMUL")
+
+
 def describe() -> dict[str, str]:
     """The machine and the software the figures were taken on."""
     cpuinfo = Path("/proc/cpuinfo")
@@ -263,7 +267,10 @@ def describe() -> dict[str, str]:
     openvino = importlib.metadata.version("openvino-genai")  # a dependency of genmesh-bench
     host = {"cpu": cpu, "cores": str(os.cpu_count())}
     host |= {"memory": f"{psutil.virtual_memory().total / 1024**3:.1f} GiB", "os": platform.platform()}
-    return host | {"python": platform.python_version(), "openvino-genai": openvino, "genmesh commit": version}
+    host |= {"python": platform.python_version(), "openvino-genai": openvino, "genmesh commit": version}
+    # the engines' CPU settings taken from the environment (an ISA cap makes this CPU stand in for another)
+    knobs = [f"`{name}={os.environ[name]}`" for name in ENGINE_CPU_KNOBS if os.environ.get(name)]
+    return host | ({"engine environment": ", ".join(knobs)} if knobs else {})
 
 
 def save(results: Any, path: Path) -> Path:

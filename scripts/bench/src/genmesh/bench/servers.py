@@ -49,6 +49,19 @@ def answers(url: str) -> bool:
     return False
 
 
+def int8_path(url: str) -> str:
+    """Which path an engine at ``url`` multiplies its quantised matrices with, and why (its ``/v1/config``), as a
+    report's settings name it; "" where it does not say."""
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        reply = httpx.get(f"{url.rstrip('/')}/v1/config", timeout=10.0).json()
+        for model in reply.values() if isinstance(reply, dict) else ():
+            choice = model.get("int8_matmul") if isinstance(model, dict) else None
+            if isinstance(choice, dict) and choice.get("path"):
+                op = f" (`{choice['op']}`)" if choice.get("op") else ""
+                return f"matrices by {choice['path']}'s path{op}: {choice.get('reason', '')}"
+    return ""
+
+
 @dataclass
 class ManagedServer:
     """A server process (the tests' servers too); ``with server:`` stops it on the way out."""
