@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from genmesh.bench import servers
+from genmesh.bench.cli import build_parser
 from genmesh.bench.render import level, plot_all, table
 from genmesh.bench.report import (
     Report,
@@ -181,3 +182,16 @@ def test_vllm_runs_bf16_only_where_the_cpu_multiplies_bf16(tmp_path: Path) -> No
     peer = servers.vllm_peer(dtype="float32")
     assert peer.env["VLLM_DTYPE"] == "float32"
     assert "`--dtype float32`" in peer.settings
+
+
+def test_the_report_names_the_command_that_wrote_it(tmp_path: Path) -> None:
+    """A report run by hand (an ISA cap, another llama-server) says so: its header carries the arguments."""
+    argv = ["report", "--out", str(tmp_path / "b.md"), "--lines", "engine", "--llama-binary", "/opt/llama server"]
+    args = build_parser().parse_args(argv)
+    args.argv = argv  # as cli.main records them
+    text = Report(args).markdown([], tmp_path / "b.md")
+    command = f"genmesh-bench report --out {tmp_path / 'b.md'} --lines engine --llama-binary '/opt/llama server'"
+    assert f"Written by `{command}` on " in text
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert "Written by `make bench-report` on " in Report(parser.parse_args([])).markdown([], tmp_path / "b.md")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shlex
 import shutil
 import signal
 import subprocess
@@ -176,6 +177,13 @@ def top_functions(collapsed: str, n: int = 12) -> list[tuple[str, float]]:
             leaf[stack.split(";")[-1].strip()] += int(count)
     total = sum(leaf.values())
     return [(name, c / total) for name, c in leaf.most_common(n)] if total else []
+
+
+def written_by(args: argparse.Namespace) -> str:
+    """The command that wrote a report: ``genmesh-bench`` and its arguments as given (``make bench-report``
+    passes its own), or ``make bench-report`` where the arguments are not known (a report built in a test)."""
+    argv = getattr(args, "argv", None)
+    return f"genmesh-bench {shlex.join(argv)}" if argv else "make bench-report"
 
 
 class Report:
@@ -399,7 +407,7 @@ class Report:
                 f"{a.output_len} output tokens). Run `make bench-report` for the standard one."
             )
         when = f"on {time.strftime('%Y-%m-%d %H:%M %Z')} in {self.elapsed_s / 60:.1f} min"
-        blocks.append(f"Written by `make bench-report` {when}.")
+        blocks.append(f"Written by `{written_by(a)}` {when}.")
         blocks += ["## Machine and software", table(["", ""], describe().items(), markdown=True)]
         blocks += [WORK.format(a=a, about=model_about(a.model), high=HIGH_STEAL_PERCENT), "## Settings of each line"]
         blocks += [table(["line", "version", "settings"], self.settings, markdown=True), "## Results"]
