@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from genmesh.bench.results import cpu_name, describe
+from genmesh.bench.results import ENGINE_CPU_KNOBS, cpu_name, describe
+from genmesh.engine.settings import EngineSettings
 
 ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -64,3 +65,11 @@ def test_without_the_knobs_there_is_no_environment_row(monkeypatch: pytest.Monke
     for name in ("GENMESH_ENGINE_MAX_CPU_ISA", "GENMESH_ENGINE_PLUGIN_CONFIG", "GENMESH_ENGINE_INT8_MATMUL"):
         monkeypatch.delenv(name, raising=False)
     assert "engine environment" not in describe()
+
+
+def test_the_knobs_are_the_engines_settings() -> None:
+    # a renamed setting would leave the report reading a variable that nothing sets
+    prefix = EngineSettings.model_config["env_prefix"]
+    for name in ENGINE_CPU_KNOBS:
+        assert name.startswith(prefix), name
+        assert name.removeprefix(prefix).lower() in EngineSettings.model_fields, name
