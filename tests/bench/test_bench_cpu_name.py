@@ -62,7 +62,7 @@ def test_an_isa_cap_is_named_beside_the_cpu(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_without_the_knobs_there_is_no_environment_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("GENMESH_ENGINE_MAX_CPU_ISA", "GENMESH_ENGINE_PLUGIN_CONFIG", "GENMESH_ENGINE_INT8_MATMUL"):
+    for name in ENGINE_CPU_KNOBS:
         monkeypatch.delenv(name, raising=False)
     assert "engine environment" not in describe()
 
